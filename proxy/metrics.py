@@ -1,0 +1,154 @@
+"""Every Prometheus series tailfloor exports, on a registry the caller owns.
+
+The metric names and label sets are a contract: the Grafana dashboard and the alert rules
+query them, so renaming one is a breaking change. Label values are bounded: model and agent
+names beyond a cap collapse into ``other`` so a misbehaving client cannot explode cardinality.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "BoundedLabel", "Metrics"]
+
+# Seconds. Latency buckets fine enough to see sub-millisecond proxy overhead.
+OVERHEAD_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+
+OTHER = "other"
+
+
+class BoundedLabel:
+    """Maps free-form label values (model names, agent ids) onto at most ``cap`` distinct ones."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return "unknown"
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self._cap or len(value) > 128:
+            return OTHER
+        self._seen.add(value)
+        return value
+
+
+class Metrics:
+    """All series, created once per application on an injected registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, label_cap: int = 64) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.model_label = BoundedLabel(label_cap)
+        self.agent_label = BoundedLabel(label_cap)
+        r = self.registry
+
+        # Proxy core.
+        self.requests = Counter(
+            "tailfloor_requests_total", "Requests answered, by route, model and HTTP status.",
+            ["route", "model", "code"], registry=r)
+        self.tokens = Counter(
+            "tailfloor_tokens_total",
+            "Tokens reported by the upstream (type: input|output|cached_input|reasoning).",
+            ["model", "agent", "type"], registry=r)
+        self.request_duration = Histogram(
+            "tailfloor_request_duration_seconds", "Whole request duration as the client sees it.",
+            ["route", "model"], buckets=REQUEST_BUCKETS, registry=r)
+        self.time_to_first_token = Histogram(
+            "tailfloor_time_to_first_token_seconds",
+            "Time from the client's request to the first streamed event relayed.",
+            ["model"], buckets=TTFT_BUCKETS, registry=r)
+        self.overhead = Histogram(
+            "tailfloor_overhead_seconds",
+            "Time spent inside the proxy itself, excluding waiting for the upstream.",
+            ["route"], buckets=OVERHEAD_BUCKETS, registry=r)
+        self.in_flight = Gauge(
+            "tailfloor_in_flight_requests", "Requests currently being proxied.", registry=r)
+        self.upstream_errors = Counter(
+            "tailfloor_upstream_errors_total",
+            "Upstream failures (kind: connect|timeout|mid_stream|protocol|stream_options_rejected).",
+            ["kind"], registry=r)
+        self.client_disconnects = Counter(
+            "tailfloor_client_disconnects_total",
+            "Clients that went away before the response was complete.", registry=r)
+        self.rejected = Counter(
+            "tailfloor_rejected_requests_total",
+            "Requests refused before reaching the upstream (reason: invalid_json|too_large|...).",
+            ["reason"], registry=r)
+        self.keepalives = Counter(
+            "tailfloor_stream_keepalives_total",
+            "SSE comment keep-alives written into idle streams.", registry=r)
+        self.usage_missing = Counter(
+            "tailfloor_usage_missing_total",
+            "Chat responses that ended without a usage object.", ["route"], registry=r)
+
+        # Transcripts.
+        self.sessions = Gauge(
+            "tailfloor_sessions", "Agent sessions tracked, by transcript source.",
+            ["source"], registry=r)
+        self.transcript_lines = Counter(
+            "tailfloor_transcript_lines_total", "Transcript lines or rows read.",
+            ["source"], registry=r)
+        self.transcript_errors = Counter(
+            "tailfloor_transcript_errors_total",
+            "Transcript lines, rows or files that could not be read, by kind.",
+            ["kind"], registry=r)
+        self.transcript_lag = Histogram(
+            "tailfloor_transcript_lag_seconds",
+            "From a transcript change on disk to the session view being updated.",
+            buckets=LAG_BUCKETS, registry=r)
+
+        # Floor enforcement.
+        self.rewrites = Counter(
+            "tailfloor_rewrites_total",
+            "Chat requests by what the floor did (kind: floor|carry|shadow|none).",
+            ["kind"], registry=r)
+        self.tail_messages_injected = Counter(
+            "tailfloor_tail_messages_injected_total",
+            "Raw transcript messages put back into requests.", registry=r)
+        self.tail_tokens_injected = Counter(
+            "tailfloor_tail_tokens_injected_total",
+            "Estimated tokens of the raw messages put back into requests.", registry=r)
+        self.identification = Counter(
+            "tailfloor_identification_total",
+            "How requests were matched to a session, or why they were not.",
+            ["method"], registry=r)
+        self.floor_capped = Counter(
+            "tailfloor_floor_capped_total",
+            "Rewrites that dropped added messages to fit the context window.", registry=r)
+        self.rules_reloads = Counter(
+            "tailfloor_rules_reloads_total", "Rules reloads (outcome: ok|error).",
+            ["outcome"], registry=r)
+
+        # Overflow recovery and compaction.
+        self.overflow = Counter(
+            "tailfloor_overflow_total",
+            "Context overflows (outcome: recovered|failed|passthrough|mid_stream|silent).",
+            ["outcome"], registry=r)
+        self.compactions = Counter(
+            "tailfloor_compactions_total",
+            "Compactions applied (trigger: overflow|preflight|reused).",
+            ["trigger"], registry=r)
+        self.summarizer_duration = Histogram(
+            "tailfloor_summarizer_duration_seconds", "Summarizer call duration.",
+            buckets=SUMMARIZER_BUCKETS, registry=r)
+        self.summarizer_tokens = Counter(
+            "tailfloor_summarizer_tokens_total", "Tokens used by summarizer calls (type).",
+            ["type"], registry=r)
+        self.summarizer_failures = Counter(
+            "tailfloor_summarizer_failures_total",
+            "Summarizer calls that failed or timed out (fallback used).", registry=r)
+        self.tokens_removed = Counter(
+            "tailfloor_tokens_removed_total",
+            "Estimated tokens removed from requests by compaction.", registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

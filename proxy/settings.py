@@ -1,0 +1,194 @@
+"""Server settings: command-line flags with environment equivalents, validated all at once.
+
+Every flag ``--some-name`` can also be given as ``TAILFLOOR_SOME_NAME``; the flag wins. An
+invalid combination fails at start with one message that lists every problem, so an operator
+fixes a broken deployment in one round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_LISTEN = "127.0.0.1:8787"
+DEFAULT_UPSTREAM = "https://api.openai.com"
+ENV_PREFIX = "TAILFLOOR_"
+
+
+class SettingsError(ValueError):
+    """One or more settings are invalid; ``problems`` lists each one."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8787
+    upstream: str = DEFAULT_UPSTREAM
+    sessions: tuple[Path, ...] = ()
+    rules: Path | None = None
+    state: Path | None = None
+    log_format: str = "text"
+    log_level: str = "INFO"
+    max_body_bytes: int = 32 * 1024 * 1024
+    connect_timeout: float = 10.0
+    read_timeout: float = 600.0
+    keepalive_interval: float = 15.0
+    shutdown_grace: float = 30.0
+    inject_stream_usage: bool = True
+    tailfloor_header: bool = True
+    label_cap: int = 64
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def listen(self) -> str:
+        return f"{self.listen_host}:{self.listen_port}"
+
+
+# name, type, default, help. The flag is --name with '_' -> '-'; the variable TAILFLOOR_NAME.
+_OPTIONS: tuple[tuple[str, str, object, str], ...] = (
+    ("listen", "str", DEFAULT_LISTEN, "HOST:PORT to listen on"),
+    ("upstream", "str", DEFAULT_UPSTREAM,
+     "model API base URL; a path such as /v1 or /api/v1 is kept (see README)"),
+    ("rules", "path", None, "directory of policy files (TOML), hot-reloaded"),
+    ("state", "path", None, "directory for tailfloor's own state (compaction store)"),
+    ("log_format", "choice:json,text", "text", "log line format"),
+    ("log_level", "choice:DEBUG,INFO,WARNING,ERROR", "INFO", "log level"),
+    ("max_body_bytes", "int", 32 * 1024 * 1024, "largest request body accepted (413 above)"),
+    ("connect_timeout", "float", 10.0, "seconds to connect to the upstream (504 after)"),
+    ("read_timeout", "float", 600.0,
+     "seconds the upstream may stay silent before the answer or between stream chunks"),
+    ("keepalive_interval", "float", 15.0,
+     "seconds of stream idleness before an SSE comment keep-alive (0 disables)"),
+    ("shutdown_grace", "float", 30.0, "seconds in-flight requests may finish after SIGTERM"),
+    ("inject_stream_usage", "bool", True,
+     "ask streaming upstreams for usage even when the client did not, and hide it again"),
+    ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
+    ("label_cap", "int", 64, "distinct model/agent label values before 'other'"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the serve flags. Defaults are None so the environment can fill the gaps."""
+    for name, kind, default, help_text in _OPTIONS:
+        flag = "--" + name.replace("_", "-")
+        env = ENV_PREFIX + name.upper()
+        shown = f"{help_text} (env {env}; default {default})"
+        if kind == "bool":
+            parser.add_argument(flag, dest=name, default=None,
+                                action=argparse.BooleanOptionalAction, help=shown)
+        else:
+            choices = kind.split(":", 1)[1].split(",") if kind.startswith("choice:") else None
+            parser.add_argument(flag, dest=name, default=None, metavar=name.upper(),
+                                choices=choices, help=shown)
+    parser.add_argument(
+        "--sessions", dest="sessions", action="append", default=None, metavar="PATH",
+        help="transcript root to follow; repeatable (env TAILFLOOR_SESSIONS, "
+             f"'{os.pathsep}'-separated; default: the usual OpenClaw and Pi locations)")
+
+
+def _as_bool(raw: str) -> bool | None:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    return None
+
+
+def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Merge flags over environment over defaults; raise SettingsError listing every problem."""
+    problems: list[str] = []
+    values: dict[str, object] = {}
+    for name, kind, default, _help in _OPTIONS:
+        env = ENV_PREFIX + name.upper()
+        raw: object = getattr(ns, name, None)
+        source = "--" + name.replace("_", "-")
+        if raw is None and env in environ:
+            raw, source = environ[env], env
+        if raw is None:
+            values[name] = default
+            continue
+        values[name] = _convert(name, kind, raw, source, problems)
+
+    sessions_raw: list[str] = list(getattr(ns, "sessions", None) or [])
+    if not sessions_raw and environ.get(ENV_PREFIX + "SESSIONS"):
+        sessions_raw = [p for p in environ[ENV_PREFIX + "SESSIONS"].split(os.pathsep) if p]
+
+    host, port = _parse_listen(str(values.pop("listen")), problems)
+    upstream = str(values["upstream"]).rstrip("/")
+    parts = urlsplit(upstream)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        problems.append(f"upstream: {upstream!r} is not an http(s) URL with a host")
+    elif parts.query or parts.fragment:
+        problems.append(f"upstream: {upstream!r} must not carry a query or fragment")
+    for name in ("max_body_bytes", "label_cap"):
+        number = values[name]
+        if isinstance(number, int) and number <= 0:
+            problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
+    for name in ("connect_timeout", "read_timeout", "shutdown_grace"):
+        number = values[name]
+        if isinstance(number, float) and number <= 0:
+            problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
+    interval = values["keepalive_interval"]
+    if isinstance(interval, float) and interval < 0:
+        problems.append(f"keepalive-interval: must be >= 0, got {interval}")
+    rules = values["rules"]
+    if isinstance(rules, Path) and not rules.is_dir():
+        problems.append(f"rules: {str(rules)!r} is not a directory")
+    if problems:
+        raise SettingsError(problems)
+    values["upstream"] = upstream
+    return Settings(
+        listen_host=host, listen_port=port,
+        sessions=tuple(Path(p).expanduser() for p in sessions_raw),
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]) -> object:
+    text = str(raw)
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            problems.append(f"{source}: {text!r} is not a whole number")
+            return 0
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            problems.append(f"{source}: {text!r} is not a number")
+            return 0.0
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        parsed = _as_bool(text)
+        if parsed is None:
+            problems.append(f"{source}: {text!r} is not a boolean (true/false)")
+            return False
+        return parsed
+    if kind == "path":
+        return Path(text).expanduser()
+    if kind.startswith("choice:"):
+        choices = kind.split(":", 1)[1].split(",")
+        normalised = text.upper() if name == "log_level" else text.lower()
+        if normalised not in choices:
+            problems.append(f"{source}: {text!r} is not one of {', '.join(choices)}")
+        return normalised
+    return text
+
+
+def _parse_listen(raw: str, problems: list[str]) -> tuple[str, int]:
+    host, sep, port_text = raw.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        problems.append(f"listen: {raw!r} is not HOST:PORT with a port from 0 to 65535")
+        return "127.0.0.1", 0
+    return host.strip("[]") or "0.0.0.0", int(port_text)
