@@ -10,8 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from proxy import __version__
-from proxy import serve_command
+from proxy import __version__, serve_command
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 

@@ -1,0 +1,80 @@
+"""Plain records passed between the stages of the request path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat completion request, parsed once. ``raw`` is exactly what the client sent."""
+
+    raw: bytes
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    include_usage: bool
+    agent_id: str | None
+
+    @classmethod
+    def parse(cls, raw: bytes, body: dict[str, Any], agent_id: str | None) -> ChatRequest:
+        model = body.get("model")
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        return cls(
+            raw=raw, body=body, model=model if isinstance(model, str) else "",
+            stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as an OpenAI-compatible upstream reports it."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @classmethod
+    def from_dict(cls, usage: dict[str, Any]) -> Usage:
+        def number(container: object, key: str) -> int:
+            value = container.get(key) if isinstance(container, dict) else None
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        return cls(
+            prompt_tokens=number(usage, "prompt_tokens"),
+            completion_tokens=number(usage, "completion_tokens"),
+            total_tokens=number(usage, "total_tokens"),
+            cached_tokens=number(usage.get("prompt_tokens_details"), "cached_tokens"),
+            reasoning_tokens=number(usage.get("completion_tokens_details"), "reasoning_tokens"),
+        )
+
+    @property
+    def input_tokens(self) -> int:
+        """Prompt tokens not served from the upstream's cache."""
+        return max(self.prompt_tokens - self.cached_tokens, 0)
+
+
+_INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
+
+
+def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes:
+    """The request body with ``stream_options.include_usage`` set, changing as little as possible.
+
+    Appending one member to the JSON object keeps every other byte as the client sent it; only
+    when the client already sent ``stream_options`` is the object serialised again.
+    """
+    if "stream_options" not in body:
+        end = raw.rstrip()
+        if end.endswith(b"}"):
+            inner = end[:-1].rstrip()
+            separator = b"" if inner.endswith(b"{") else b","
+            return inner + separator + _INCLUDE_USAGE + b"}"
+    options = body.get("stream_options")
+    merged = dict(options) if isinstance(options, dict) else {}
+    merged["include_usage"] = True
+    return orjson.dumps({**body, "stream_options": merged})

@@ -1,0 +1,127 @@
+"""Reading a Chat Completions SSE stream as it passes, without delaying it.
+
+``StreamScanner.feed`` takes each upstream chunk and returns the bytes the client gets. In the
+common case that is the very same chunk: the scanner only looks at complete lines, carrying a
+partial line to the next chunk, and parses a line only when it may hold a usage object or an
+error, so relaying costs a regex search per chunk.
+
+When tailfloor itself asked the upstream for usage (the client did not), the usage-only event
+is removed again and the ``"usage":null`` field OpenAI adds to every chunk is cut out, so the
+client sees what it asked for. That mode works on whole events: an incomplete event waits
+for its end, which is harmless because a client cannot use half an event either.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxy.model import Usage
+
+_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_USAGE_NULL = b',"usage":null'
+MAX_PENDING = 16 * 1024 * 1024
+
+
+class StreamScanner:
+    def __init__(self, hide_usage: bool = False) -> None:
+        self.hide_usage = hide_usage
+        self.usage: Usage | None = None
+        self.error: dict[str, Any] | None = None
+        self.saw_done = False
+        self.events = 0
+        self._pending = b""
+        self._tail = b""
+
+    @property
+    def at_event_boundary(self) -> bool:
+        """True when the bytes relayed so far end between two events (or none were relayed)."""
+        if self.hide_usage:
+            return not self._pending
+        return not self._tail or self._tail.endswith((b"\n\n", b"\r\n\r\n"))
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.hide_usage:
+            return self._feed_events(chunk)
+        data = self._pending + chunk if self._pending else chunk
+        cut = data.rfind(b"\n") + 1
+        complete, self._pending = data[:cut], data[cut:]
+        if len(self._pending) > MAX_PENDING:
+            self._pending = b""
+        self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
+        if complete:
+            self.events += complete.count(b"data:")
+            if _INTERESTING.search(complete):
+                for line in complete.splitlines():
+                    self._read_line(line)
+            elif b"[DONE]" in complete:
+                self.saw_done = True
+        return chunk
+
+    def flush(self) -> bytes:
+        """What is still held back at the end of the stream (hide mode only)."""
+        rest, self._pending = self._pending, b""
+        if self.hide_usage and rest:
+            return self._filter_event(rest)
+        return b""
+
+    def _feed_events(self, chunk: bytes) -> bytes:
+        data = self._pending + chunk if self._pending else chunk
+        out: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(data):
+            event = data[start:match.end()]
+            start = match.end()
+            out.append(self._filter_event(event))
+        self._pending = data[start:]
+        if len(self._pending) > MAX_PENDING:
+            out.append(self._pending)
+            self._pending = b""
+        return b"".join(out)
+
+    def _filter_event(self, event: bytes) -> bytes:
+        self.events += 1
+        parsed: object = None
+        for line in event.splitlines():
+            parsed = self._read_line(line) or parsed
+        if (
+            isinstance(parsed, dict)
+            and parsed.get("choices") == []
+            and isinstance(parsed.get("usage"), dict)
+        ):
+            return b""
+        return event.replace(_USAGE_NULL, b"") if _USAGE_NULL in event else event
+
+    def _read_line(self, line: bytes) -> dict[str, Any] | None:
+        if not line.startswith(b"data:"):
+            return None
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.saw_done = True
+            return None
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        usage = parsed.get("usage")
+        if isinstance(usage, dict):
+            self.usage = Usage.from_dict(usage)
+        error = parsed.get("error")
+        if isinstance(error, dict):
+            self.error = error
+        return parsed
+
+
+def usage_from_body(body: bytes) -> Usage | None:
+    """Usage of a non-streaming chat completion body, or None when it has none."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    usage = parsed.get("usage") if isinstance(parsed, dict) else None
+    return Usage.from_dict(usage) if isinstance(usage, dict) else None
