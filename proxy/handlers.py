@@ -6,6 +6,7 @@ body, send, relay, record metrics once from the values the stages returned.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -22,6 +23,8 @@ from proxy.state import STATE_KEY, ProxyState
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
 JSON = "application/json"
+# nginx's convention for "the client closed the connection before the answer was complete".
+CLIENT_CLOSED = 499
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
     "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
@@ -84,6 +87,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         response = await exchange.run()
         code = response.status
         return response
+    except asyncio.CancelledError:
+        code = CLIENT_CLOSED
+        state.metrics.client_disconnects.inc()
+        raise
     finally:
         state.metrics.in_flight.dec()
         label = state.metrics.model_label(model)
@@ -171,10 +178,6 @@ class _ChatExchange:
         try:
             outcome = await relay_stream(self.request, response, upstream, scanner,
                                          state.settings.keepalive_interval)
-        except (ConnectionError, RuntimeError):
-            upstream.close()
-            state.metrics.client_disconnects.inc()
-            raise
         except BaseException:
             upstream.close()
             raise
@@ -225,13 +228,20 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return _draining(request_id)
     state.metrics.in_flight.inc()
     response: web.StreamResponse | None = None
+    disconnected = False
     try:
         response = await _forward(state, request, path, route, request_id=request_id,
                                   started=started)
         return response
+    except asyncio.CancelledError:
+        disconnected = True
+        state.metrics.client_disconnects.inc()
+        raise
     finally:
         state.metrics.in_flight.dec()
         code = str(response.status) if response is not None else "500"
+        if disconnected:
+            code = str(CLIENT_CLOSED)
         state.metrics.requests.labels(route=route, model="none", code=code).inc()
         state.metrics.request_duration.labels(route=route, model="none").observe(
             time.perf_counter() - started)
