@@ -94,9 +94,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     finally:
         state.metrics.in_flight.dec()
         label = state.metrics.model_label(model)
-        state.metrics.requests.labels(route="chat_completions", model=label, code=str(code)).inc()
-        state.metrics.request_duration.labels(route="chat_completions", model=label).observe(
-            time.perf_counter() - started)
+        state.metrics.requests_by("chat_completions", label, str(code)).inc()
+        state.metrics.duration_by("chat_completions", label).observe(time.perf_counter() - started)
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -191,8 +190,7 @@ class _ChatExchange:
         else:
             upstream.release()
         if outcome.first_chunk_at is not None:
-            state.metrics.time_to_first_token.labels(
-                model=state.metrics.model_label(self.chat.model)).observe(
+            state.metrics.ttft_by(state.metrics.model_label(self.chat.model)).observe(
                 outcome.first_chunk_at - self.started)
         self._count_usage(scanner.usage)
         self._observe_overhead(prepared + outcome.proxy_seconds)
@@ -209,11 +207,10 @@ class _ChatExchange:
                             ("cached_input", usage.cached_tokens),
                             ("reasoning", usage.reasoning_tokens)):
             if value:
-                metrics.tokens.labels(model=model, agent=agent, type=kind).inc(value)
+                metrics.tokens_by(model, agent, kind).inc(value)
 
     def _observe_overhead(self, extra: float) -> None:
-        self.state.metrics.overhead.labels(route="chat_completions").observe(
-            self.proxy_seconds + extra)
+        self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
@@ -242,9 +239,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         code = str(response.status) if response is not None else "500"
         if disconnected:
             code = str(CLIENT_CLOSED)
-        state.metrics.requests.labels(route=route, model="none", code=code).inc()
-        state.metrics.request_duration.labels(route=route, model="none").observe(
-            time.perf_counter() - started)
+        state.metrics.requests_by(route, "none", code).inc()
+        state.metrics.duration_by(route, "none").observe(time.perf_counter() - started)
 
 
 async def _forward(state: ProxyState, request: web.Request, path: str, route: str, *,
@@ -289,7 +285,7 @@ async def _forward(state: ProxyState, request: web.Request, path: str, route: st
         raise
     upstream.release()
     await response.write_eof()
-    state.metrics.overhead.labels(route=route).observe(overhead)
+    state.metrics.overhead_by(route).observe(overhead)
     return response
 
 

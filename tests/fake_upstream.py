@@ -40,6 +40,8 @@ class Reply:
     close_after_chunks: int | None = None
     usage_in_every_chunk_null: bool = True
     pieces: int = 3
+    # Replace "__TS__" in each event with the wall-clock time it is written (benchmarks).
+    stamp: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reply:
@@ -163,6 +165,8 @@ class FakeUpstream:
                 return response
             if reply.delay_between_chunks and index:
                 await asyncio.sleep(reply.delay_between_chunks)
+            if reply.stamp:
+                chunk = chunk.replace(b"__TS__", b"%.6f" % time.time())
             await response.write(chunk)
         await response.write_eof()
         return response
