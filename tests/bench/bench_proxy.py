@@ -32,9 +32,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench.loadgen import (  # noqa: E402
-    BODY, StreamResult, measure_latency, measure_stream, measure_throughput, percentile)
-from tests.conftest import free_port  # noqa: E402
+from tests.bench.loadgen import (
+    BODY,
+    StreamResult,
+    measure_latency,
+    measure_stream,
+    measure_throughput,
+    percentile,
+)
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tailfloor-bench"
