@@ -165,9 +165,8 @@ class FakeUpstream:
                 return response
             if reply.delay_between_chunks and index:
                 await asyncio.sleep(reply.delay_between_chunks)
-            if reply.stamp:
-                chunk = chunk.replace(b"__TS__", b"%.6f" % time.time())
-            await response.write(chunk)
+            stamped = chunk.replace(b"__TS__", b"%.6f" % time.time()) if reply.stamp else chunk
+            await response.write(stamped)
         await response.write_eof()
         return response
 
