@@ -7,11 +7,13 @@ body, send, relay, record metrics once from the values the stages returned.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body, to_response_parts
 from proxy.logs import REQUEST_ID
@@ -22,6 +24,7 @@ from proxy.sse import StreamScanner, usage_from_body
 from proxy.state import STATE_KEY, ProxyState
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
+ACCESS_LOG = logging.getLogger("tailfloor.access")
 JSON = "application/json"
 # nginx's convention for "the client closed the connection before the answer was complete".
 CLIENT_CLOSED = 499
@@ -86,6 +89,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         exchange = _ChatExchange(state, request, chat, request_id, started)
         response = await exchange.run()
         code = response.status
+        if ACCESS_LOG.isEnabledFor(logging.INFO):
+            ACCESS_LOG.info("%s %s %d %s", request.method, request.path, code, exchange.verdict,
+                            extra={"status": code, "model": model, "verdict": exchange.verdict,
+                                   "ms": round((time.perf_counter() - started) * 1e3, 3)})
         return response
     except asyncio.CancelledError:
         code = CLIENT_CLOSED
@@ -119,6 +126,8 @@ class _ChatExchange:
         self.request_id = request_id
         self.started = started
         self.proxy_seconds = 0.0
+        # What tailfloor did to the request, for the x-tailfloor header and the access log.
+        self.verdict = "none"
 
     async def run(self) -> web.StreamResponse:
         state, chat = self.state, self.chat
@@ -155,12 +164,18 @@ class _ChatExchange:
             return self._finish_plain(upstream, answer)
         return await self._finish_stream(upstream, StreamScanner(hide_usage=hide_usage))
 
+    def _client_headers(self, upstream: UpstreamResponse) -> CIMultiDict[str]:
+        headers = response_headers(upstream.headers, keep_length=False)
+        headers["x-tailfloor-request-id"] = self.request_id
+        if self.state.settings.tailfloor_header:
+            headers["x-tailfloor"] = self.verdict
+        return headers
+
     def _finish_plain(self, upstream: UpstreamResponse, answer: bytes) -> web.Response:
         after = time.perf_counter()
         if upstream.status == 200:
             self._count_usage(usage_from_body(answer))
-        headers = response_headers(upstream.headers, keep_length=False)
-        headers["x-tailfloor-request-id"] = self.request_id
+        headers = self._client_headers(upstream)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
         return response
@@ -169,8 +184,7 @@ class _ChatExchange:
                              scanner: StreamScanner) -> web.StreamResponse:
         state = self.state
         before = time.perf_counter()
-        headers = response_headers(upstream.headers, keep_length=False)
-        headers["x-tailfloor-request-id"] = self.request_id
+        headers = self._client_headers(upstream)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(self.request)
         prepared = time.perf_counter() - before
@@ -239,6 +253,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         code = str(response.status) if response is not None else "500"
         if disconnected:
             code = str(CLIENT_CLOSED)
+        if ACCESS_LOG.isEnabledFor(logging.INFO):
+            ACCESS_LOG.info("%s %s %s", request.method, request.path, code,
+                            extra={"status": int(code), "route": route,
+                                   "ms": round((time.perf_counter() - started) * 1e3, 3)})
         state.metrics.requests_by(route, "none", code).inc()
         state.metrics.duration_by(route, "none").observe(time.perf_counter() - started)
 
