@@ -18,9 +18,9 @@ from multidict import CIMultiDict
 from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body, to_response_parts
 from proxy.logs import REQUEST_ID
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.model import ChatRequest, Usage, with_stream_usage
+from proxy.model import ChatRequest, Usage, UsageAdjustment, with_stream_usage
 from proxy.relay import relay_stream
-from proxy.sse import StreamScanner, usage_from_body
+from proxy.sse import StreamScanner, read_body_usage
 from proxy.state import STATE_KEY, ProxyState
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
@@ -128,12 +128,16 @@ class _ChatExchange:
         self.proxy_seconds = 0.0
         # What tailfloor did to the request, for the x-tailfloor header and the access log.
         self.verdict = "none"
+        self.adjust: UsageAdjustment | None = None
 
     async def run(self) -> web.StreamResponse:
         state, chat = self.state, self.chat
+        rewrite = state.rewriter.rewrite(chat, self.request.headers)
+        self.verdict, self.adjust = rewrite.verdict, rewrite.adjust
         hide_usage = (chat.stream and not chat.include_usage
                       and state.settings.inject_stream_usage and not state.stream_options_rejected)
-        upstream_body = with_stream_usage(chat.raw, chat.body) if hide_usage else chat.raw
+        upstream_body = (with_stream_usage(rewrite.body, chat.body) if hide_usage
+                         else rewrite.body)
         headers = forward_headers(self.request.headers, identity_encoding=True)
         path = client_path(self.request)
         self.proxy_seconds += time.perf_counter() - self.started
@@ -149,7 +153,7 @@ class _ChatExchange:
                 state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
                 hide_usage = False
                 upstream = await state.upstream.send("POST", path, self.request.query_string,
-                                                     headers, chat.raw)
+                                                     headers, rewrite.body)
         except ProxyError as exc:
             state.metrics.upstream_errors.labels(kind=exc.reason).inc()
             state.log.warning("upstream failed before answering: %s", exc.message)
@@ -162,7 +166,8 @@ class _ChatExchange:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 return _error(exc, self.request_id)
             return self._finish_plain(upstream, answer)
-        return await self._finish_stream(upstream, StreamScanner(hide_usage=hide_usage))
+        return await self._finish_stream(
+            upstream, StreamScanner(hide_usage=hide_usage, adjust=self.adjust))
 
     def _client_headers(self, upstream: UpstreamResponse) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
@@ -174,7 +179,8 @@ class _ChatExchange:
     def _finish_plain(self, upstream: UpstreamResponse, answer: bytes) -> web.Response:
         after = time.perf_counter()
         if upstream.status == 200:
-            self._count_usage(usage_from_body(answer))
+            usage, answer = read_body_usage(answer, self.adjust)
+            self._count_usage(usage)
         headers = self._client_headers(upstream)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)

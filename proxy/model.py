@@ -59,6 +59,48 @@ class Usage:
         return max(self.prompt_tokens - self.cached_tokens, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class UsageAdjustment:
+    """Turns the upstream's usage into the usage of the request the client sent.
+
+    Agents decide when to compact from reported prompt tokens: tokens tailfloor added must not
+    make them compact early, tokens it removed must not hide real growth, and a figure above
+    the agent's window makes Pi and OpenClaw discard a good answer as a silent overflow, so
+    the result stays below ``window``.
+    """
+
+    added: int = 0
+    removed: int = 0
+    window: int | None = None
+
+    def apply(self, usage: dict[str, Any]) -> dict[str, Any]:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if not isinstance(prompt, int) or isinstance(prompt, bool):
+            return usage
+        reported = max(prompt - self.added + self.removed, 0)
+        if self.window is not None:
+            reported = min(reported, self.window - 1)
+        out = dict(usage)
+        out["prompt_tokens"] = reported
+        if isinstance(completion, int) and not isinstance(completion, bool):
+            out["total_tokens"] = reported + completion
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            out["prompt_tokens_details"] = {
+                **details, "cached_tokens": min(details["cached_tokens"], reported)}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """What the rewrite stages decided for one chat request."""
+
+    body: bytes
+    verdict: str = "none"
+    adjust: UsageAdjustment | None = None
+
+
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
 
 

@@ -5,13 +5,29 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
 from proxy.metrics import Metrics
+from proxy.model import ChatRequest, Rewrite
 from proxy.settings import Settings
 from proxy.upstream import Upstream
+
+
+class Rewriter(Protocol):
+    """Decides what a chat request becomes before it goes upstream (the floor, issue 4)."""
+
+    def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite: ...
+
+
+class PassThrough:
+    """The rewriter used when no transcripts are followed: requests go out as sent."""
+
+    def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite:
+        return Rewrite(body=chat.raw)
 
 
 @dataclass
@@ -19,6 +35,7 @@ class ProxyState:
     settings: Settings
     metrics: Metrics
     upstream: Upstream
+    rewriter: Rewriter = field(default_factory=PassThrough)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
     ready: bool = False

@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.model import Usage, with_stream_usage
-from proxy.sse import StreamScanner, usage_from_body
+from proxy.model import Usage, UsageAdjustment, with_stream_usage
+from proxy.sse import StreamScanner, read_body_usage
 from tests.fake_upstream import Reply, _sse_chunks
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
@@ -70,9 +70,26 @@ def test_error_event_is_noticed() -> None:
 
 
 def test_usage_from_body() -> None:
-    assert usage_from_body(orjson.dumps({"usage": USAGE})) == Usage(100, 20, 120, 40, 5)
-    assert usage_from_body(b'{"choices":[]}') is None
-    assert usage_from_body(b"not json") is None
+    body = orjson.dumps({"usage": USAGE})
+    assert read_body_usage(body) == (Usage(100, 20, 120, 40, 5), body)
+    assert read_body_usage(b'{"choices":[]}') == (None, b'{"choices":[]}')
+    assert read_body_usage(b"not json") == (None, b"not json")
+
+
+def test_adjusted_usage_in_body_and_stream() -> None:
+    adjust = UsageAdjustment(added=30, removed=0, window=75)
+    usage, body = read_body_usage(orjson.dumps({"id": "x", "usage": USAGE}), adjust)
+    assert usage == Usage(100, 20, 120, 40, 5)  # metrics keep the real figures
+    assert orjson.loads(body)["usage"]["prompt_tokens"] == 70
+    assert orjson.loads(body)["usage"]["total_tokens"] == 90
+    capped = UsageAdjustment(added=0, removed=500, window=128).apply(USAGE)
+    assert capped["prompt_tokens"] == 127 and capped["total_tokens"] == 147
+    scanner = StreamScanner(adjust=UsageAdjustment(added=90))
+    out = scanner.feed(stream_bytes()) + scanner.flush()
+    events = [orjson.loads(e[6:]) for e in out.split(b"\n\n") if e.startswith(b"data: {")]
+    assert events[-1]["usage"]["prompt_tokens"] == 10
+    assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+    assert scanner.usage is not None and scanner.usage.prompt_tokens == 100
 
 
 def test_with_stream_usage_appends_without_reserialising() -> None:
