@@ -113,9 +113,7 @@ def fake() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(autouse=False)
 def clean_fake(fake: FakeUpstream) -> FakeUpstream:
-    fake.script.clear()
-    fake.received.clear()
-    fake.reject_stream_options = False
+    fake.reset()
     return fake
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests import fake_behaviour as fb
 
 
 @dataclass
@@ -72,6 +75,10 @@ class FakeUpstream:
         self.script: deque[Reply] = deque()
         self.received: list[Received] = []
         self.reject_stream_options = False
+        # None: fixed replies. Set it to act enough like a model to drive a real agent.
+        self.behaviour: fb.AgentBehaviour | None = None
+        self._calls = 0
+        self._replies = 0
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_post("/_control/script", self._control_script)
         self.app.router.add_get("/_control/log", self._control_log)
@@ -96,6 +103,13 @@ class FakeUpstream:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        self.script.clear()
+        self.received.clear()
+        self.reject_stream_options = False
+        self.behaviour = None
+        self._calls = self._replies = 0
 
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.path.endswith("/chat/completions")]
@@ -170,16 +184,36 @@ class FakeUpstream:
         await response.write_eof()
         return response
 
-    @staticmethod
-    def _default_reply(payload: dict[str, Any]) -> Reply:
+    def _default_reply(self, payload: dict[str, Any]) -> Reply:
         messages = payload.get("messages") or []
         last = messages[-1] if messages else {}
-        if last.get("role") == "user" and "USE_TOOL" in orjson.dumps(last.get("content")).decode():
-            return Reply(text="", tool_call={"id": "call_fake_1", "name": "bash",
-                                             "arguments": '{"command":"echo hi"}'})
-        if last.get("role") == "tool":
-            return Reply(text=f"The tool returned: {str(last.get('content'))[:200]}")
-        return Reply()
+        sized = self.behaviour is not None
+        summarizing = fb.is_summarization(messages)
+        if self.behaviour is not None and self.behaviour.max_chars and (
+                not summarizing or self.behaviour.strict):
+            chars = fb.total_chars(messages)
+            if chars > self.behaviour.max_chars:
+                return Reply(status=400, error=fb.overflow_error(chars))
+        if summarizing:
+            reply = Reply(text=fb.SUMMARY_TEXT)
+        elif last.get("role") == "tool":
+            reply = Reply(text=f"The tool returned: {fb.text_of(last.get('content'))[:200]}")
+        elif "USE_TOOL" in (turn := fb.current_turn_text(messages)):
+            named = re.search(r"USE_TOOL:(\w+)", turn)
+            offered = [t.get("function", {}).get("name") for t in payload.get("tools") or []]
+            name = named.group(1) if named else (offered[0] if offered else "bash")
+            self._calls += 1
+            reply = Reply(text="", tool_call={"id": f"call_fake_{self._calls}", "name": name,
+                                              "arguments": fb.tool_arguments(name)})
+        elif "LONG_REPLY" in turn:
+            reply = Reply(text=fb.LONG_TEXT)
+        else:
+            self._replies += 1
+            reply = Reply(text=f"Fake reply #{self._replies}: Hello from the fake upstream."
+                          if sized else "Hello from the fake upstream.")
+        if sized:
+            reply.usage = fb.size_usage(payload, reply.text)
+        return reply
 
 
 def _completion(model: str, reply: Reply) -> dict[str, Any]:
@@ -223,8 +257,10 @@ def _sse_chunks(model: str, reply: Reply, include_usage: bool) -> list[bytes]:
     return out
 
 
-async def _main(port: int) -> None:
+async def _main(port: int, agent: bool, max_chars: int) -> None:
     fake = FakeUpstream()
+    if agent:
+        fake.behaviour = fb.AgentBehaviour(max_chars=max_chars)
     await fake.start(port=port)
     print(f"fake upstream on {fake.url}", flush=True)
     with contextlib.suppress(asyncio.CancelledError):
@@ -234,6 +270,10 @@ async def _main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=18181)
+    parser.add_argument("--agent", action="store_true",
+                        help="act enough like a model to drive a real agent (see fake_behaviour)")
+    parser.add_argument("--max-chars", type=int, default=0,
+                        help="with --agent: answer context_length_exceeded above this size")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args.port))
+        asyncio.run(_main(args.port, args.agent, args.max_chars))

@@ -109,7 +109,8 @@ def test_tool_call_round_trip(proxy: ProxyProcess, clean_fake: FakeUpstream) -> 
                 entry["name"] += delta.function.name or ""
                 entry["arguments"] += delta.function.arguments or ""
     call = calls[0]
-    assert call == {"id": "call_fake_1", "name": "bash", "arguments": '{"command":"echo hi"}'}
+    assert call == {"id": "call_fake_1", "name": "bash",
+                    "arguments": '{"command":"echo hello-from-tool"}'}
     messages += [
         {"role": "assistant", "content": None, "tool_calls": [{
             "id": call["id"], "type": "function",
