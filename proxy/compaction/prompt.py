@@ -10,6 +10,7 @@ Pure: no I/O, no network.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -129,6 +130,13 @@ def _clip(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[len(text) - tail:]}"
 
 
+def _json(value: object) -> str:
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:  # integers beyond 64 bits or lone surrogates, which orjson refuses
+        return json.dumps(value, default=str)
+
+
 def _call_text(call: Mapping[str, Any], args_chars: int) -> str:
     function = call.get("function")
     if not isinstance(function, Mapping):
@@ -140,11 +148,11 @@ def _call_text(call: Mapping[str, Any], args_chars: int) -> str:
     except orjson.JSONDecodeError:
         args = raw
     if isinstance(args, Mapping):
-        rendered = ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in args.items())
+        rendered = ", ".join(f"{k}={_json(v)}" for k, v in args.items())
     elif args is None:
         rendered = ""
     else:
-        rendered = raw if isinstance(raw, str) else orjson.dumps(args).decode()
+        rendered = raw if isinstance(raw, str) else _json(args)
     return f"{name}({_clip(rendered, args_chars)})"
 
 

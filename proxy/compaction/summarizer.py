@@ -13,6 +13,7 @@ back to dropping the oldest messages; it never turns a summarizer failure into a
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,13 @@ class SummaryResult:
     truncated: bool  # some call stopped at the output bound
 
 
+def _encode(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # lone surrogates from a request parsed by the stdlib json module
+        return json.dumps(body).encode()
+
+
 class Summarizer:
     """Summarizes OpenAI messages with one call per chunk, each chunk updating the last summary."""
 
@@ -143,8 +151,8 @@ class Summarizer:
         for chunk in chunks:
             conversation = serialize_messages(messages[chunk.start:chunk.end],
                                               config.tool_result_chars)
-            body = orjson.dumps(build_request(conversation, model, config.max_output_tokens,
-                                              summary, config.token_field))
+            body = _encode(build_request(conversation, model, config.max_output_tokens,
+                                         summary, config.token_field))
             answer = await self._call(body, call_headers, deadline, calls)
             calls += 1
             summary = text = answer.text
