@@ -1,9 +1,10 @@
 """Silent overflow: the upstream answered normally, but its usage shows the prompt did not fit.
 
 Some servers never return an overflow error: z.ai sometimes accepts a prompt above the window
-and reports it in usage; a server generating into a full context stops at once with ``length``;
-Ollama cuts the prompt to its ``num_ctx`` and reports only what it kept. These checks are pure
-functions of the finish reason, the reported usage, the window and our own estimate.
+and reports it in usage, or ends the answer with ``finish_reason:
+model_context_window_exceeded``; a server generating into a full context stops at once with
+``length``; Ollama cuts the prompt to its ``num_ctx`` and reports only what it kept. These
+checks are pure functions of the finish reason, the reported usage, the window and our own estimate.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = [
     "SilentOverflow",
     "check_silent_overflow",
     "length_without_output",
+    "overflow_finish",
     "prompt_over_window",
     "truncated_prompt",
 ]
@@ -21,16 +23,23 @@ __all__ = [
 # Finish reasons of a normal answer across OpenAI-compatible servers and Anthropic-style ones.
 _NORMAL_FINISH = frozenset({"stop", "tool_calls", "function_call", "end_turn", "stop_sequence"})
 _LENGTH_FINISH = frozenset({"length", "max_tokens"})
+# z.ai ends a 200 answer with this finish reason instead of failing the request.
+_OVERFLOW_FINISH = frozenset({"model_context_window_exceeded", "context_length_exceeded"})
 _FULL_WINDOW_SHARE = 0.99
 _TRUNCATION_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
 class SilentOverflow:
-    kind: str  # prompt_over_window | length_without_output | truncated
+    kind: str  # overflow_finish | prompt_over_window | length_without_output | truncated
     window: int
     prompt_tokens: int
     estimate: int | None = None
+
+
+def overflow_finish(finish_reason: str | None) -> bool:
+    """A finish reason that itself says the context window was exceeded."""
+    return finish_reason in _OVERFLOW_FINISH
 
 
 def prompt_over_window(finish_reason: str | None, prompt_tokens: int | None, window: int) -> bool:
@@ -87,6 +96,8 @@ def check_silent_overflow(
     estimate: int | None = None,
 ) -> SilentOverflow | None:
     """The first silent-overflow sign in a finished answer, or None."""
+    if overflow_finish(finish_reason):
+        return SilentOverflow("overflow_finish", window or 0, prompt_tokens or 0, estimate)
     if window is None or window <= 0 or prompt_tokens is None:
         return None
     if prompt_over_window(finish_reason, prompt_tokens, window):

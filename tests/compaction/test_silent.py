@@ -61,3 +61,5 @@ def test_check_silent_overflow_reports_the_first_sign() -> None:
     assert check_silent_overflow("stop", 3000, 30, 8192, estimate=3100) is None
     assert check_silent_overflow("stop", 9000, 30, None) is None
     assert check_silent_overflow("stop", None, None, 8192) is None
+    zai = check_silent_overflow("model_context_window_exceeded", None, 0, None)
+    assert zai is not None and zai.kind == "overflow_finish"
