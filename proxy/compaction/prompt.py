@@ -21,6 +21,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "TokenField",
     "build_request",
+    "clip_text",
     "content_text",
     "serialize_messages",
     "summary_message",
@@ -120,7 +121,7 @@ def content_text(content: object) -> str:
     return "\n".join(pieces)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip_text(text: str, limit: int) -> str:
     """Head and tail of a long text: tool output ends with what matters as often as it starts."""
     if len(text) <= limit:
         return text
@@ -153,24 +154,29 @@ def _call_text(call: Mapping[str, Any], args_chars: int) -> str:
         rendered = ""
     else:
         rendered = raw if isinstance(raw, str) else _json(args)
-    return f"{name}({_clip(rendered, args_chars)})"
+    return f"{name}({clip_text(rendered, args_chars)})"
 
 
 def serialize_messages(
     messages: Sequence[Mapping[str, Any]],
     tool_result_chars: int = 2000,
     tool_args_chars: int = 2000,
+    text_chars: int | None = None,
 ) -> str:
     """Plain-text transcript of OpenAI chat messages for the summarizer to read.
 
-    Tool calls read as ``name(arg=value, ...)``; tool results are clipped to a bounded length.
-    Reasoning fields are left out: they are long and the answers carry their conclusions.
+    Tool calls read as ``name(arg=value, ...)``; tool results are clipped to a bounded length,
+    and so is every other text when ``text_chars`` is given (a single message larger than the
+    summarizer's window). Reasoning fields are left out: they are long and the answers carry
+    their conclusions.
     """
     tool_names: dict[str, str] = {}
     blocks: list[str] = []
     for message in messages:
         role = message.get("role")
         text = content_text(message.get("content"))
+        if text_chars is not None and role not in ("tool", "function"):
+            text = clip_text(text, text_chars)
         if role == "assistant":
             if text.strip():
                 blocks.append(f"[Assistant]: {text}")
@@ -186,7 +192,7 @@ def serialize_messages(
             call_id = message.get("tool_call_id")
             name = tool_names.get(call_id) if isinstance(call_id, str) else None
             label = f"[Tool result {name}]" if name else "[Tool result]"
-            blocks.append(f"{label}: {_clip(text, tool_result_chars)}")
+            blocks.append(f"{label}: {clip_text(text, tool_result_chars)}")
         elif role in ("system", "developer"):
             blocks.append(f"[System]: {text}")
         elif role == "user":

@@ -22,7 +22,13 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.compaction.chunks import CountTokens, plan_chunks
-from proxy.compaction.prompt import TokenField, build_request, serialize_messages
+from proxy.compaction.prompt import (
+    TokenField,
+    build_request,
+    clip_text,
+    content_text,
+    serialize_messages,
+)
 from proxy.compaction.response import SummaryAnswer, parse_summary_response
 
 __all__ = [
@@ -96,6 +102,17 @@ class SummaryResult:
     truncated: bool  # some call stopped at the output bound
 
 
+def _as_read(message: dict[str, Any], tool_chars: int) -> dict[str, Any]:
+    """The message as the summarizer will read it: tool results clipped, so chunks are sized
+    by what is sent rather than by outputs that will be cut anyway."""
+    if message.get("role") not in ("tool", "function"):
+        return message
+    text = content_text(message.get("content"))
+    if len(text) <= tool_chars:
+        return message
+    return {**message, "content": clip_text(text, tool_chars)}
+
+
 def _encode(body: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(body)
@@ -133,7 +150,8 @@ class Summarizer:
         if budget <= 0:
             raise SummarizerError("too_large", f"previous summary of {carried} tokens leaves no "
                                   "room in the summarizer's window")
-        chunks = plan_chunks(messages, budget, self._count)
+        tool_chars = config.tool_result_chars
+        chunks = plan_chunks(messages, budget, lambda m: self._count(_as_read(m, tool_chars)))
         if not chunks:
             if previous_summary is None:
                 raise SummarizerError("too_large", "nothing to summarize")
@@ -149,8 +167,12 @@ class Summarizer:
         prompt_tokens = completion_tokens = calls = 0
         truncated = False
         for chunk in chunks:
-            conversation = serialize_messages(messages[chunk.start:chunk.end],
-                                              config.tool_result_chars)
+            # a single message above the budget is clipped to fit rather than overflow the call
+            text_chars = None
+            if chunk.tokens > budget:
+                text_chars = max(1000, budget * 3 // (chunk.end - chunk.start))
+            conversation = serialize_messages(messages[chunk.start:chunk.end], tool_chars,
+                                              text_chars=text_chars)
             body = _encode(build_request(conversation, model, config.max_output_tokens,
                                          summary, config.token_field))
             answer = await self._call(body, call_headers, deadline, calls)

@@ -246,3 +246,30 @@ async def test_result_wraps_into_a_recognised_summary_message() -> None:
     result = await Summarizer(transport, SummarizerConfig(context_window=32_000), tokens
                               ).summarize(conversation(1), model="m", headers=AUTH)
     assert unwrap_summary(summary_message(result.text)) == "## Goal\nkeep `src/a.py:12`"
+
+
+async def test_large_tool_outputs_are_sized_as_clipped() -> None:
+    messages = conversation(10, size=100_000)  # 10 x 100 KB tool outputs, 10 x 100 KB users
+    for m in messages:
+        if m["role"] == "user":
+            m["content"] = "short question"
+    transport = Scripted([(200, completion("## Goal\nx"))])
+    config = SummarizerConfig(context_window=32_000, max_output_tokens=2000)
+    result = await Summarizer(transport, config, tokens).summarize(
+        messages, model="m", headers=AUTH)
+    assert result.calls == 1  # sized by the 2000 characters each output is clipped to
+    assert len(user_text(transport.sent[0])) < 40_000
+
+
+async def test_one_message_larger_than_the_window_is_clipped_to_fit() -> None:
+    pasted = "START " + "p" * 400_000 + " END"
+    messages = [{"role": "user", "content": pasted}, {"role": "assistant", "content": "ok"}]
+    transport = Scripted([(200, completion("## Goal\nx")), (200, completion("## Goal\ny"))])
+    config = SummarizerConfig(context_window=8000, max_output_tokens=1000,
+                              prompt_overhead_tokens=500)
+    result = await Summarizer(transport, config, tokens).summarize(
+        messages, model="m", headers=AUTH)
+    assert result.calls == 2  # the oversized message alone, then the reply
+    sent = user_text(transport.sent[0])
+    assert "START" in sent and "END" in sent and "characters omitted" in sent
+    assert len(sent) // 4 < config.context_window - config.max_output_tokens
