@@ -78,6 +78,7 @@ class _Parsed:
     error_type: str | None
     n_ctx: int | None
     n_prompt: int | None
+    explicit: bool = False  # an ``error`` key or ``object: "error"``, not a guessed holder
 
 
 class OverflowDetector:
@@ -108,14 +109,15 @@ class OverflowDetector:
         if status == _RATE_LIMITED:
             return OverflowVerdict(False, excluded_by="status_429", shape="none")
         parsed = _parse_body(content_type, body)
-        if status < 400 and parsed.shape in ("text", "empty"):
+        if status < 400 and not parsed.explicit:
+            # a success body is only an error when it says so; never scan an answer's content
             return OverflowVerdict(False, shape=parsed.shape)
         return self._decide(status, parsed)
 
     def classify_stream_event(self, event: Mapping[str, Any]) -> OverflowVerdict:
         """Classify the parsed JSON of an SSE ``data:`` event that carries an ``error``."""
         parsed = _parse_json(event)
-        if parsed is None:
+        if parsed is None or not parsed.explicit:
             return OverflowVerdict(False, shape="none")
         return self._decide(None, parsed)
 
@@ -187,7 +189,7 @@ def _parse_body(content_type: str | None, body: bytes) -> _Parsed:
 def _parse_json(value: Mapping[str, Any]) -> _Parsed | None:
     error = value.get("error")
     if isinstance(error, str):
-        return _Parsed("json", error, (error,), None, None, None, None)
+        return _Parsed("json", error, (error,), None, None, None, None, explicit=True)
     if isinstance(error, Mapping):
         holder: Mapping[str, Any] = error
     elif value.get("object") == "error" or "message" in value or "detail" in value:
@@ -213,6 +215,7 @@ def _parse_json(value: Mapping[str, Any]) -> _Parsed | None:
         error_type=error_type,
         n_ctx=_int_field(holder, "n_ctx"),
         n_prompt=_int_field(holder, "n_prompt_tokens"),
+        explicit=isinstance(error, Mapping) or value.get("object") == "error",
     )
 
 

@@ -145,6 +145,9 @@ NOT_OVERFLOW = [
         {"index": 0, "message": {"role": "assistant", "content": "maximum context length is "
                                  "8192 tokens, as you asked"}, "finish_reason": "stop"}]}),
     (200, "text/plain", "prompt is too long"),
+    (200, "application/json", {"model": "llama3", "done": True, "message": {
+        "role": "assistant", "content": "Ollama native answer: prompt is too long"}}),
+    (200, "application/json", {"detail": "prompt is too long"}),
 ]
 
 
@@ -197,6 +200,11 @@ def test_stream_error_events() -> None:
         {"error": {"message": "upstream overloaded", "code": 503}}).is_overflow
     assert not DETECTOR.classify_stream_event({"choices": [], "usage": {}}).is_overflow
     assert DETECTOR.classify_stream_event({"error": "prompt is too long"}).is_overflow
+    vllm = {"object": "error", "message": "This model's maximum context length is 4096 tokens.",
+            "type": "BadRequestError", "param": None, "code": 400}
+    assert DETECTOR.classify_stream_event(vllm).window == 4096
+    # a chunk that merely has a message field is content, not an error
+    assert not DETECTOR.classify_stream_event({"message": "prompt is too long"}).is_overflow
 
 
 def test_extra_patterns_from_rules() -> None:
