@@ -159,7 +159,10 @@ class Summarizer:
         if len(chunks) > config.max_calls:
             raise SummarizerError("too_large", f"{len(chunks)} chunks needed, at most "
                                   f"{config.max_calls} calls allowed")
-        call_headers = {**headers, "content-type": "application/json"}
+        # the body is ours: the client's own content headers must not describe it
+        call_headers = {k: v for k, v in headers.items()
+                        if k.lower() not in ("content-type", "content-length")}
+        call_headers["content-type"] = "application/json"
         started = self._clock()
         deadline = started + config.timeout
         summary = previous_summary

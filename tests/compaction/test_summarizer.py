@@ -71,7 +71,8 @@ def user_text(body: dict[str, Any]) -> str:
     return str(body["messages"][1]["content"][0]["text"])
 
 
-AUTH = {"authorization": "Bearer sk-client-own"}
+AUTH = {"authorization": "Bearer sk-client-own", "Content-Type": "text/plain",
+        "Content-Length": "99"}
 
 
 async def test_single_call_summary() -> None:
@@ -86,7 +87,8 @@ async def test_single_call_summary() -> None:
     assert body["max_completion_tokens"] == 4096
     assert 'bash(command="ls /tmp/2")' in user_text(body)
     assert transport.headers[0]["authorization"] == "Bearer sk-client-own"
-    assert transport.headers[0]["content-type"] == "application/json"
+    assert {k.lower(): v for k, v in transport.headers[0].items()} == {
+        "authorization": "Bearer sk-client-own", "content-type": "application/json"}
 
 
 async def test_chunked_summary_carries_the_previous_summary_forward() -> None:
