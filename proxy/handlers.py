@@ -18,10 +18,20 @@ from multidict import CIMultiDict
 from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body, to_response_parts
 from proxy.logs import REQUEST_ID
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.model import ChatRequest, Usage, UsageAdjustment, with_stream_usage
+from proxy.model import (
+    ChatRequest,
+    ErrorReply,
+    Outcome,
+    Rewrite,
+    UpstreamAnswer,
+    Usage,
+    UsageAdjustment,
+    with_stream_usage,
+)
 from proxy.relay import relay_stream
-from proxy.sse import StreamScanner, read_body_usage
+from proxy.sse import StreamScanner, finish_reason_of, read_body_usage
 from proxy.state import STATE_KEY, ProxyState
+from proxy.upstream import Replayed as _Replayed
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
 ACCESS_LOG = logging.getLogger("tailfloor.access")
@@ -131,43 +141,67 @@ class _ChatExchange:
         self.adjust: UsageAdjustment | None = None
 
     async def run(self) -> web.StreamResponse:
-        state, chat = self.state, self.chat
-        rewrite = state.rewriter.rewrite(chat, self.request.headers)
-        self.verdict, self.adjust = rewrite.verdict, rewrite.adjust
-        hide_usage = (chat.stream and not chat.include_usage
-                      and state.settings.inject_stream_usage and not state.stream_options_rejected)
-        upstream_body = (with_stream_usage(rewrite.body, chat.body) if hide_usage
-                         else rewrite.body)
-        headers = forward_headers(self.request.headers, identity_encoding=True)
-        path = client_path(self.request)
+        state, chat, headers = self.state, self.chat, self.request.headers
+        rewrite = state.rewriter.rewrite(chat, headers)
+        rewrite = await state.recovery.before_send(chat, rewrite, headers)
         self.proxy_seconds += time.perf_counter() - self.started
-        try:
-            upstream = await state.upstream.send("POST", path, self.request.query_string,
-                                                 headers, upstream_body)
-            if hide_usage and upstream.status == 400:
+        attempt = 0
+        while True:
+            self.verdict, self.adjust = rewrite.verdict, rewrite.adjust
+            try:
+                upstream, hide_usage = await self._send(rewrite)
+                if upstream.status < 400:
+                    break
                 answer = await upstream.read()
-                if b"stream_options" not in answer:
-                    return self._finish_plain(upstream, answer)
-                # This upstream does not know stream_options: remember, and send as the client did.
-                state.stream_options_rejected = True
-                state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
-                hide_usage = False
-                upstream = await state.upstream.send("POST", path, self.request.query_string,
-                                                     headers, rewrite.body)
-        except ProxyError as exc:
-            state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-            state.log.warning("upstream failed before answering: %s", exc.message)
-            return _error(exc, self.request_id)
+            except ProxyError as exc:
+                state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+                state.log.warning("upstream failed before answering: %s", exc.message)
+                return _error(exc, self.request_id)
+            decided = time.perf_counter()
+            next_step = await state.recovery.on_error(
+                chat, rewrite,
+                UpstreamAnswer(upstream.status, upstream.headers.get("Content-Type"), answer),
+                headers, attempt=attempt)
+            self.proxy_seconds += time.perf_counter() - decided
+            if isinstance(next_step, Rewrite) and attempt == 0:
+                rewrite, attempt = next_step, 1
+                continue
+            if isinstance(next_step, ErrorReply):
+                return web.Response(body=next_step.body, status=next_step.status,
+                                    content_type=JSON,
+                                    headers={"x-tailfloor-request-id": self.request_id})
+            return self._finish_plain(upstream, answer, rewrite)
         is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        if upstream.status != 200 or not is_sse:
+        if not is_sse:
             try:
                 answer = await upstream.read()
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 return _error(exc, self.request_id)
-            return self._finish_plain(upstream, answer)
+            return self._finish_plain(upstream, answer, rewrite)
         return await self._finish_stream(
-            upstream, StreamScanner(hide_usage=hide_usage, adjust=self.adjust))
+            upstream, StreamScanner(hide_usage=hide_usage, adjust=self.adjust), rewrite)
+
+    async def _send(self, rewrite: Rewrite) -> tuple[UpstreamResponse, bool]:
+        """Send the body upstream; returns the response and whether usage is to be hidden."""
+        state, chat = self.state, self.chat
+        hide_usage = (chat.stream and not chat.include_usage
+                      and state.settings.inject_stream_usage and not state.stream_options_rejected)
+        body = with_stream_usage(rewrite.body, chat.body) if hide_usage else rewrite.body
+        headers = forward_headers(self.request.headers, identity_encoding=True)
+        path = client_path(self.request)
+        query = self.request.query_string
+        upstream = await state.upstream.send("POST", path, query, headers, body)
+        if hide_usage and upstream.status == 400:
+            answer = await upstream.read()
+            if b"stream_options" not in answer:
+                return _Replayed(upstream, answer), False
+            # This upstream does not know stream_options: remember, and send as the client did.
+            state.stream_options_rejected = True
+            state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
+            upstream = await state.upstream.send("POST", path, query, headers, rewrite.body)
+            hide_usage = False
+        return upstream, hide_usage
 
     def _client_headers(self, upstream: UpstreamResponse) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
@@ -176,18 +210,21 @@ class _ChatExchange:
             headers["x-tailfloor"] = self.verdict
         return headers
 
-    def _finish_plain(self, upstream: UpstreamResponse, answer: bytes) -> web.Response:
+    def _finish_plain(self, upstream: UpstreamResponse, answer: bytes,
+                      rewrite: Rewrite) -> web.Response:
         after = time.perf_counter()
         if upstream.status == 200:
             usage, answer = read_body_usage(answer, self.adjust)
             self._count_usage(usage)
+            self.state.recovery.after_answer(self.chat, rewrite, Outcome(
+                upstream.status, usage, finish_reason_of(answer), None))
         headers = self._client_headers(upstream)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
         return response
 
-    async def _finish_stream(self, upstream: UpstreamResponse,
-                             scanner: StreamScanner) -> web.StreamResponse:
+    async def _finish_stream(self, upstream: UpstreamResponse, scanner: StreamScanner,
+                             rewrite: Rewrite) -> web.StreamResponse:
         state = self.state
         before = time.perf_counter()
         headers = self._client_headers(upstream)
@@ -213,6 +250,8 @@ class _ChatExchange:
             state.metrics.ttft_by(state.metrics.model_label(self.chat.model)).observe(
                 outcome.first_chunk_at - self.started)
         self._count_usage(scanner.usage)
+        state.recovery.after_answer(self.chat, rewrite, Outcome(
+            upstream.status, scanner.usage, scanner.finish_reason, scanner.error))
         self._observe_overhead(prepared + outcome.proxy_seconds)
         return response
 

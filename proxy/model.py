@@ -94,11 +94,45 @@ class UsageAdjustment:
 
 @dataclass(frozen=True, slots=True)
 class Rewrite:
-    """What the rewrite stages decided for one chat request."""
+    """What the rewrite stages decided for one chat request.
+
+    ``body`` is what goes upstream (the client's bytes when nothing changed); ``messages`` the
+    parsed messages it holds, for a later stage to work from; ``session_key`` the session the
+    request was tied to, when one was.
+    """
 
     body: bytes
     verdict: str = "none"
     adjust: UsageAdjustment | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    session_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """A complete non-streamed upstream answer (an error, when recovery looks at it)."""
+
+    status: int
+    content_type: str | None
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An answer tailfloor gives the client itself instead of the upstream's."""
+
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an answer ended, for checks after the fact (silent overflow)."""
+
+    status: int
+    usage: Usage | None
+    finish_reason: str | None
+    stream_error: dict[str, Any] | None
 
 
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'

@@ -20,7 +20,7 @@ import orjson
 
 from proxy.model import Usage, UsageAdjustment
 
-_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
+_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_NULL = b',"usage":null'
 MAX_PENDING = 16 * 1024 * 1024
@@ -35,6 +35,7 @@ class StreamScanner:
         self._by_event = hide_usage or adjust is not None
         self.usage: Usage | None = None
         self.error: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
         self.saw_done = False
         self.events = 0
         self._pending = b""
@@ -121,6 +122,11 @@ class StreamScanner:
         error = parsed.get("error")
         if isinstance(error, dict):
             self.error = error
+        choices = parsed.get("choices")
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reason = reason
         return parsed
 
 
@@ -138,3 +144,16 @@ def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
     if adjust is not None:
         body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
     return Usage.from_dict(usage), body
+
+
+def finish_reason_of(body: bytes) -> str | None:
+    """The first choice's finish_reason of a non-streaming body."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    return None

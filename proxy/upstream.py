@@ -112,6 +112,32 @@ class UpstreamResponse:
         self._pool.give_back(self._connection)
 
 
+class Replayed(UpstreamResponse):
+    """An answer whose body was already read, offered again to a reader."""
+
+    def __init__(self, original: UpstreamResponse, body: bytes) -> None:
+        self.status = original.status
+        self.headers = original.headers
+        self._body = body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
+
+    @property
+    def complete(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+
 class Upstream:
     """Keep-alive HTTP/1.1 connections to one upstream origin."""
 
