@@ -37,3 +37,34 @@ def conversation(n_messages: int = 500, words_per_message: int = 150,
                              "content": text(rng, words_per_message)})
         messages.append({"role": "assistant", "content": text(rng, words_per_message)})
     return messages[: n_messages + 1]
+
+
+def openclaw_request(n_messages: int = 500, words_per_message: int = 150,
+                     seed: int = 7) -> dict[str, Any]:
+    """An OpenClaw 2026.9-shaped request body: 40 KB system prompt, summary with the Runtime
+    part, timestamp-prefixed user turns, ids without '_', trailing internal context."""
+    rng = random.Random(seed)
+    runtime = ("Runtime: agent=main | session=agent:main:main | "
+               "sessionId=dc99badc-cc56-4bbc-911e-08925dee1509 | host=vm | model=m")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "<!-- openclaw:attempt:STABLE -->\n" + text(rng, 6000)},
+        {"role": "user", "content": [
+            {"type": "text", "text": "The conversation history before this point was compacted "
+                                     "into the following summary:\n\n<summary>\n## Goal\n"
+                                     + text(rng, 300) + "\n</summary>"},
+            {"type": "text", "text": runtime}]}]
+    for original in conversation(n_messages - 1, words_per_message, seed)[1:]:
+        message = original
+        if message["role"] == "user":
+            body = message["content"][0]["text"]
+            message = {"role": "user", "content": "[Mon 2026-11-30 02:27 UTC] " + body}
+        elif message.get("tool_calls"):
+            call_id = message["tool_calls"][0]["id"].replace("_", "")
+            message = {**message, "tool_calls": [{**message["tool_calls"][0], "id": call_id}]}
+        elif message["role"] == "tool":
+            message = {**message, "tool_call_id": message["tool_call_id"].replace("_", "")}
+        messages.append(message)
+    messages.append({"role": "user", "content": [
+        {"type": "text", "text": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nnone\n"
+                                 "<<<END_OPENCLAW_INTERNAL_CONTEXT>>>"}]})
+    return {"model": "fake-model", "messages": messages, "stream": True, "tools": []}

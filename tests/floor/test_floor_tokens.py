@@ -158,7 +158,7 @@ def test_bad_entries_never_crash(counter: TokenCounter) -> None:
 
 
 def test_cache_hits_on_a_growing_conversation_and_stays_bounded() -> None:
-    counter = TokenCounter(cache_size=100)
+    counter = TokenCounter(cache_size=200)
     convo = conversation(60, words_per_message=20)
     counter.per_message(convo, "o200k_base")
     misses = counter.misses
@@ -166,7 +166,12 @@ def test_cache_hits_on_a_growing_conversation_and_stays_bounded() -> None:
     assert counter.misses == misses + 1
     assert counter.hits == len(convo)
     counter.per_message(conversation(300, words_per_message=5, seed=1), "o200k_base")
-    assert len(counter._cache) == 100
+    assert len(counter) <= 200
+    # The newest messages are still remembered after the old ones were evicted.
+    newest = conversation(300, words_per_message=5, seed=1)[-40:]
+    misses = counter.misses
+    counter.per_message(newest, "o200k_base")
+    assert counter.misses == misses
 
 
 def test_cache_is_per_encoding() -> None:
