@@ -68,20 +68,30 @@ def legal_starts(messages: Sequence[object]) -> list[int]:
     """Indices where the list may start without orphaning a tool result, ascending."""
     issued: dict[str, int] = {}
     inside = [0] * (len(messages) + 1)  # difference array: +1 after a call, -1 after its result
+    roles: list[object] = []
+    # One pass over every message of every request: plain dict access, no helper calls.
     for j, message in enumerate(messages):
-        for call_id in call_ids(message):
-            issued[call_id] = j
-        result = _result_id(message)
-        # A result answers the latest open call with its id, once; a duplicate is an orphan.
-        k = issued.pop(result, None) if result is not None else None
-        if k is not None:
-            inside[k + 1] += 1
-            inside[j + 1] -= 1
+        if not isinstance(message, dict):
+            roles.append(None)
+            continue
+        role = message.get("role")
+        roles.append(role)
+        if role == "assistant":
+            if message.get("tool_calls"):
+                for call_id in call_ids(message):
+                    issued[call_id] = j
+        elif role == "tool":
+            result = message.get("tool_call_id")
+            # A result answers the latest open call with its id, once; a duplicate is an orphan.
+            k = issued.pop(result, None) if isinstance(result, str) else None
+            if k is not None:
+                inside[k + 1] += 1
+                inside[j + 1] -= 1
     starts: list[int] = []
     depth = 0
-    for i, message in enumerate(messages):
+    for i, role in enumerate(roles):
         depth += inside[i]
-        if depth == 0 and _role(message) != "tool":
+        if depth == 0 and role != "tool":
             starts.append(i)
     return starts
 

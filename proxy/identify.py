@@ -27,6 +27,7 @@ __all__ = [
     "RequestSignals",
     "RuntimeLine",
     "identify",
+    "is_summarization",
     "message_text",
     "split_agent_path",
     "strip_user_prefix",
@@ -65,6 +66,7 @@ class RenderStyle:
     """How the agent renders history, as far as this request shows it."""
 
     user_prefix: bool  # user texts start with OpenClaw's "[Mon 2026-11-30 02:27 UTC] "
+    user_parts: bool | None  # user content as parts (Pi) or a string (OpenClaw); None: unseen
     tool_ids_without_underscore: bool | None  # None: the request has no tool calls
     internal_context: bool  # OpenClaw's trailing internal-context user message is present
 
@@ -140,8 +142,12 @@ def _clean_id(value: object) -> str | None:
 
 
 def _parse_runtime(text: str, location: str) -> RuntimeLine | None:
-    start = text.find("Runtime: agent=")
-    if start < 0 or (start > 0 and text[start - 1] != "\n"):
+    # OpenClaw appends its line after any text it did not write (the user's turn, the model's
+    # summary), so the last occurrence that starts a line is the genuine one.
+    start = text.rfind("Runtime: agent=")
+    while start > 0 and text[start - 1] != "\n":
+        start = text.rfind("Runtime: agent=", 0, start)
+    if start < 0:
         return None
     end = text.find("\n", start)
     line = text[start + len("Runtime: "): end if end >= 0 else len(text)]
@@ -187,7 +193,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
 
     summarization = is_summarization(body)
     runtime, summary_index, first_raw = (None, None, None) if summarization else _leading(messages)
-    raw_after, latest, ids, prefix, internal = _tail(messages, first_raw)
+    raw_after, latest, ids, prefix, internal, parts = _tail(messages, first_raw)
 
     agent, agent_source = None, None
     header_agent = lowered.get(config.agent_header) if config.agent_header else None
@@ -210,7 +216,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
         is_summarization=summarization, summary_index=summary_index,
         first_raw_index=first_raw, raw_after_summary=raw_after, tool_call_ids=ids,
         latest_user_text=latest,
-        style=RenderStyle(user_prefix=prefix,
+        style=RenderStyle(user_prefix=prefix, user_parts=parts,
                           tool_ids_without_underscore=(all("_" not in i for i in ids)
                                                        if ids else None),
                           internal_context=internal))
@@ -245,8 +251,9 @@ def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, i
 
 
 def _tail(messages: Sequence[Any], first_raw: int | None
-          ) -> tuple[int, str | None, tuple[str, ...], bool, bool]:
-    """Raw count, latest user text, newest tool-call ids, prefix and internal-context flags.
+          ) -> tuple[int, str | None, tuple[str, ...], bool, bool, bool | None]:
+    """Raw count, latest user text, newest tool-call ids, prefix, internal-context and
+    user-parts flags.
 
     One tight backward pass: this loop runs over every message of every request.
     """
@@ -254,6 +261,7 @@ def _tail(messages: Sequence[Any], first_raw: int | None
     latest: str | None = None
     ids: list[str] = []
     prefix = internal = False
+    parts: bool | None = None
     start = first_raw if first_raw is not None else len(messages)
     for k in range(len(messages) - 1, start - 1, -1):
         message = messages[k]
@@ -272,6 +280,8 @@ def _tail(messages: Sequence[Any], first_raw: int | None
                 internal = True
                 continue
             raw += 1
+            if parts is None and isinstance(content, str | list):
+                parts = isinstance(content, list)
             if latest is None:
                 text = content if isinstance(content, str) else message_text(message)
                 prefix = prefix or _USER_PREFIX.match(text) is not None
@@ -279,4 +289,4 @@ def _tail(messages: Sequence[Any], first_raw: int | None
                 latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
     if not prefix and first_raw is not None and first_raw < len(messages):
         prefix = _USER_PREFIX.match(_first_text(messages[first_raw])) is not None
-    return raw, latest, tuple(ids), prefix, internal
+    return raw, latest, tuple(ids), prefix, internal, parts

@@ -160,7 +160,14 @@ class Encodings:
         self._loaded: dict[str, Tokenizer] = {ESTIMATE: EstimateTokenizer()}
         self.degraded: dict[str, str] = {}  # encoding name -> why the estimate is used
 
+    def preload(self, names: Sequence[str] = tuple(_FACTS)) -> None:
+        """Load tables up front (about 0.4 s each): call it at start-up, off the event loop,
+        so the first request does not pay for it."""
+        for name in names:
+            self.get(name)
+
     def get(self, name: str) -> Tokenizer:
+        """The tokenizer for ``name``; loads it on first use, the estimate if that fails."""
         tokenizer = self._loaded.get(name)
         if tokenizer is not None:
             return tokenizer

@@ -76,6 +76,21 @@ def test_damaged_table_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         load_bundled_encoding("o200k_base")
 
 
+def test_preload_loads_each_table_once() -> None:
+    calls: list[str] = []
+
+    def loader(name: str) -> Any:
+        calls.append(name)
+        return load_bundled_encoding(name)
+
+    encodings = Encodings(loader=loader)
+    encodings.preload()
+    encodings.preload()
+    assert sorted(calls) == ["cl100k_base", "o200k_base"]
+    assert encodings.get("o200k_base").exact and not encodings.degraded
+    assert not encodings.get("estimate").exact
+
+
 def test_unknown_encoding_is_unavailable() -> None:
     with pytest.raises(EncodingUnavailable):
         load_bundled_encoding("p50k_base")
