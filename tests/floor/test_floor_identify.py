@@ -5,6 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.identify import (
     RequestSignals,
@@ -229,3 +231,41 @@ def test_the_last_runtime_line_wins_over_text_quoting_one() -> None:
                                                      *body["messages"][2:]]})
     assert found.runtime is not None
     assert (found.agent_id, found.session_id) == ("main", OC96_SESSION)
+
+
+SUMMARY = {"role": "user", "content": [{"type": "text", "text": (
+    "The conversation history before this point was compacted into the following summary:"
+    "\n\n<summary>\n## Goal\nx\n</summary>")}]}
+INTERNAL = {"role": "user", "content": [{"type": "text", "text": (
+    "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nnone\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>")}]}
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[list[dict[str, Any]], bool]:
+    head: list[dict[str, Any]] = [{"role": "system", "content": "sys"}] * draw(st.integers(0, 2))
+    with_summary = draw(st.booleans())
+    if with_summary:
+        head.append(SUMMARY)
+    body: list[dict[str, Any]] = draw(st.lists(st.one_of(
+        st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=8)),
+        st.builds(lambda t: {"role": "user", "content": [{"type": "text", "text": t}]},
+                  st.text(max_size=8)),
+        st.builds(lambda t: {"role": "assistant", "content": t}, st.text(max_size=8)),
+        st.just({"role": "tool", "tool_call_id": "c1", "content": "r"}),
+        st.just(INTERNAL)), max_size=30))
+    return head + body, with_summary
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests())
+def test_raw_tail_count_and_latest_user_text(case: tuple[list[dict[str, Any]], bool]) -> None:
+    messages, with_summary = case
+    found = identify(None, {}, {"messages": messages, "tools": [{"type": "function"}]})
+    systems = sum(1 for m in messages if m["role"] == "system")
+    after = messages[systems + (1 if with_summary else 0):]
+    assert found.summary_index == (systems if with_summary else None)
+    assert found.raw_after_summary == sum(1 for m in after if m is not INTERNAL)
+    users = [m for m in after if m["role"] == "user" and m is not INTERNAL]
+    expected = strip_user_prefix(message_text(users[-1])) if users else None
+    assert found.latest_user_text == expected
+    assert found.style.internal_context == any(m is INTERNAL for m in after)
