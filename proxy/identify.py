@@ -154,8 +154,9 @@ def _parse_runtime(text: str, location: str) -> RuntimeLine | None:
     fields: dict[str, str] = {}
     for item in line.split(" | "):
         key, sep, value = item.partition("=")
+        key = key.strip()
         if sep and key not in fields:
-            fields[key.strip()] = value.strip()
+            fields[key] = value.strip()
     return RuntimeLine(agent=fields.get("agent") or None,
                        session_key=fields.get("session") or None,
                        session_id=_clean_id(fields.get("sessionId")), location=location)
@@ -199,7 +200,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
     header_agent = lowered.get(config.agent_header) if config.agent_header else None
     for candidate, source in ((path_agent, "path"), (header_agent, "header"),
                               (runtime.agent if runtime else None, "runtime")):
-        if candidate and _AGENT_ID.match(candidate.strip()):
+        if isinstance(candidate, str) and _AGENT_ID.match(candidate.strip()):
             agent, agent_source = candidate.strip(), source
             break
     session, session_source = None, None

@@ -189,8 +189,10 @@ def test_agent_path_prefix() -> None:
     {"messages": [{"role": "assistant", "tool_calls": "no"}], "prompt_cache_key": 5},
 ])
 def test_odd_bodies_never_crash(body: dict[str, Any]) -> None:
-    found = identify(None, {"session_id": ""}, body)
+    odd_headers: Any = {"session_id": "", "x-tailfloor-agent": 5, "x-session-affinity": None}
+    found = identify(None, odd_headers, body)
     assert found.session_id is None and not found.is_summarization
+    assert found.agent_id is None
 
 
 def test_runtime_line_must_start_a_line() -> None:
