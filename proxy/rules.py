@@ -72,6 +72,12 @@ class Notes:
     carry_forward_end: str = (
         "[tailfloor] End of the previous session's messages. The current session starts here.")
 
+    def carry_forward_text(self, *, messages: int, ended_at: str, session_id: str,
+                           reason: str) -> str:
+        """The opening marker with its placeholders filled (validated when parsed)."""
+        return self.carry_forward.format(messages=messages, ended_at=ended_at,
+                                         session_id=session_id, reason=reason)
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:

@@ -192,10 +192,12 @@ def test_structural_mistakes_are_problems_not_crashes() -> None:
 def test_notes_placeholders_and_literal_braces() -> None:
     rules = parse('[defaults.notes]\ncarry_forward = "{{tf}} {messages} from {session_id} '
                   'at {ended_at} ({reason})"\n')
-    text = rules.defaults.notes.carry_forward.format(
+    text = rules.defaults.notes.carry_forward_text(
         messages=3, session_id="s1", ended_at="2026-11-30T02:27:00Z", reason="daily")
     assert text == "{tf} 3 from s1 at 2026-11-30T02:27:00Z (daily)"
     assert any("bad braces" in p for p in problems('[defaults.notes]\ncarry_forward = "{x"\n'))
+    default = Notes().carry_forward_text(messages=30, session_id="s", ended_at="T", reason="idle")
+    assert "30 messages" in default and "ended at T (idle)" in default
 
 
 def test_summary_model_empty_means_none() -> None:
