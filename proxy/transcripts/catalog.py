@@ -67,6 +67,7 @@ class Catalog:
         self._index: dict[str, set[str]] = {}
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
+        self._key_scopes: dict[str, set[str]] = {}
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window) -> None:
@@ -109,7 +110,7 @@ class Catalog:
         if st is None:
             return
         self._unindex(st, st.keys)
-        for table, name in ((self._by_key, st.info.session_key), (self._by_group, st.info.group)):
+        for table, name in ((self._by_key, _scoped(st.info)), (self._by_group, st.info.group)):
             if name and session_id in table.get(name, []):
                 table[name].remove(session_id)
         self._refresh_dependents(session_id)
@@ -121,6 +122,9 @@ class Catalog:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._states
 
+    def count_by_source(self) -> dict[str, int]:
+        return dict(Counter(st.info.source for st in self._states.values()))
+
     def get(self, session_id: str) -> SessionRecord | None:
         """The session with this id."""
         st = self._states.get(session_id)
@@ -130,16 +134,28 @@ class Catalog:
         st = self._states.get(session_id)
         return st.info if st is not None else None
 
-    def by_key(self, session_key: str) -> SessionRecord | None:
-        """The current session of an OpenClaw session key (the newest one seen)."""
-        ids = self._by_key.get(session_key)
-        if not ids:
-            return None
-        return self.get(max(ids, key=self._order))
+    def key_scopes(self, session_key: str) -> list[str]:
+        """The agent directories (scopes) that have sessions under this key."""
+        return sorted(self._key_scopes.get(session_key, set()))
 
-    def key_history(self, session_key: str) -> list[SessionRecord]:
-        """Every session seen under a session key, newest first."""
-        ids = sorted(self._by_key.get(session_key, []), key=self._order, reverse=True)
+    def by_key(self, session_key: str, scope: str | None = None) -> SessionRecord | None:
+        """The current (newest) session of an OpenClaw session key.
+
+        Keys like ``agent:main:main`` repeat across installations: without ``scope`` the
+        answer is None when more than one scope has the key (never guess a lineage).
+        """
+        history = self.key_history(session_key, scope)
+        return history[0] if history else None
+
+    def key_history(self, session_key: str, scope: str | None = None) -> list[SessionRecord]:
+        """Every session seen under a session key in one scope, newest first."""
+        if scope is None:
+            scopes = self._key_scopes.get(session_key, set())
+            if len(scopes) != 1:
+                return []
+            scope = next(iter(scopes))
+        ids = sorted(self._by_key.get(f"{scope}\x00{session_key}", []), key=self._order,
+                     reverse=True)
         return [r for r in (self.get(i) for i in ids) if r is not None]
 
     def sessions(self, agent_id: str | None = None) -> list[SessionRecord]:
@@ -153,6 +169,13 @@ class Catalog:
         if record is None or record.predecessor is None:
             return None
         return self.get(record.predecessor)
+
+    def dangling_parent(self, session_id: str) -> str | None:
+        """A parent id the active branch names but the (whole) transcript lacks."""
+        st = self._states.get(session_id)
+        if st is None or not st.complete:
+            return None
+        return view.active_branch(st.entries, st.by_id).missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (any wire form)."""
@@ -290,7 +313,9 @@ class Catalog:
                     del self._index[key]
 
     def _link_key(self, info: SessionInfo) -> None:
-        for table, name in ((self._by_key, info.session_key), (self._by_group, info.group)):
+        if info.session_key:
+            self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
+        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
             if name:
                 ids = table.setdefault(name, [])
                 if info.session_id not in ids:
@@ -337,7 +362,7 @@ class Catalog:
         if info.predecessor:
             return info.predecessor, info.link
         if info.session_key:
-            older = [i for i in self._by_key.get(info.session_key, [])
+            older = [i for i in self._by_key.get(_scoped(info) or "", [])
                      if i != info.session_id and self._order(i) < self._order(info.session_id)]
             if older:
                 return max(older, key=self._order), "key_history"
@@ -348,6 +373,10 @@ class Catalog:
             if same:
                 return max(same, key=self._order), "pi_directory"
         return None, None
+
+
+def _scoped(info: SessionInfo) -> str | None:
+    return f"{info.scope or ''}\x00{info.session_key}" if info.session_key else None
 
 
 def _plan_is_local(path: Sequence[Entry], plan: view.ContextPlan) -> bool:

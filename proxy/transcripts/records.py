@@ -65,6 +65,9 @@ class SessionInfo:
     link: LinkKind | None = None
     ended: bool = False
     group: str | None = None  # Pi: the session directory; predecessors are looked up in it
+    # OpenClaw: the agent directory (<state>/agents/<id>). Session keys are only unique
+    # within one, so key lookups and key-history links never cross scopes.
+    scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
