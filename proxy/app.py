@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -21,6 +23,8 @@ from proxy.rules_parse import RulesError
 from proxy.rules_watch import RulesHolder, watch_rules
 from proxy.settings import Settings
 from proxy.state import STATE_KEY, ProxyState
+from proxy.transcripts.discovery import default_roots
+from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
 
 log = logging.getLogger("tailfloor")
@@ -37,12 +41,16 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
     app[STATE_KEY] = state
-    app.cleanup_ctx.append(_upstream_ctx)
+    roots = list(settings.sessions) or default_roots(os.environ, Path.home())
+    state.transcripts = TranscriptService(roots, metrics)
+    app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
+    app.cleanup_ctx.append(_upstream_ctx)
     router = app.router
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
+    router.add_get("/tailfloor/sessions", handlers.sessions)
     for path in CHAT_PATHS:
         router.add_post(path, handlers.chat_completions)
         router.add_post("/agents/{agent}" + path, handlers.chat_completions)
@@ -60,6 +68,15 @@ async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     state.ready = False
     await state.upstream.close()
+
+
+async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:
+    service = app[STATE_KEY].transcripts
+    if service is not None:
+        await service.start()
+    yield
+    if service is not None:
+        await service.stop()
 
 
 async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -16,6 +16,7 @@ from proxy.model import ChatRequest, ErrorReply, Outcome, Rewrite, UpstreamAnswe
 from proxy.rules_watch import RulesHolder
 from proxy.settings import Settings
 from proxy.tokens import TokenCounter
+from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
 
 
@@ -74,6 +75,7 @@ class ProxyState:
     upstream: Upstream
     rules: RulesHolder = field(default_factory=lambda: RulesHolder(None))
     tokens: TokenCounter = field(default_factory=TokenCounter)
+    transcripts: TranscriptService | None = None
     rewriter: Rewriter = field(default_factory=PassThrough)
     recovery: Recovery = field(default_factory=NoRecovery)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
