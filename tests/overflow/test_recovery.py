@@ -1,0 +1,184 @@
+"""Overflow recovery through a real tailfloor process and the fake upstream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import orjson
+
+from tests.fake_behaviour import SUMMARY_MARKER, SUMMARY_TEXT, AgentBehaviour, overflow_error
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.overflow.conversation import (
+    AUTH,
+    carries_summary,
+    history,
+    kinds,
+    post,
+    start,
+)
+
+MAX_CHARS = 9000
+
+
+def body(messages: list[dict[str, object]], **extra: object) -> dict[str, object]:
+    return {"model": "fake-model", "messages": messages, "max_completion_tokens": 256, **extra}
+
+
+def test_overflow_is_summarized_retried_and_remembered(clean_fake: FakeUpstream,
+                                                       tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    messages = [*history("a", 8, 700), {"role": "user", "content": "what now?"}]
+    proxy = start(clean_fake, tmp_path)
+    try:
+        status, answer, headers = post(proxy, body(messages))
+        assert status == 200, answer
+        assert answer["choices"][0]["message"]["content"].startswith("Fake reply")
+        assert headers["x-tailfloor"] == "compacted:overflow"
+        assert kinds(clean_fake) == ["chat", "summary", "chat"]
+        first, summarizing, retry = clean_fake.chat_requests()
+        assert orjson.loads(first.body) == body(messages)
+        assert summarizing.headers["Authorization"] == AUTH  # the client's own credentials
+        assert retry.headers["Authorization"] == AUTH
+        sent = orjson.loads(retry.body)["messages"]
+        assert sent[0] == messages[0] and carries_summary(retry.body)
+        assert sent[2:] == messages[-2:]  # the raw tail: min_tail_messages = 2
+        # the client is told the usage of what it sent, capped below the learned window
+        upstream_prompt = len(orjson.dumps(sent)) // 4
+        assert upstream_prompt < answer["usage"]["prompt_tokens"] <= 8191
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 1
+        assert proxy.sample("tailfloor_compactions_total", trigger="overflow") == 1
+        assert proxy.sample("tailfloor_summarizer_duration_seconds_count") == 1
+        assert proxy.sample("tailfloor_tokens_removed_total") > 0
+
+        # the next turn repeats the whole history: the stored summary replaces it, no new call
+        clean_fake.received.clear()
+        messages += [answer["choices"][0]["message"], {"role": "user", "content": "and then?"}]
+        status, answer, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "reused"
+        assert kinds(clean_fake) == ["chat"]
+        assert carries_summary(clean_fake.chat_requests()[0].body)
+        assert proxy.sample("tailfloor_compactions_total", trigger="reused") == 1
+    finally:
+        proxy.stop()
+
+    # a restart keeps the compaction (same --state)
+    clean_fake.received.clear()
+    proxy = start(clean_fake, tmp_path)
+    try:
+        status, answer, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "reused"
+        assert kinds(clean_fake) == ["chat"]
+    finally:
+        proxy.stop()
+
+
+def test_streaming_overflow_with_the_openai_sdk(clean_fake: FakeUpstream, tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    messages = [*history("s", 8, 700), {"role": "user", "content": "stream please"}]
+    proxy = start(clean_fake, tmp_path)
+    try:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-sdk-key", max_retries=0,
+                               timeout=30)
+        stream = client.chat.completions.create(
+            model="fake-model", messages=messages, stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True})
+        chunks = list(stream)
+        reply = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert reply.startswith("Fake reply")
+        usage = chunks[-1].usage
+        assert usage is not None and 0 < usage.prompt_tokens <= 8191
+        assert kinds(clean_fake) == ["chat", "summary", "chat"]
+        assert orjson.loads(clean_fake.chat_requests()[1].body)["stream"] is False
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 1
+    finally:
+        proxy.stop()
+
+
+def test_second_overflow_answers_400_for_the_agent(clean_fake: FakeUpstream,
+                                                   tmp_path: Path) -> None:
+    clean_fake.script.extend([Reply(status=400, error=overflow_error(50000)),
+                              Reply(text=SUMMARY_TEXT),
+                              Reply(status=400, error=overflow_error(40000))])
+    proxy = start(clean_fake, tmp_path)
+    try:
+        status, answer, _ = post(proxy, body(history("b", 8, 700)))
+        assert status == 400
+        assert answer["error"]["code"] == "context_length_exceeded"
+        assert "maximum context length is 8192 tokens" in answer["error"]["message"]
+        assert len(clean_fake.chat_requests()) == 3  # never a second retry
+        assert proxy.sample("tailfloor_overflow_total", outcome="failed") == 1
+    finally:
+        proxy.stop()
+
+
+def test_summarizer_failure_falls_back_to_dropping(clean_fake: FakeUpstream,
+                                                   tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    clean_fake.script.extend([Reply(status=400, error=overflow_error(50000)),
+                              Reply(status=503, error={"message": "summarizer down"})])
+    messages = history("c", 8, 700)
+    proxy = start(clean_fake, tmp_path)
+    try:
+        status, answer, headers = post(proxy, body(messages))
+        assert status == 200, answer
+        assert headers["x-tailfloor"] == "dropped:overflow"
+        retry = orjson.loads(clean_fake.chat_requests()[2].body)["messages"]
+        assert retry[0] == messages[0] and "[tailfloor]" in orjson.dumps(retry[1]).decode()
+        assert retry[-2:] == messages[-2:]
+        assert SUMMARY_MARKER not in orjson.dumps(retry).decode()
+        assert proxy.sample("tailfloor_summarizer_failures_total") == 1
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 1
+    finally:
+        proxy.stop()
+
+
+def test_learned_window_drives_the_next_preflight(clean_fake: FakeUpstream,
+                                                  tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    proxy = start(clean_fake, tmp_path)
+    try:
+        status, _, _ = post(proxy, body(history("d", 8, 700)))  # teaches "8192 tokens"
+        assert status == 200
+        clean_fake.received.clear()
+        # another session, far above 8192 - reserve by our estimate: compacted before sending
+        status, _, headers = post(proxy, body(history("e", 16)))
+        assert status == 200 and headers["x-tailfloor"] == "compacted:preflight"
+        seen = kinds(clean_fake)  # a long history is summarized in chunks, never sent whole
+        assert seen[-1] == "chat" and set(seen[:-1]) == {"summary"}
+        assert proxy.sample("tailfloor_compactions_total", trigger="preflight") == 1
+    finally:
+        proxy.stop()
+
+
+def test_passthrough_rule_returns_the_upstream_error(clean_fake: FakeUpstream,
+                                                     tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    proxy = start(clean_fake, tmp_path, defaults='on_overflow = "passthrough"')
+    try:
+        status, answer, _ = post(proxy, body(history("f", 8, 700)))
+        assert status == 400 and "(chars=" in answer["error"]["message"]  # the fake's own text
+        assert kinds(clean_fake) == ["chat"]
+        assert proxy.sample("tailfloor_overflow_total", outcome="passthrough") == 1
+    finally:
+        proxy.stop()
+
+
+def test_silent_overflow_compacts_the_next_request(clean_fake: FakeUpstream,
+                                                   tmp_path: Path) -> None:
+    models = ('[[models]]\npattern = "fake-model"\ncontext_window = 8192\n'
+              'encoding = "o200k_base"\nmargin = 0.2\n')
+    clean_fake.script.append(Reply(usage={"prompt_tokens": 9000, "completion_tokens": 5,
+                                          "total_tokens": 9005}))
+    messages = history("g", 6)
+    proxy = start(clean_fake, tmp_path, models=models)
+    try:
+        status, _answer, _ = post(proxy, body(messages))
+        assert status == 200
+        assert proxy.sample("tailfloor_overflow_total", outcome="silent") == 1
+        messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]
+        status, _, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "compacted:preflight"
+        assert kinds(clean_fake) == ["chat", "summary", "chat"]
+    finally:
+        proxy.stop()
