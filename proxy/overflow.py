@@ -252,7 +252,8 @@ class OverflowRecovery:
         encoding = request.spec.encoding
         before = sum(request.costs(state.tokens))
         after = sum(state.tokens.per_message(messages[len(request.head):], encoding))
-        removed = max(before - after, 0)
+        # in the upstream's units as far as we can tell: non-OpenAI tokenizers count more
+        removed = with_margin(max(before - after, 0), request.spec.margin)
         state.metrics.compactions.labels(trigger=trigger).inc()
         state.metrics.tokens_removed.inc(removed)
         adjust = None
