@@ -26,16 +26,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import orjson  # noqa: E402
-from prometheus_client import CollectorRegistry  # noqa: E402
+import orjson
+from prometheus_client import CollectorRegistry
 
-from proxy.metrics import Metrics  # noqa: E402
-from proxy.model import ChatRequest, Rewrite, UpstreamAnswer  # noqa: E402
-from proxy.overflow import OverflowRecovery  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
-from proxy.state import ProxyState  # noqa: E402
-from proxy.upstream import Upstream  # noqa: E402
-from tests.fake_behaviour import SUMMARY_TEXT, overflow_error  # noqa: E402
+from proxy.metrics import Metrics
+from proxy.model import ChatRequest, Rewrite, UpstreamAnswer
+from proxy.overflow import OverflowRecovery
+from proxy.settings import Settings
+from proxy.state import ProxyState
+from proxy.upstream import Upstream
+from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
 
 HEADERS = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
 
