@@ -79,7 +79,9 @@ def turn_start(conversation: Sequence[Message], starts: Sequence[int]) -> int:
                  and conversation[i].get("role") == "assistant"), -1)
     candidate = min(last + 1, len(conversation) - 1)
     legal = [s for s in starts if s <= candidate]
-    return legal[-1] if legal else 0
+    if legal:
+        return legal[-1]
+    return starts[0] if starts else len(conversation)
 
 
 def plan_cut(conversation: Sequence[Message], costs: Sequence[int], *, covered: int,
@@ -87,8 +89,10 @@ def plan_cut(conversation: Sequence[Message], costs: Sequence[int], *, covered: 
     """Where the raw tail starts so that it holds ``min_tail`` raw messages and the current
     turn within ``available`` tokens (``costs`` per conversation message)."""
     starts = [s for s in legal_starts(conversation) if s >= covered]
+    if not starts:  # nowhere to cut legally: nothing can be summarized
+        return Cut(keep=covered, turn=covered, fits=sum(costs[covered:]) <= available, trimmed=0)
     turn = turn_start(conversation, starts)
-    floor = tail_start(conversation, min_tail, starts=starts) if starts else len(conversation)
+    floor = tail_start(conversation, min_tail, starts=starts)
     keep = max(min(floor, turn), covered)
     trimmed = 0
     if sum(costs[keep:]) > available:

@@ -182,3 +182,36 @@ def test_silent_overflow_compacts_the_next_request(clean_fake: FakeUpstream,
         assert kinds(clean_fake) == ["chat", "summary", "chat"]
     finally:
         proxy.stop()
+
+
+def test_overflow_inside_a_stream_is_passed_on_and_counted(clean_fake: FakeUpstream,
+                                                           tmp_path: Path) -> None:
+    event = {"error": {"message": "This model's maximum context length is 8192 tokens. However, "
+                                  "your messages resulted in 9100 tokens.",
+                       "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    chunks = [b'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m",'
+              b'"choices":[{"index":0,"delta":{"content":"par"},"finish_reason":null}]}\n\n',
+              b"data: " + orjson.dumps(event) + b"\n\n"]
+    clean_fake.script.append(Reply(chunks=chunks))
+    messages = history("m", 6)
+    proxy = start(clean_fake, tmp_path)
+    try:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-sdk-key", max_retries=0,
+                               timeout=30)
+        received = []
+        try:
+            for chunk in client.chat.completions.create(
+                    model="fake-model", messages=messages, stream=True):  # type: ignore[arg-type]
+                received.extend(c.delta.content or "" for c in chunk.choices)
+        except openai.APIError as exc:  # the SDK raises the error event: it reached the client
+            assert "maximum context length" in str(exc)
+        assert "par" in received
+        assert proxy.sample("tailfloor_overflow_total", outcome="mid_stream") == 1
+        assert len(clean_fake.chat_requests()) == 1  # never retried once bytes went out
+        # the session's next request is compacted before it is sent
+        messages += [{"role": "user", "content": "again"}]
+        status, _, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "compacted:preflight"
+        assert kinds(clean_fake)[1:] == ["summary", "chat"]
+    finally:
+        proxy.stop()
