@@ -51,6 +51,7 @@ from proxy.tokens import with_margin
 __all__ = ["OverflowRecovery"]
 
 log = logging.getLogger("tailfloor.overflow")
+_MIN_SCALE = 0.25  # never believe our count is off by more than 4x
 
 
 class OverflowRecovery:
@@ -134,8 +135,9 @@ class OverflowRecovery:
             return None
         if not retried:
             prior, _ = self._prior(request)
-            compacted = await self._compact(request, prior, headers, trigger="overflow",
-                                            why=verdict.pattern or "overflow")
+            compacted = await self._compact(
+                request, prior, headers, trigger="overflow", why=verdict.pattern or "overflow",
+                scale=self._undercount(request, rewrite, verdict.prompt_tokens))
             if compacted is not None:
                 return compacted
         metrics.overflow.labels(outcome="failed").inc()
@@ -176,21 +178,23 @@ class OverflowRecovery:
     # -- compaction ------------------------------------------------------------------------
 
     async def _compact(self, request: RecoveryRequest, prior: Prior,
-                       headers: Mapping[str, str], *, trigger: str, why: str) -> Rewrite | None:
+                       headers: Mapping[str, str], *, trigger: str, why: str,
+                       scale: float = 1.0) -> Rewrite | None:
         """Summary of everything before the tail + the tail; None when nothing can go."""
         costs = request.costs(self._state.tokens)
         cut = plan_cut(request.conversation, costs, covered=prior.covered,
                        min_tail=request.policy.min_tail_messages,
-                       available=request.available(self._state.tokens))
+                       available=request.available(self._state.tokens, scale))
         if cut.keep <= prior.covered:
             return None
         lock = self._locks.get(request.session)
         if lock is None:
             lock = asyncio.Lock()
             self._locks.put(request.session, lock)
+        contended = lock.locked()
         async with lock:
             # a concurrent request of the session may have summarized this prefix meanwhile
-            _, found = self._prior(request)
+            found = self._prior(request)[1] if contended else None
             if found is not None and found.message_count >= cut.keep:
                 return self._finish(request, found.summary, found.message_count, "reused")
             material = request.conversation[prior.covered:cut.keep]
@@ -262,9 +266,13 @@ class OverflowRecovery:
             adjust = UsageAdjustment(added=floor.added, removed=floor.removed + removed,
                                      window=request.window)
         if trigger != "reused":
+            kept = len(request.conversation) - covered
             log.info("%s (%s): session %s, %d messages replaced, %d kept raw, about %d tokens "
-                     "removed, window %d", verdict, why, request.session, covered,
-                     len(request.conversation) - covered, removed, request.window)
+                     "removed, window %d", verdict, why, request.session, covered, kept,
+                     removed, request.window,
+                     extra={"verdict": verdict, "reason": why, "session": request.session,
+                            "replaced": covered, "kept": kept, "tokens_removed": removed,
+                            "window": request.window})
         label = verdict if base.verdict == "none" else f"{base.verdict}+{verdict}"
         return Rewrite(body=orjson.dumps({**request.chat.body, "messages": messages}),
                        verdict=label, adjust=adjust, messages=tuple(messages),
@@ -303,6 +311,18 @@ class OverflowRecovery:
             detector = OverflowDetector(key)
             self._detectors.put(key, detector)
         return detector
+
+    def _undercount(self, request: RecoveryRequest, failed: Rewrite,
+                    upstream_prompt: int | None) -> float:
+        """How much smaller our count is than the upstream's, when a request we compacted
+        ourselves (so believed to fit) overflowed and the error says how many tokens it had:
+        the retry is cut to fit by the upstream's measure, not ours."""
+        if failed.origin is None or failed.messages is None or not upstream_prompt:
+            return 1.0
+        spec = request.spec
+        body = {"messages": list(failed.messages), "tools": request.chat.body.get("tools")}
+        ours = self._state.tokens.request(body, spec.encoding, spec.margin)
+        return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))
 
     def _mark(self, chat: ChatRequest, rewrite: Rewrite, why: str) -> None:
         request = self._request(chat, rewrite.origin or rewrite)

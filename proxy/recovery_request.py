@@ -81,10 +81,11 @@ class RecoveryRequest:
         return REPLY_PRIMING + head + tokens.tools(self.chat.body.get("tools"),
                                                    self.spec.encoding)
 
-    def available(self, tokens: TokenCounter) -> int:
-        """Conversation tokens (without margin) the budget leaves next to a summary."""
+    def available(self, tokens: TokenCounter, scale: float = 1.0) -> int:
+        """Conversation tokens (without margin) the budget leaves next to a summary;
+        ``scale`` < 1 when the upstream counts more than we do."""
         output = requested_output(self.chat.body)
-        room = math.floor((self.budget - output) / (1.0 + self.spec.margin))
+        room = math.floor((self.budget - output) * scale / (1.0 + self.spec.margin))
         return room - self._fixed(tokens) - self.summary_tokens
 
     def estimate(self, tokens: TokenCounter, prior: Prior) -> int:

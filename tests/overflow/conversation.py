@@ -41,18 +41,18 @@ def history(tag: str, turns: int, chars: int = 1000) -> list[dict[str, Any]]:
     return messages
 
 
-def rules_dir(tmp_path: Path, defaults: str = "", models: str = "") -> Path:
+def rules_dir(tmp_path: Path, defaults: str = "", models: str = "", min_tail: int = 2) -> Path:
     directory = tmp_path / "rules"
     directory.mkdir(exist_ok=True)
     (directory / "00.toml").write_text(
-        "[defaults]\nmin_tail_messages = 2\n" + defaults + "\n" + models)
+        f"[defaults]\nmin_tail_messages = {min_tail}\n{defaults}\n{models}")
     return directory
 
 
-def start(fake: FakeUpstream, tmp_path: Path, defaults: str = "", models: str = "",
-          state: Path | None = None) -> ProxyProcess:
-    return ProxyProcess(fake.url, "--rules", str(rules_dir(tmp_path, defaults, models)),
-                        "--state", str(state or tmp_path / "state"))
+def start(fake: FakeUpstream, tmp_path: Path, defaults: str = "", models: str = "", *,
+          min_tail: int = 2) -> ProxyProcess:
+    return ProxyProcess(fake.url, "--rules", str(rules_dir(tmp_path, defaults, models, min_tail)),
+                        "--state", str(tmp_path / "state"))
 
 
 def post(proxy: ProxyProcess, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:

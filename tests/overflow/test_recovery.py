@@ -215,3 +215,30 @@ def test_overflow_inside_a_stream_is_passed_on_and_counted(clean_fake: FakeUpstr
         assert kinds(clean_fake)[1:] == ["summary", "chat"]
     finally:
         proxy.stop()
+
+
+def test_an_upstream_counting_more_than_us_gets_a_shorter_retry(clean_fake: FakeUpstream,
+                                                                tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    messages = history("u", 8, 700)
+    proxy = start(clean_fake, tmp_path, min_tail=6)
+    try:
+        status, answer, _ = post(proxy, body(messages))  # overflow, stored with 6 raw kept
+        assert status == 200
+        messages += [answer["choices"][0]["message"], {"role": "user", "content": "next"}]
+        clean_fake.received.clear()
+        # the reused request fits by our count, but this upstream counts 20000 tokens
+        error = overflow_error(0)
+        error["message"] = ("This model's maximum context length is 8192 tokens. However, "
+                            "your messages resulted in 20000 tokens.")
+        clean_fake.script.append(Reply(status=400, error=error))
+        status, _, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "compacted:overflow"
+        assert kinds(clean_fake) == ["chat", "summary", "chat"]
+        first, summarizing, retry = clean_fake.chat_requests()
+        assert len(orjson.loads(first.body)["messages"]) == 2 + 6 + 2  # summary + tail + new
+        assert b"<previous-summary>" in summarizing.body  # the stored summary is updated
+        # cut by the upstream's measure: only the current turn stays raw
+        assert orjson.loads(retry.body)["messages"][2:] == messages[-1:]
+    finally:
+        proxy.stop()
