@@ -134,10 +134,15 @@ class OverflowRecovery:
                      verdict.pattern, policy.on_overflow, policy.mode)
             return None
         if not retried:
-            prior, _ = self._prior(request)
+            prior, found = self._prior(request)
             compacted = await self._compact(
                 request, prior, headers, trigger="overflow", why=verdict.pattern or "overflow",
                 scale=self._undercount(request, rewrite, verdict.prompt_tokens))
+            if compacted is None and found is not None and rewrite.origin is None:
+                # sent before a concurrent request of the session stored this compaction
+                log.info("overflow: retrying with the compaction stored meanwhile")
+                compacted = self._finish(request, found.summary, found.message_count,
+                                         "reused", verdict="reused:overflow")
             if compacted is not None:
                 return compacted
         metrics.overflow.labels(outcome="failed").inc()
@@ -196,7 +201,8 @@ class OverflowRecovery:
             # a concurrent request of the session may have summarized this prefix meanwhile
             found = self._prior(request)[1] if contended else None
             if found is not None and found.message_count >= cut.keep:
-                return self._finish(request, found.summary, found.message_count, "reused")
+                return self._finish(request, found.summary, found.message_count, "reused",
+                                    verdict=f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
             try:
                 summary = await self._summarize(request, material, prior, headers)
@@ -243,10 +249,10 @@ class OverflowRecovery:
         metrics.summarizer_tokens.labels(type="output").inc(result.completion_tokens)
         return result.text
 
-    def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: str,
-                why: str = "") -> Rewrite:
+    def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: str, *,
+                why: str = "", verdict: str | None = None) -> Rewrite:
         messages = compacted_messages(request.head, summary, request.conversation[covered:])
-        verdict = "reused" if trigger == "reused" else f"compacted:{trigger}"
+        verdict = verdict or ("reused" if trigger == "reused" else f"compacted:{trigger}")
         return self._rewrite(request, messages, trigger, verdict, why=why, covered=covered)
 
     def _rewrite(self, request: RecoveryRequest, messages: list[Message], trigger: str,

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
 import orjson
 
-from tests.fake_behaviour import SUMMARY_MARKER, SUMMARY_TEXT, AgentBehaviour, overflow_error
+from tests.fake_behaviour import (
+    SUMMARY_MARKER,
+    SUMMARY_TEXT,
+    AgentBehaviour,
+    is_summarization,
+    overflow_error,
+    total_chars,
+)
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.overflow.conversation import (
     AUTH,
@@ -240,5 +248,23 @@ def test_an_upstream_counting_more_than_us_gets_a_shorter_retry(clean_fake: Fake
         assert b"<previous-summary>" in summarizing.body  # the stored summary is updated
         # cut by the upstream's measure: only the current turn stays raw
         assert orjson.loads(retry.body)["messages"][2:] == messages[-1:]
+    finally:
+        proxy.stop()
+
+
+def test_concurrent_overflows_of_one_session_share_one_summary(clean_fake: FakeUpstream,
+                                                               tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    messages = history("p", 8, 700)
+    proxy = start(clean_fake, tmp_path)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: post(proxy, body(messages)), range(4)))
+        assert [status for status, _, _ in results] == [200] * 4
+        assert kinds(clean_fake).count("summary") == 1
+        sent = [orjson.loads(r.body)["messages"] for r in clean_fake.chat_requests()]
+        overflowed = sum(total_chars(m) > MAX_CHARS for m in sent if not is_summarization(m))
+        assert overflowed >= 1  # the rest came after the summary was stored: reused at once
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == overflowed
     finally:
         proxy.stop()
