@@ -73,7 +73,8 @@ class OverflowRecovery:
         if directory is None:
             self._scratch = tempfile.TemporaryDirectory(prefix="tailfloor-state-")
             directory = Path(self._scratch.name)
-            log.info("no --state directory: compactions are kept until tailfloor stops")
+            log.info("no --state directory: compactions are kept in %s until tailfloor stops",
+                     directory)
         limits = self._state.rules.rules.store
         self._store = CompactionStore(directory, max_per_session=limits.max_entries_per_session,
                                       max_total=limits.max_entries_total)

@@ -8,6 +8,8 @@ from pathlib import Path
 import openai
 import orjson
 
+from proxy.summary_transport import summarizer_headers
+from tests.conftest import ProxyProcess
 from tests.fake_behaviour import (
     SUMMARY_MARKER,
     SUMMARY_TEXT,
@@ -23,6 +25,7 @@ from tests.overflow.conversation import (
     history,
     kinds,
     post,
+    rules_dir,
     start,
 )
 
@@ -268,3 +271,32 @@ def test_concurrent_overflows_of_one_session_share_one_summary(clean_fake: FakeU
         assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == overflowed
     finally:
         proxy.stop()
+
+
+def test_without_state_compactions_live_as_long_as_the_process(clean_fake: FakeUpstream,
+                                                               tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    messages = history("n", 8, 700)
+    proxy = ProxyProcess(clean_fake.url, "--rules", str(rules_dir(tmp_path)))
+    try:
+        assert post(proxy, body(messages))[0] == 200
+        status, _, headers = post(proxy, body(messages))
+        assert status == 200 and headers["x-tailfloor"] == "reused"
+        assert kinds(clean_fake).count("summary") == 1
+        line = next(line for line in proxy.logs().splitlines() if "no --state" in line)
+        scratch = Path(orjson.loads(line)["msg"].split(" kept in ")[1].split(" until ")[0])
+        assert (scratch / "compactions.sqlite3").exists()
+    finally:
+        proxy.stop()
+    assert not scratch.exists()  # removed when tailfloor stopped
+
+
+def test_the_summarizer_gets_the_clients_credentials_and_no_body_headers() -> None:
+    headers = summarizer_headers({"Authorization": "Bearer k", "Content-Type": "application/json",
+                                  "Content-Length": "99", "Content-Encoding": "gzip",
+                                  "Accept": "text/event-stream", "Connection": "keep-alive",
+                                  "x-stainless-lang": "js"})
+    lowered = {k.lower(): v for k, v in headers.items()}
+    assert lowered["authorization"] == "Bearer k" and lowered["x-stainless-lang"] == "js"
+    assert lowered["accept"] == "application/json"
+    assert not {"content-type", "content-length", "content-encoding", "connection"} & set(lowered)
