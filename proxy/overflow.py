@@ -64,6 +64,8 @@ class OverflowRecovery:
         self._transport = UpstreamSummaryTransport(state.upstream)
         self._store: CompactionStore | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        # sessions with stored compactions; evictions leave extra keys, which cost a lookup
+        self._sessions: set[str] = set()
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -78,6 +80,7 @@ class OverflowRecovery:
         limits = self._state.rules.rules.store
         self._store = CompactionStore(directory, max_per_session=limits.max_entries_per_session,
                                       max_total=limits.max_entries_total)
+        self._sessions = self._store.session_keys()
 
     def close(self) -> None:
         if self._store is not None:
@@ -216,6 +219,9 @@ class OverflowRecovery:
                 return self._rewrite(request, messages, trigger, f"dropped:{trigger}",
                                      why=why, covered=cut.keep)
             assert self._store is not None
+            self._sessions.add(request.session)
+            if len(self._sessions) > 2 * self._state.rules.rules.store.max_entries_total:
+                self._sessions = await asyncio.to_thread(self._store.session_keys)
             await asyncio.to_thread(self._store.put, request.session,
                                     request.conversation[:cut.keep], summary,
                                     sum(costs[:cut.keep]))
@@ -305,6 +311,8 @@ class OverflowRecovery:
     def _prior(self, request: RecoveryRequest) -> tuple[Prior, StoredCompaction | None]:
         """What is summarized already: a stored compaction of this prefix, else the agent's."""
         assert self._store is not None
+        if request.session not in self._sessions:  # no lookup (and no hashing) for most
+            return Prior.of(request.conversation), None
         found = self._store.find_for(request.conversation, request.session)
         if found is not None:
             return Prior(found.message_count, found.summary), found

@@ -104,6 +104,7 @@ async def main(runs: int, check: bool) -> int:
         assert store is not None
         session = "bench-session"
         store.put(session, messages[:380], SUMMARY_TEXT, 90000)
+        recovery._sessions.add(session)  # what a recovery's own put does
         rewrite = Rewrite(body=request.raw, session_key=session)
 
         state.tokens = type(state.tokens)(state.tokens.encodings)  # cold token cache
@@ -120,6 +121,16 @@ async def main(runs: int, check: bool) -> int:
               f"({len(request.raw) / 1e6:.2f} MB): first sight {first * 1e3:.2f} ms; "
               f"steady state {percentiles(samples)} over {runs} runs")
         steady_p50 = statistics.median(samples)
+        other = chat("You are another agent.", messages)
+        await recovery.before_send(other, Rewrite(body=other.raw), HEADERS)  # counts cached
+        passes = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            kept = await recovery.before_send(other, Rewrite(body=other.raw), HEADERS)
+            passes.append(time.perf_counter() - started)
+        assert kept.verdict == "none"
+        print(f"the same request in a session with nothing stored (preflight estimate only): "
+              f"{percentiles(passes)}")
 
         # as if the window were 64k: the recovery summarizes ~60k tokens in one call
         error = overflow_error(400000)
