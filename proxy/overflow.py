@@ -172,11 +172,12 @@ class OverflowRecovery:
         usage = outcome.usage
         if usage is None and outcome.finish_reason is None:
             return
-        window = self._window(chat.model)
+        window = self._known_window(chat.model)
         prompt = usage.prompt_tokens if usage is not None else None
+        estimate = self._sent_estimate(chat, rewrite, window, prompt) if window else None
         silent = check_silent_overflow(
             outcome.finish_reason, prompt, usage.completion_tokens if usage else None, window,
-            self._sent_estimate(chat, rewrite, window, prompt))
+            estimate)
         if silent is not None:
             metrics.overflow.labels(outcome="silent").inc()
             self._mark(chat, rewrite, silent.kind)
@@ -307,6 +308,14 @@ class OverflowRecovery:
     def _window(self, model: str) -> int:
         learned = self._windows.window(self._state.settings.upstream, model)
         return learned or self._state.rules.rules.model(model).context_window
+
+    def _known_window(self, model: str) -> int | None:
+        """The window when it is known rather than guessed: learned, or a model table row that
+        names the model. The unknown-model default must not call a good answer an overflow."""
+        learned = self._windows.window(self._state.settings.upstream, model)
+        rules = self._state.rules.rules
+        spec = rules.model(model)
+        return learned or (None if spec is rules.unknown_model else spec.context_window)
 
     def _prior(self, request: RecoveryRequest) -> tuple[Prior, StoredCompaction | None]:
         """What is summarized already: a stored compaction of this prefix, else the agent's."""

@@ -300,3 +300,16 @@ def test_the_summarizer_gets_the_clients_credentials_and_no_body_headers() -> No
     assert lowered["authorization"] == "Bearer k" and lowered["x-stainless-lang"] == "js"
     assert lowered["accept"] == "application/json"
     assert not {"content-type", "content-length", "content-encoding", "connection"} & set(lowered)
+
+
+def test_a_guessed_window_never_makes_a_silent_overflow(clean_fake: FakeUpstream,
+                                                        tmp_path: Path) -> None:
+    # fake-model has no row in the model table: 128000 is only the unknown-model default
+    clean_fake.script.append(Reply(usage={"prompt_tokens": 150000, "completion_tokens": 5,
+                                          "total_tokens": 150005}))
+    proxy = start(clean_fake, tmp_path)
+    try:
+        assert post(proxy, body(history("q", 2)))[0] == 200
+        assert proxy.sample("tailfloor_overflow_total", outcome="silent") == 0
+    finally:
+        proxy.stop()
