@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import tempfile
 import time
 from collections.abc import Mapping
@@ -72,15 +73,23 @@ class OverflowRecovery:
     def open(self) -> None:
         """Open the store: under --state, else in a private directory removed at close."""
         directory = self._state.settings.state
-        if directory is None:
+        if directory is not None:
+            try:
+                self._store = self._open_store(directory)
+            except (OSError, sqlite3.Error) as exc:
+                log.error("cannot use --state %s (%s): compactions will not survive a restart",
+                          directory, exc)
+        if self._store is None:
             self._scratch = tempfile.TemporaryDirectory(prefix="tailfloor-state-")
-            directory = Path(self._scratch.name)
             log.info("no --state directory: compactions are kept in %s until tailfloor stops",
-                     directory)
-        limits = self._state.rules.rules.store
-        self._store = CompactionStore(directory, max_per_session=limits.max_entries_per_session,
-                                      max_total=limits.max_entries_total)
+                     self._scratch.name)
+            self._store = self._open_store(Path(self._scratch.name))
         self._sessions = self._store.session_keys()
+
+    def _open_store(self, directory: Path) -> CompactionStore:
+        limits = self._state.rules.rules.store
+        return CompactionStore(directory, max_per_session=limits.max_entries_per_session,
+                               max_total=limits.max_entries_total)
 
     def close(self) -> None:
         if self._store is not None:

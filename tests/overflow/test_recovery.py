@@ -313,3 +313,17 @@ def test_a_guessed_window_never_makes_a_silent_overflow(clean_fake: FakeUpstream
         assert proxy.sample("tailfloor_overflow_total", outcome="silent") == 0
     finally:
         proxy.stop()
+
+
+def test_an_unusable_state_directory_degrades_to_a_private_one(clean_fake: FakeUpstream,
+                                                               tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proxy = ProxyProcess(clean_fake.url, "--rules", str(rules_dir(tmp_path)),
+                         "--state", str(blocker / "state"))
+    try:
+        assert post(proxy, body(history("r", 8, 700)))[0] == 200  # still recovers
+        assert "cannot use --state" in proxy.logs()
+    finally:
+        proxy.stop()
