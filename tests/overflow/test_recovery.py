@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -325,5 +326,22 @@ def test_an_unusable_state_directory_degrades_to_a_private_one(clean_fake: FakeU
     try:
         assert post(proxy, body(history("r", 8, 700)))[0] == 200  # still recovers
         assert "cannot use --state" in proxy.logs()
+    finally:
+        proxy.stop()
+
+
+def test_a_summarizer_timeout_falls_back_in_time(clean_fake: FakeUpstream,
+                                                 tmp_path: Path) -> None:
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    clean_fake.script.extend([Reply(status=400, error=overflow_error(50000)),
+                              Reply(text=SUMMARY_TEXT, delay_before_headers=2.5)])
+    proxy = start(clean_fake, tmp_path, defaults="summarizer_timeout = 0.5")
+    try:
+        started = time.monotonic()
+        status, _, headers = post(proxy, body(history("t", 8, 700)))
+        assert time.monotonic() - started < 2.0
+        assert status == 200 and headers["x-tailfloor"] == "dropped:overflow"
+        assert proxy.sample("tailfloor_summarizer_failures_total") == 1
+        assert "summarizer failed (timeout" in proxy.logs()
     finally:
         proxy.stop()
