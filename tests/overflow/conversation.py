@@ -63,7 +63,12 @@ def post(proxy: ProxyProcess, body: dict[str, Any]) -> tuple[int, dict[str, Any]
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, orjson.loads(response.read()), dict(response.headers)
     except urllib.error.HTTPError as exc:
-        return exc.code, orjson.loads(exc.read()), dict(exc.headers)
+        raw = exc.read()
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            parsed = {"raw": raw.decode("utf-8", "replace")}
+        return exc.code, parsed, dict(exc.headers)
 
 
 def kinds(fake: FakeUpstream) -> list[str]:

@@ -345,3 +345,23 @@ def test_a_summarizer_timeout_falls_back_in_time(clean_fake: FakeUpstream,
         assert "summarizer failed (timeout" in proxy.logs()
     finally:
         proxy.stop()
+
+
+def test_an_overflow_pattern_from_the_rules_is_recognised(clean_fake: FakeUpstream,
+                                                          tmp_path: Path) -> None:
+    clean_fake.script.append(Reply(status=500, raw_body=b"backend: prompt way too big (42)"))
+    proxy = start(clean_fake, tmp_path, defaults="overflow_patterns = ['way too big']")
+    try:
+        status, _, headers = post(proxy, body(history("w", 8, 700)))
+        assert status == 200 and headers["x-tailfloor"] == "compacted:overflow"
+        assert kinds(clean_fake) == ["chat", "summary", "chat"]
+    finally:
+        proxy.stop()
+    clean_fake.received.clear()
+    clean_fake.script.append(Reply(status=500, raw_body=b"backend: prompt way too big (42)"))
+    proxy = start(clean_fake, tmp_path)  # without the pattern: an ordinary error, passed on
+    try:
+        status, _, _ = post(proxy, body(history("x", 8, 700)))
+        assert status == 500 and kinds(clean_fake) == ["chat"]
+    finally:
+        proxy.stop()
