@@ -43,7 +43,7 @@ from proxy.compaction.store import CompactionStore, StoredCompaction
 from proxy.compaction.summarizer import Summarizer, SummarizerConfig, SummarizerError
 from proxy.identify import is_summarization
 from proxy.model import ChatRequest, ErrorReply, Outcome, Rewrite, UpstreamAnswer, UsageAdjustment
-from proxy.recovery_request import RecoveryRequest
+from proxy.recovery_request import RecoveryRequest, sent_tokens
 from proxy.rules import Policy
 from proxy.state import ProxyState
 from proxy.summary_transport import UpstreamSummaryTransport, summarizer_headers
@@ -52,7 +52,6 @@ from proxy.tokens import with_margin
 __all__ = ["OverflowRecovery"]
 
 log = logging.getLogger("tailfloor.overflow")
-_MIN_SCALE = 0.25  # never believe our count is off by more than 4x
 
 
 class OverflowRecovery:
@@ -101,8 +100,35 @@ class OverflowRecovery:
 
     # -- the three phases ------------------------------------------------------------------
 
+    # A bug in recovery must cost the recovery, never the request: each phase falls back to
+    # what NoRecovery does, and says so in the log.
+
     async def before_send(self, chat: ChatRequest, rewrite: Rewrite,
                           headers: Mapping[str, str]) -> Rewrite:
+        try:
+            return await self._before_send(chat, rewrite, headers)
+        except Exception:
+            log.exception("overflow recovery failed before sending; the request goes as it was")
+            return rewrite
+
+    async def on_error(self, chat: ChatRequest, rewrite: Rewrite, answer: UpstreamAnswer,
+                       headers: Mapping[str, str], *, attempt: int,
+                       ) -> Rewrite | ErrorReply | None:
+        try:
+            return await self._on_error(chat, rewrite, answer, headers, attempt=attempt)
+        except Exception:
+            self._state.metrics.overflow.labels(outcome="failed").inc()
+            log.exception("overflow recovery failed; the upstream's answer is passed on")
+            return None
+
+    def after_answer(self, chat: ChatRequest, rewrite: Rewrite, outcome: Outcome) -> None:
+        try:
+            self._after_answer(chat, rewrite, outcome)
+        except Exception:
+            log.exception("overflow checks after the answer failed")
+
+    async def _before_send(self, chat: ChatRequest, rewrite: Rewrite,
+                           headers: Mapping[str, str]) -> Rewrite:
         request = self._request(chat, rewrite)
         if request is None or request.policy.mode != "enforce":
             return rewrite
@@ -121,9 +147,9 @@ class OverflowRecovery:
         self._store.touch(found.id)
         return self._finish(request, found.summary, found.message_count, "reused")
 
-    async def on_error(self, chat: ChatRequest, rewrite: Rewrite, answer: UpstreamAnswer,
-                       headers: Mapping[str, str], *, attempt: int,
-                       ) -> Rewrite | ErrorReply | None:
+    async def _on_error(self, chat: ChatRequest, rewrite: Rewrite, answer: UpstreamAnswer,
+                        headers: Mapping[str, str], *, attempt: int,
+                        ) -> Rewrite | ErrorReply | None:
         metrics = self._state.metrics
         request = self._request(chat, rewrite.origin or rewrite)
         if request is None:
@@ -150,7 +176,7 @@ class OverflowRecovery:
             prior, found = self._prior(request)
             compacted = await self._compact(
                 request, prior, headers, trigger="overflow", why=verdict.pattern or "overflow",
-                scale=self._undercount(request, rewrite, verdict.prompt_tokens))
+                scale=request.undercount(self._state.tokens, rewrite, verdict.prompt_tokens))
             if compacted is None and found is not None and rewrite.origin is None:
                 # sent before a concurrent request of the session stored this compaction
                 log.info("overflow: retrying with the compaction stored meanwhile")
@@ -165,7 +191,7 @@ class OverflowRecovery:
         return ErrorReply(400, context_length_exceeded_body(request.window,
                                                             verdict.prompt_tokens))
 
-    def after_answer(self, chat: ChatRequest, rewrite: Rewrite, outcome: Outcome) -> None:
+    def _after_answer(self, chat: ChatRequest, rewrite: Rewrite, outcome: Outcome) -> None:
         metrics = self._state.metrics
         if outcome.stream_error is not None:
             policy = self._policy(chat, rewrite)
@@ -183,7 +209,11 @@ class OverflowRecovery:
             return
         window = self._known_window(chat.model)
         prompt = usage.prompt_tokens if usage is not None else None
-        estimate = self._sent_estimate(chat, rewrite, window, prompt) if window else None
+        estimate = None
+        if window and prompt is not None and len(rewrite.body) > window:
+            # only then may it show a truncation: a token is at least a byte
+            estimate = sent_tokens(self._state.tokens, self._state.rules.rules.model(chat.model),
+                                   chat, rewrite)
         silent = check_silent_overflow(
             outcome.finish_reason, prompt, usage.completion_tokens if usage else None, window,
             estimate)
@@ -345,31 +375,7 @@ class OverflowRecovery:
             self._detectors.put(key, detector)
         return detector
 
-    def _undercount(self, request: RecoveryRequest, failed: Rewrite,
-                    upstream_prompt: int | None) -> float:
-        """How much smaller our count is than the upstream's, when a request we compacted
-        ourselves (so believed to fit) overflowed and the error says how many tokens it had:
-        the retry is cut to fit by the upstream's measure, not ours."""
-        if failed.origin is None or failed.messages is None or not upstream_prompt:
-            return 1.0
-        spec = request.spec
-        body = {"messages": list(failed.messages), "tools": request.chat.body.get("tools")}
-        ours = self._state.tokens.request(body, spec.encoding, spec.margin)
-        return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))
-
     def _mark(self, chat: ChatRequest, rewrite: Rewrite, why: str) -> None:
         request = self._request(chat, rewrite.origin or rewrite)
         if request is not None:
             self._marked.put(request.session, why)
-
-    def _sent_estimate(self, chat: ChatRequest, rewrite: Rewrite, window: int,
-                       prompt: int | None) -> int | None:
-        """Our count of what was sent, only when it may show a truncation (cheap check first:
-        a token is at least a byte, so a body smaller than the window cannot exceed it)."""
-        if prompt is None or len(rewrite.body) <= window:
-            return None
-        spec = self._state.rules.rules.model(chat.model)
-        messages = rewrite.messages if rewrite.messages is not None else chat.body.get(
-            "messages")
-        body = {**chat.body, "messages": list(messages or [])}
-        return self._state.tokens.request(body, spec.encoding, spec.margin).total

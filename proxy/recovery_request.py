@@ -18,10 +18,19 @@ from proxy.model import ChatRequest, Rewrite
 from proxy.rules import ModelSpec, Policy
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
 
-__all__ = ["RecoveryRequest", "derived_session_key"]
+__all__ = ["RecoveryRequest", "derived_session_key", "sent_tokens"]
 
 Message = dict[str, Any]
 _MIN_SUMMARY_TOKENS = 256
+_MIN_SCALE = 0.25  # never believe our count is off by more than 4x
+
+
+def sent_tokens(tokens: TokenCounter, spec: ModelSpec, chat: ChatRequest,
+                rewrite: Rewrite) -> int:
+    """Our count of what a rewrite sent (margin and requested output included)."""
+    messages = rewrite.messages if rewrite.messages is not None else chat.body.get("messages")
+    body = {**chat.body, "messages": list(messages or [])}
+    return tokens.request(body, spec.encoding, spec.margin).total
 
 
 def derived_session_key(model: str, head: Sequence[Message],
@@ -96,3 +105,14 @@ class RecoveryRequest:
             conversation += tokens.message(summary_message(prior.summary), self.spec.encoding)
         return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
                 + requested_output(self.chat.body))
+
+    def undercount(self, tokens: TokenCounter, failed: Rewrite,
+                   upstream_prompt: int | None) -> float:
+        """How much smaller our count is than the upstream's, when a request recovery made
+        itself (so believed to fit) overflowed and the error says how many tokens it had:
+        the retry is then cut to fit by the upstream's measure, not ours."""
+        if failed.origin is None or failed.messages is None or not upstream_prompt:
+            return 1.0
+        body = {"messages": list(failed.messages), "tools": self.chat.body.get("tools")}
+        ours = tokens.request(body, self.spec.encoding, self.spec.margin)
+        return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))

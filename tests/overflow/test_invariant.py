@@ -108,3 +108,20 @@ def test_compacted_requests_keep_the_invariant(
     again = asyncio.run(instance.before_send(chat, Rewrite(body=chat.raw), {}))
     if result.verdict == "compacted:overflow":
         assert again.body == result.body and transport.calls == calls
+
+
+def test_a_bug_in_recovery_costs_the_recovery_not_the_request(
+        recovery: tuple[OverflowRecovery, MemorySummarizer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    instance, _ = recovery
+    messages = [{"role": "system", "content": "bug"}, *conversation([0, 1] * 40 + [0])]
+    chat = _request(messages)
+    original = Rewrite(body=chat.raw)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(instance, "_compact", broken)
+    monkeypatch.setattr(instance, "_prior", broken)
+    assert asyncio.run(instance.before_send(chat, original, {})) is original
+    assert asyncio.run(instance.on_error(chat, original, OVERFLOW, {}, attempt=0)) is None
