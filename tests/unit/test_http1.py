@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -50,7 +51,7 @@ async def body_of(connection: Http1Connection) -> bytes:
 
 def feed_split(connection: Http1Connection, data: bytes, cuts: list[int]) -> None:
     points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    for start, end in zip(points, points[1:], strict=False):
+    for start, end in itertools.pairwise(points):
         if end > start:
             connection.data_received(data[start:end])
 
