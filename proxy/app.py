@@ -23,6 +23,7 @@ from proxy.rules_parse import RulesError
 from proxy.rules_watch import RulesHolder, watch_rules
 from proxy.settings import Settings
 from proxy.state import STATE_KEY, ProxyState
+from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
@@ -37,7 +38,9 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     metrics = Metrics(registry, label_cap=settings.label_cap)
     upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout)
     rules = RulesHolder.open(settings.rules, metrics)
-    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules)
+    tokens = TokenCounter(Encodings(background=True))
+    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules,
+                       tokens=tokens)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
     app[STATE_KEY] = state
@@ -62,8 +65,6 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     await state.upstream.start()
-    # Tokenizer tables take most of a second to load: do it before saying ready.
-    await asyncio.get_running_loop().run_in_executor(None, state.tokens.encodings.preload)
     state.ready = True
     yield
     state.ready = False

@@ -125,6 +125,13 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+class _CoalescedStream(web.StreamResponse):
+    """Sends the response head together with the first event (one write, one TCP segment
+    less before the first token); an idle stream's first keep-alive flushes it too."""
+
+    _send_headers_immediately = False
+
+
 class _ChatExchange:
     """One chat request from the moment it is parsed until the client has its answer."""
 
@@ -228,7 +235,7 @@ class _ChatExchange:
         state = self.state
         before = time.perf_counter()
         headers = self._client_headers(upstream)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+        response = _CoalescedStream(status=upstream.status, headers=headers)
         await response.prepare(self.request)
         prepared = time.perf_counter() - before
         try:
