@@ -36,7 +36,8 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     """The application; raises ``RulesError`` when the rules directory is invalid."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
-    upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout)
+    upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout,
+                        ca_file=str(settings.upstream_ca) if settings.upstream_ca else None)
     rules = RulesHolder.open(settings.rules, metrics)
     tokens = TokenCounter(Encodings(background=True))
     state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules,
