@@ -141,7 +141,7 @@ class Replayed(UpstreamResponse):
 class Upstream:
     """Keep-alive HTTP/1.1 connections to one upstream origin."""
 
-    def __init__(self, url: str, connect_timeout: float, read_timeout: float,
+    def __init__(self, url: str, connect_timeout: float, read_timeout: float, *,
                  idle_timeout: float = 30.0, max_idle: int = 256,
                  ca_file: str | None = None) -> None:
         self.target = UpstreamTarget.parse(url)
