@@ -94,7 +94,7 @@ async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain for the grace period."""
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.log_format, settings.log_level, settings.access_log)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it

@@ -39,7 +39,7 @@ def error_of(body: bytes) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def small_proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
     process = ProxyProcess(fake.url, "--max-body-bytes", "1000", "--read-timeout", "0.5",
-                           "--keepalive-interval", "0.15")
+                           "--keepalive-interval", "0.15", "--access-log")
     yield process
     process.stop()
 
@@ -180,3 +180,6 @@ def test_logs_carry_request_ids_and_never_the_api_key(
     lines = [orjson.loads(line) for line in logs.splitlines() if line.startswith("{")]
     warnings = [line for line in lines if line["level"] == "warning"]
     assert warnings and all(line["request_id"] != "-" for line in warnings)
+    access = [line for line in lines if line["logger"] == "tailfloor.access"]
+    assert access and all(line["request_id"] != "-" and "status" in line for line in access)
+    assert {line["status"] for line in access} >= {504}
