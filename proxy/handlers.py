@@ -104,7 +104,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                             extra={"status": code, "model": model, "verdict": exchange.verdict,
                                    "ms": round((time.perf_counter() - started) * 1e3, 3)})
         return response
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionError):
+        # Cancelled while waiting, or a write found the client gone: either way it left.
         code = CLIENT_CLOSED
         state.metrics.client_disconnects.inc()
         raise
@@ -296,7 +297,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         response = await _forward(state, request, path, route, request_id=request_id,
                                   started=started)
         return response
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionError):
         disconnected = True
         state.metrics.client_disconnects.inc()
         raise
