@@ -6,22 +6,38 @@ body, send, relay, record metrics once from the values the stages returned.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body, to_response_parts
 from proxy.logs import REQUEST_ID
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.model import ChatRequest, Usage, with_stream_usage
+from proxy.model import (
+    ChatRequest,
+    ErrorReply,
+    Outcome,
+    Rewrite,
+    UpstreamAnswer,
+    Usage,
+    UsageAdjustment,
+    with_stream_usage,
+)
 from proxy.relay import relay_stream
-from proxy.sse import StreamScanner, usage_from_body
+from proxy.sse import StreamScanner, finish_reason_of, read_body_usage
 from proxy.state import STATE_KEY, ProxyState
+from proxy.upstream import Replayed as _Replayed
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
+ACCESS_LOG = logging.getLogger("tailfloor.access")
 JSON = "application/json"
+# nginx's convention for "the client closed the connection before the answer was complete".
+CLIENT_CLOSED = 499
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
     "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
@@ -83,13 +99,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         exchange = _ChatExchange(state, request, chat, request_id, started)
         response = await exchange.run()
         code = response.status
+        if ACCESS_LOG.isEnabledFor(logging.INFO):
+            ACCESS_LOG.info("%s %s %d %s", request.method, request.path, code, exchange.verdict,
+                            extra={"status": code, "model": model, "verdict": exchange.verdict,
+                                   "ms": round((time.perf_counter() - started) * 1e3, 3)})
         return response
+    except asyncio.CancelledError:
+        code = CLIENT_CLOSED
+        state.metrics.client_disconnects.inc()
+        raise
     finally:
         state.metrics.in_flight.dec()
         label = state.metrics.model_label(model)
-        state.metrics.requests.labels(route="chat_completions", model=label, code=str(code)).inc()
-        state.metrics.request_duration.labels(route="chat_completions", model=label).observe(
-            time.perf_counter() - started)
+        state.metrics.requests_by("chat_completions", label, str(code)).inc()
+        state.metrics.duration_by("chat_completions", label).observe(time.perf_counter() - started)
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -113,68 +136,104 @@ class _ChatExchange:
         self.request_id = request_id
         self.started = started
         self.proxy_seconds = 0.0
+        # What tailfloor did to the request, for the x-tailfloor header and the access log.
+        self.verdict = "none"
+        self.adjust: UsageAdjustment | None = None
 
     async def run(self) -> web.StreamResponse:
-        state, chat = self.state, self.chat
-        hide_usage = (chat.stream and not chat.include_usage
-                      and state.settings.inject_stream_usage and not state.stream_options_rejected)
-        upstream_body = with_stream_usage(chat.raw, chat.body) if hide_usage else chat.raw
-        headers = forward_headers(self.request.headers, identity_encoding=True)
-        path = client_path(self.request)
+        state, chat, headers = self.state, self.chat, self.request.headers
+        rewrite = state.rewriter.rewrite(chat, headers)
+        rewrite = await state.recovery.before_send(chat, rewrite, headers)
         self.proxy_seconds += time.perf_counter() - self.started
-        try:
-            upstream = await state.upstream.send("POST", path, self.request.query_string,
-                                                 headers, upstream_body)
-            if hide_usage and upstream.status == 400:
+        attempt = 0
+        while True:
+            self.verdict, self.adjust = rewrite.verdict, rewrite.adjust
+            try:
+                upstream, hide_usage = await self._send(rewrite)
+                if upstream.status < 400:
+                    break
                 answer = await upstream.read()
-                if b"stream_options" not in answer:
-                    return self._finish_plain(upstream, answer)
-                # This upstream does not know stream_options: remember, and send as the client did.
-                state.stream_options_rejected = True
-                state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
-                hide_usage = False
-                upstream = await state.upstream.send("POST", path, self.request.query_string,
-                                                     headers, chat.raw)
-        except ProxyError as exc:
-            state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-            state.log.warning("upstream failed before answering: %s", exc.message)
-            return _error(exc, self.request_id)
+            except ProxyError as exc:
+                state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+                state.log.warning("upstream failed before answering: %s", exc.message)
+                return _error(exc, self.request_id)
+            decided = time.perf_counter()
+            next_step = await state.recovery.on_error(
+                chat, rewrite,
+                UpstreamAnswer(upstream.status, upstream.headers.get("Content-Type"), answer),
+                headers, attempt=attempt)
+            self.proxy_seconds += time.perf_counter() - decided
+            if isinstance(next_step, Rewrite) and attempt == 0:
+                rewrite, attempt = next_step, 1
+                continue
+            if isinstance(next_step, ErrorReply):
+                return web.Response(body=next_step.body, status=next_step.status,
+                                    content_type=JSON,
+                                    headers={"x-tailfloor-request-id": self.request_id})
+            return self._finish_plain(upstream, answer, rewrite)
         is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        if upstream.status != 200 or not is_sse:
+        if not is_sse:
             try:
                 answer = await upstream.read()
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 return _error(exc, self.request_id)
-            return self._finish_plain(upstream, answer)
-        return await self._finish_stream(upstream, StreamScanner(hide_usage=hide_usage))
+            return self._finish_plain(upstream, answer, rewrite)
+        return await self._finish_stream(
+            upstream, StreamScanner(hide_usage=hide_usage, adjust=self.adjust), rewrite)
 
-    def _finish_plain(self, upstream: UpstreamResponse, answer: bytes) -> web.Response:
-        after = time.perf_counter()
-        if upstream.status == 200:
-            self._count_usage(usage_from_body(answer))
+    async def _send(self, rewrite: Rewrite) -> tuple[UpstreamResponse, bool]:
+        """Send the body upstream; returns the response and whether usage is to be hidden."""
+        state, chat = self.state, self.chat
+        hide_usage = (chat.stream and not chat.include_usage
+                      and state.settings.inject_stream_usage and not state.stream_options_rejected)
+        body = with_stream_usage(rewrite.body, chat.body) if hide_usage else rewrite.body
+        headers = forward_headers(self.request.headers, identity_encoding=True)
+        path = client_path(self.request)
+        query = self.request.query_string
+        upstream = await state.upstream.send("POST", path, query, headers, body)
+        if hide_usage and upstream.status == 400:
+            answer = await upstream.read()
+            if b"stream_options" not in answer:
+                return _Replayed(upstream, answer), False
+            # This upstream does not know stream_options: remember, and send as the client did.
+            state.stream_options_rejected = True
+            state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
+            upstream = await state.upstream.send("POST", path, query, headers, rewrite.body)
+            hide_usage = False
+        return upstream, hide_usage
+
+    def _client_headers(self, upstream: UpstreamResponse) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
         headers["x-tailfloor-request-id"] = self.request_id
+        if self.state.settings.tailfloor_header:
+            headers["x-tailfloor"] = self.verdict
+        return headers
+
+    def _finish_plain(self, upstream: UpstreamResponse, answer: bytes,
+                      rewrite: Rewrite) -> web.Response:
+        after = time.perf_counter()
+        if upstream.status == 200:
+            usage, answer = read_body_usage(answer, self.adjust)
+            self._count_usage(usage)
+            self.state.recovery.after_answer(self.chat, rewrite, Outcome(
+                upstream.status, usage, finish_reason_of(answer), None))
+        headers = self._client_headers(upstream)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
         return response
 
-    async def _finish_stream(self, upstream: UpstreamResponse,
-                             scanner: StreamScanner) -> web.StreamResponse:
+    async def _finish_stream(self, upstream: UpstreamResponse, scanner: StreamScanner,
+                             rewrite: Rewrite) -> web.StreamResponse:
         state = self.state
         before = time.perf_counter()
-        headers = response_headers(upstream.headers, keep_length=False)
-        headers["x-tailfloor-request-id"] = self.request_id
+        headers = self._client_headers(upstream)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(self.request)
         prepared = time.perf_counter() - before
         try:
             outcome = await relay_stream(self.request, response, upstream, scanner,
                                          state.settings.keepalive_interval)
-        except (ConnectionError, RuntimeError):
-            upstream.close()
-            state.metrics.client_disconnects.inc()
-            raise
         except BaseException:
             upstream.close()
             raise
@@ -188,10 +247,11 @@ class _ChatExchange:
         else:
             upstream.release()
         if outcome.first_chunk_at is not None:
-            state.metrics.time_to_first_token.labels(
-                model=state.metrics.model_label(self.chat.model)).observe(
+            state.metrics.ttft_by(state.metrics.model_label(self.chat.model)).observe(
                 outcome.first_chunk_at - self.started)
         self._count_usage(scanner.usage)
+        state.recovery.after_answer(self.chat, rewrite, Outcome(
+            upstream.status, scanner.usage, scanner.finish_reason, scanner.error))
         self._observe_overhead(prepared + outcome.proxy_seconds)
         return response
 
@@ -206,11 +266,10 @@ class _ChatExchange:
                             ("cached_input", usage.cached_tokens),
                             ("reasoning", usage.reasoning_tokens)):
             if value:
-                metrics.tokens.labels(model=model, agent=agent, type=kind).inc(value)
+                metrics.tokens_by(model, agent, kind).inc(value)
 
     def _observe_overhead(self, extra: float) -> None:
-        self.state.metrics.overhead.labels(route="chat_completions").observe(
-            self.proxy_seconds + extra)
+        self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
@@ -225,16 +284,26 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         return _draining(request_id)
     state.metrics.in_flight.inc()
     response: web.StreamResponse | None = None
+    disconnected = False
     try:
         response = await _forward(state, request, path, route, request_id=request_id,
                                   started=started)
         return response
+    except asyncio.CancelledError:
+        disconnected = True
+        state.metrics.client_disconnects.inc()
+        raise
     finally:
         state.metrics.in_flight.dec()
         code = str(response.status) if response is not None else "500"
-        state.metrics.requests.labels(route=route, model="none", code=code).inc()
-        state.metrics.request_duration.labels(route=route, model="none").observe(
-            time.perf_counter() - started)
+        if disconnected:
+            code = str(CLIENT_CLOSED)
+        if ACCESS_LOG.isEnabledFor(logging.INFO):
+            ACCESS_LOG.info("%s %s %s", request.method, request.path, code,
+                            extra={"status": int(code), "route": route,
+                                   "ms": round((time.perf_counter() - started) * 1e3, 3)})
+        state.metrics.requests_by(route, "none", code).inc()
+        state.metrics.duration_by(route, "none").observe(time.perf_counter() - started)
 
 
 async def _forward(state: ProxyState, request: web.Request, path: str, route: str, *,
@@ -279,7 +348,7 @@ async def _forward(state: ProxyState, request: web.Request, path: str, route: st
         raise
     upstream.release()
     await response.write_eof()
-    state.metrics.overhead.labels(route=route).observe(overhead)
+    state.metrics.overhead_by(route).observe(overhead)
     return response
 
 

@@ -59,6 +59,82 @@ class Usage:
         return max(self.prompt_tokens - self.cached_tokens, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class UsageAdjustment:
+    """Turns the upstream's usage into the usage of the request the client sent.
+
+    Agents decide when to compact from reported prompt tokens: tokens tailfloor added must not
+    make them compact early, tokens it removed must not hide real growth, and a figure above
+    the agent's window makes Pi and OpenClaw discard a good answer as a silent overflow, so
+    the result stays below ``window``.
+    """
+
+    added: int = 0
+    removed: int = 0
+    window: int | None = None
+
+    def apply(self, usage: dict[str, Any]) -> dict[str, Any]:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if not isinstance(prompt, int) or isinstance(prompt, bool):
+            return usage
+        reported = max(prompt - self.added + self.removed, 0)
+        if self.window is not None:
+            reported = min(reported, self.window - 1)
+        out = dict(usage)
+        out["prompt_tokens"] = reported
+        if isinstance(completion, int) and not isinstance(completion, bool):
+            out["total_tokens"] = reported + completion
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            out["prompt_tokens_details"] = {
+                **details, "cached_tokens": min(details["cached_tokens"], reported)}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """What the rewrite stages decided for one chat request.
+
+    ``body`` is what goes upstream (the client's bytes when nothing changed); ``messages`` the
+    parsed messages it holds, for a later stage to work from; ``session_key`` the session the
+    request was tied to, when one was.
+    """
+
+    body: bytes
+    verdict: str = "none"
+    adjust: UsageAdjustment | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    session_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """A complete non-streamed upstream answer (an error, when recovery looks at it)."""
+
+    status: int
+    content_type: str | None
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An answer tailfloor gives the client itself instead of the upstream's."""
+
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an answer ended, for checks after the fact (silent overflow)."""
+
+    status: int
+    usage: Usage | None
+    finish_reason: str | None
+    stream_error: dict[str, Any] | None
+
+
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
 
 

@@ -160,13 +160,13 @@ def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]
             return int(text)
         except ValueError:
             problems.append(f"{source}: {text!r} is not a whole number")
-            return 0
+            return None
     if kind == "float":
         try:
             return float(text)
         except ValueError:
             problems.append(f"{source}: {text!r} is not a number")
-            return 0.0
+            return None
     if kind == "bool":
         if isinstance(raw, bool):
             return raw

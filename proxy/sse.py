@@ -18,19 +18,24 @@ from typing import Any
 
 import orjson
 
-from proxy.model import Usage
+from proxy.model import Usage, UsageAdjustment
 
-_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:')
+_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_NULL = b',"usage":null'
 MAX_PENDING = 16 * 1024 * 1024
 
 
 class StreamScanner:
-    def __init__(self, hide_usage: bool = False) -> None:
+    def __init__(self, hide_usage: bool = False,
+                 adjust: UsageAdjustment | None = None) -> None:
         self.hide_usage = hide_usage
+        self.adjust = adjust
+        # Whole-event processing is needed only when events may change.
+        self._by_event = hide_usage or adjust is not None
         self.usage: Usage | None = None
         self.error: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
         self.saw_done = False
         self.events = 0
         self._pending = b""
@@ -39,12 +44,12 @@ class StreamScanner:
     @property
     def at_event_boundary(self) -> bool:
         """True when the bytes relayed so far end between two events (or none were relayed)."""
-        if self.hide_usage:
+        if self._by_event:
             return not self._pending
         return not self._tail or self._tail.endswith((b"\n\n", b"\r\n\r\n"))
 
     def feed(self, chunk: bytes) -> bytes:
-        if self.hide_usage:
+        if self._by_event:
             return self._feed_events(chunk)
         data = self._pending + chunk if self._pending else chunk
         cut = data.rfind(b"\n") + 1
@@ -62,9 +67,9 @@ class StreamScanner:
         return chunk
 
     def flush(self) -> bytes:
-        """What is still held back at the end of the stream (hide mode only)."""
+        """What is still held back at the end of the stream (whole-event mode only)."""
         rest, self._pending = self._pending, b""
-        if self.hide_usage and rest:
+        if self._by_event and rest:
             return self._filter_event(rest)
         return b""
 
@@ -87,13 +92,16 @@ class StreamScanner:
         parsed: object = None
         for line in event.splitlines():
             parsed = self._read_line(line) or parsed
-        if (
-            isinstance(parsed, dict)
-            and parsed.get("choices") == []
-            and isinstance(parsed.get("usage"), dict)
-        ):
-            return b""
-        return event.replace(_USAGE_NULL, b"") if _USAGE_NULL in event else event
+        usage = parsed.get("usage") if isinstance(parsed, dict) else None
+        if isinstance(usage, dict) and isinstance(parsed, dict):
+            if self.hide_usage and parsed.get("choices") == []:
+                return b""
+            if self.adjust is not None:
+                changed = {**parsed, "usage": self.adjust.apply(usage)}
+                return b"data: " + orjson.dumps(changed) + b"\n\n"
+        if self.hide_usage and _USAGE_NULL in event:
+            return event.replace(_USAGE_NULL, b"")
+        return event
 
     def _read_line(self, line: bytes) -> dict[str, Any] | None:
         if not line.startswith(b"data:"):
@@ -114,14 +122,38 @@ class StreamScanner:
         error = parsed.get("error")
         if isinstance(error, dict):
             self.error = error
+        choices = parsed.get("choices")
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reason = reason
         return parsed
 
 
-def usage_from_body(body: bytes) -> Usage | None:
-    """Usage of a non-streaming chat completion body, or None when it has none."""
+def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
+                    ) -> tuple[Usage | None, bytes]:
+    """Usage of a non-streaming chat completion body, and the body the client gets: the same
+    bytes, or the body with its usage adjusted when tailfloor changed the prompt."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, body
+    usage = parsed.get("usage") if isinstance(parsed, dict) else None
+    if not isinstance(usage, dict) or not isinstance(parsed, dict):
+        return None, body
+    if adjust is not None:
+        body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
+    return Usage.from_dict(usage), body
+
+
+def finish_reason_of(body: bytes) -> str | None:
+    """The first choice's finish_reason of a non-streaming body."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    usage = parsed.get("usage") if isinstance(parsed, dict) else None
-    return Usage.from_dict(usage) if isinstance(usage, dict) else None
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    return None
