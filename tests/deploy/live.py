@@ -91,12 +91,13 @@ class Process:
         self._out.close()
 
 
-def start_tailfloor(upstream: str, tmp: Path) -> tuple[Process, str]:
+def start_tailfloor(upstream: str, tmp: Path, rules: Path | None = None) -> tuple[Process, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    extra = ["--rules", str(rules)] if rules is not None else []
     process = Process(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
-         "--upstream", upstream, "--log-format", "json"],
+         "--upstream", upstream, "--log-format", "json", *extra],
         tmp / "tailfloor.log", env={"PYTHONPATH": str(ROOT)})
 
     def ready() -> bool:
@@ -176,10 +177,11 @@ def families(exposition: str) -> dict[str, Family]:
     return result
 
 
-def run_load(base: str, seconds: float) -> None:
+def run_load(base: str, seconds: float, rules: Path | None = None) -> None:
     """A mixed load spread over ``seconds``, so several scrapes see the counters move:
     streamed and plain answers for two models and two agents, an upstream 500, a stream the
-    upstream breaks, answers without usage, a client that hangs up, bad JSON and /v1/models."""
+    upstream breaks, answers without usage, a client that hangs up, bad JSON and /v1/models;
+    with ``rules``, a good and then a bad edit of the rules directory."""
     clients = {agent: openai.OpenAI(base_url=f"{base}/agents/{agent}/v1", api_key="sk-test",
                                     max_retries=0, timeout=10)
                for agent in ("planner", "coder")}
@@ -208,6 +210,10 @@ def run_load(base: str, seconds: float) -> None:
             urllib.request.urlopen(bad, timeout=5)
         plain.models.list()
         hang_up_mid_stream(base)
+        if rules is not None and rounds == 1:
+            (rules / "50-load.toml").write_text("[defaults]\nmin_tail_messages = 12\n")
+        if rules is not None and rounds == 2:
+            (rules / "60-broken.toml").write_text("[defaults]\nno_such_field = 1\n")
         time.sleep(0.3)
 
 

@@ -4,6 +4,7 @@ schemas, and check what the rendered pods actually do."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from tests.deploy.tools import (
     CHART,
     EXAMPLES,
+    ROOT,
     by_kind,
     container,
     env_of,
@@ -163,7 +165,7 @@ def test_rules_configmap_is_mounted_as_a_directory(variant: str) -> None:
     volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
     cm = next(c for c in by_kind(docs, "ConfigMap")
               if c["metadata"]["name"] == volume["configMap"]["name"])
-    assert cm["data"] == {"policy.toml": "x = 1"}
+    assert cm["data"]["policy.toml"] == "x = 1"
     assert "items" not in volume["configMap"]
 
 
@@ -264,3 +266,13 @@ spec:
     assert volumes["tailfloor-rules"]["configMap"]["name"] == "my-rules"
     mounted = {m["name"] for m in tailfloor["volumeMounts"]}
     assert mounted <= set(volumes)
+
+
+@pytest.mark.parametrize("variant", ["sidecar", "standalone"])
+def test_rules_in_the_configmap_pass_tailfloor_rules_check(variant: str, tmp_path: Path) -> None:
+    docs = render(VARIANTS[variant])
+    rules = next(c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith(
+        "-rules"))
+    for name, content in (rules.get("data") or {}).items():
+        (tmp_path / name).write_text(content)
+    run([sys.executable, "-m", "proxy", "rules", "check", str(tmp_path)], cwd=ROOT)

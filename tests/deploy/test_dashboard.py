@@ -146,12 +146,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     fake = live.FakeUpstream()
     started: list[live.Process] = []
     try:
-        tailfloor, url = live.start_tailfloor(fake.url, tmp)
+        rules = tmp / "rules"
+        rules.mkdir()
+        tailfloor, url = live.start_tailfloor(fake.url, tmp, rules)
         started.append(tailfloor)
         before = live.http_get(url + "/metrics").decode()
         prometheus, prom_url = live.start_prometheus(url.removeprefix("http://"), tmp)
         started.append(prometheus)
-        live.run_load(url, seconds=4)
+        live.run_load(url, seconds=4, rules=rules)
         after = live.http_get(url + "/metrics").decode()
         total = live.families(after)["tailfloor_requests"]
 

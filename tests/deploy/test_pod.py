@@ -41,7 +41,7 @@ def values(scripts: Path, state: Path, host_port: int) -> dict[str, Any]:
             "upstream": f"http://127.0.0.1:{UPSTREAM_PORT}",
             "hostPort": host_port, "hostIP": "127.0.0.1",
             "logFormat": "text",
-            "rules": {"files": {"policy.toml": "# pod test\n"}},
+            "rules": {"files": {"policy.toml": "[defaults]\nmin_tail_messages = 12\n"}},
         },
         "agent": {
             "name": "agent",
