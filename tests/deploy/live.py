@@ -3,6 +3,7 @@ process, a real Prometheus, a short mixed load, and reading the exposition."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.deploy import fake_openai
+from tests import fake_upstream
 from tests.deploy.tools import ROOT, find_tool
 
 
@@ -54,17 +55,24 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str,
 
 
 class FakeUpstream:
-    """fake_openai.py on a loopback port, in a daemon thread."""
+    """The project's scripted fake upstream on a loopback port, on its own event loop in a
+    daemon thread. ``push`` queues a scripted reply for the next chat request."""
 
     def __init__(self) -> None:
-        self.server = fake_openai.serve("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.fake = fake_upstream.FakeUpstream()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.start(), self._loop).result(10)
+        self.url = self.fake.url
+
+    def push(self, reply: fake_upstream.Reply) -> None:
+        self._loop.call_soon_threadsafe(self.fake.script.append, reply)
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
 
 
 class Process:
@@ -177,10 +185,10 @@ def families(exposition: str) -> dict[str, Family]:
     return result
 
 
-def run_load(base: str, seconds: float, rules: Path | None = None) -> None:
+def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None = None) -> None:
     """A mixed load spread over ``seconds``, so several scrapes see the counters move:
     streamed and plain answers for two models and two agents, an upstream 500, a stream the
-    upstream breaks, answers without usage, a client that hangs up, bad JSON and /v1/models;
+    upstream breaks, an answer without usage, a client that hangs up, bad JSON, /v1/models;
     with ``rules``, a good and then a bad edit of the rules directory."""
     clients = {agent: openai.OpenAI(base_url=f"{base}/agents/{agent}/v1", api_key="sk-test",
                                     max_retries=0, timeout=10)
@@ -197,18 +205,22 @@ def run_load(base: str, seconds: float, rules: Path | None = None) -> None:
             for _ in client.chat.completions.create(model=model, messages=messages,
                                                     stream=True):
                 pass
+        fake.push(fake_upstream.Reply(status=500))
         with pytest.raises(openai.InternalServerError):
-            plain.chat.completions.create(model="fail-500", messages=messages)
+            plain.chat.completions.create(model="fake-model", messages=messages)
+        fake.push(fake_upstream.Reply(close_after_chunks=2))
         with pytest.raises(openai.APIError):
-            for _ in plain.chat.completions.create(model="break-stream", messages=messages,
+            for _ in plain.chat.completions.create(model="fake-model", messages=messages,
                                                    stream=True):
                 pass
-        plain.chat.completions.create(model="no-usage", messages=messages)
+        fake.push(fake_upstream.Reply(usage=None))
+        plain.chat.completions.create(model="fake-model", messages=messages)
         bad = urllib.request.Request(f"{base}/v1/chat/completions", data=b"{not json",
                                      headers={"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError, match="400"):
             urllib.request.urlopen(bad, timeout=5)
         plain.models.list()
+        fake.push(fake_upstream.Reply(delay_between_chunks=0.2, pieces=5))
         hang_up_mid_stream(base)
         if rules is not None and rounds == 1:
             (rules / "50-load.toml").write_text("[defaults]\nmin_tail_messages = 12\n")
@@ -220,7 +232,7 @@ def run_load(base: str, seconds: float, rules: Path | None = None) -> None:
 def hang_up_mid_stream(base: str) -> None:
     """Open a slow stream, read its first bytes, and close the socket."""
     url = urllib.parse.urlsplit(base)
-    body = json.dumps({"model": "slow-stream", "stream": True,
+    body = json.dumps({"model": "fake-model", "stream": True,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"

@@ -153,7 +153,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         before = live.http_get(url + "/metrics").decode()
         prometheus, prom_url = live.start_prometheus(url.removeprefix("http://"), tmp)
         started.append(prometheus)
-        live.run_load(url, seconds=4, rules=rules)
+        live.run_load(url, fake, seconds=4, rules=rules)
         after = live.http_get(url + "/metrics").decode()
         total = live.families(after)["tailfloor_requests"]
 

@@ -53,12 +53,14 @@ def values(scripts: Path, state: Path, host_port: int) -> dict[str, Any]:
                             "volume": {"hostPath": {"path": str(state), "type": "Directory"}}},
             "extraVolumeMounts": [scripts_mount],
         },
+        # The project's fake upstream needs aiohttp and orjson: the tailfloor image has both.
         "extraContainers": [{
             "name": "upstream",
-            "image": BASE_IMAGE,
+            "image": IMAGE,
             "imagePullPolicy": "Never",
-            "command": ["/usr/bin/python3", "/scripts/fake_openai.py", "--host", "127.0.0.1",
+            "command": ["/opt/tailfloor/bin/python", "-m", "tests.fake_upstream",
                         "--port", str(UPSTREAM_PORT)],
+            "workingDir": "/scripts",
             "securityContext": {"allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]}},
             "volumeMounts": [scripts_mount],
@@ -79,8 +81,12 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     scripts = tmp / "scripts"
     scripts.mkdir()
-    for name in ("fake_openai.py", "fake_agent.py"):
-        shutil.copy(HERE / name, scripts / name)
+    shutil.copy(HERE / "fake_agent.py", scripts / "fake_agent.py")
+    (scripts / "tests").mkdir()
+    for name in ("__init__.py", "fake_upstream.py", "fake_behaviour.py"):
+        shutil.copy(HERE.parent / name, scripts / "tests" / name)
+    for path in scripts.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     state = tmp / "state"
     state.mkdir()
     # The pod runs as uid 10001; a hostPath keeps the host's ownership.
