@@ -276,3 +276,18 @@ def test_rules_in_the_configmap_pass_tailfloor_rules_check(variant: str, tmp_pat
     for name, content in (rules.get("data") or {}).items():
         (tmp_path / name).write_text(content)
     run([sys.executable, "-m", "proxy", "rules", "check", str(tmp_path)], cwd=ROOT)
+
+
+def test_a_missing_tool_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("TAILFLOOR_PROMTOOL", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="'promtool' was not found; install it"):
+        find_tool("promtool")
+
+
+def test_a_rules_change_does_not_restart_the_pod() -> None:
+    """Hot reload is the point: the pod template must not depend on the rules' content."""
+    before = one(render([SIDECAR]), "Deployment")
+    after = one(render([SIDECAR], ["tailfloor.rules.files.other\\.toml=[defaults]"]),
+                "Deployment")
+    assert before["spec"]["template"] == after["spec"]["template"]
