@@ -9,16 +9,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy import handlers, logs
 from proxy.metrics import Metrics
+from proxy.rules_parse import RulesError
+from proxy.rules_watch import RulesHolder, watch_rules
 from proxy.settings import Settings
 from proxy.state import STATE_KEY, ProxyState
+from proxy.transcripts.discovery import default_roots
+from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
 
 log = logging.getLogger("tailfloor")
@@ -27,17 +33,24 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
+    """The application; raises ``RulesError`` when the rules directory is invalid."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
     upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout)
-    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream)
+    rules = RulesHolder.open(settings.rules, metrics)
+    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
     app[STATE_KEY] = state
+    roots = list(settings.sessions) or default_roots(os.environ, Path.home())
+    state.transcripts = TranscriptService(roots, metrics)
+    app.cleanup_ctx.append(_transcripts_ctx)
+    app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
     router = app.router
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
+    router.add_get("/tailfloor/sessions", handlers.sessions)
     for path in CHAT_PATHS:
         router.add_post(path, handlers.chat_completions)
         router.add_post("/agents/{agent}" + path, handlers.chat_completions)
@@ -49,10 +62,32 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     await state.upstream.start()
+    # Tokenizer tables take most of a second to load: do it before saying ready.
+    await asyncio.get_running_loop().run_in_executor(None, state.tokens.encodings.preload)
     state.ready = True
     yield
     state.ready = False
     await state.upstream.close()
+
+
+async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:
+    service = app[STATE_KEY].transcripts
+    if service is not None:
+        await service.start()
+    yield
+    if service is not None:
+        await service.stop()
+
+
+async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE_KEY]
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_rules(state.rules, stop))
+    yield
+    stop.set()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def serve(settings: Settings) -> int:
@@ -67,7 +102,11 @@ def serve(settings: Settings) -> int:
 
 
 async def _serve(settings: Settings) -> int:
-    app = build_app(settings)
+    try:
+        app = build_app(settings)
+    except RulesError as exc:
+        log.error("%s", exc)
+        return 2
     state = app[STATE_KEY]
     runner = web.AppRunner(app, handle_signals=False, access_log=None,
                            handler_cancellation=True, shutdown_timeout=settings.shutdown_grace)

@@ -375,3 +375,10 @@ async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     return web.Response(body=state.metrics.exposition(),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def sessions(request: web.Request) -> web.Response:
+    """Metadata of every tracked session (never message content)."""
+    service = request.app[STATE_KEY].transcripts
+    listing = service.sessions_summary() if service is not None else []
+    return web.Response(body=orjson.dumps({"sessions": listing}), content_type=JSON)

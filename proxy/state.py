@@ -13,7 +13,10 @@ from aiohttp import web
 
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, ErrorReply, Outcome, Rewrite, UpstreamAnswer
+from proxy.rules_watch import RulesHolder
 from proxy.settings import Settings
+from proxy.tokens import TokenCounter
+from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
 
 
@@ -70,6 +73,9 @@ class ProxyState:
     settings: Settings
     metrics: Metrics
     upstream: Upstream
+    rules: RulesHolder = field(default_factory=lambda: RulesHolder(None))
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    transcripts: TranscriptService | None = None
     rewriter: Rewriter = field(default_factory=PassThrough)
     recovery: Recovery = field(default_factory=NoRecovery)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))

@@ -21,7 +21,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests import fake_behaviour as fb
+try:
+    from tests import fake_behaviour as fb
+except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
+    import fake_behaviour as fb  # type: ignore[no-redef]
 
 
 @dataclass

@@ -79,3 +79,12 @@ def test_help_reads_well() -> None:
 ])
 def test_upstream_path_mapping(upstream: str, client: str, expected: str) -> None:
     assert UpstreamTarget.parse(upstream).path_for(client) == expected
+
+
+def test_serve_refuses_invalid_rules(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text('[defaults]\nmin_tail_messages = "many"\nmode = "loud"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--listen", "127.0.0.1:0", "--rules",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert "min_tail_messages" in result.stderr and "mode" in result.stderr

@@ -1,0 +1,1 @@
+"""Follow agent session transcripts (Pi, OpenClaw JSONL and SQLite), read-only."""

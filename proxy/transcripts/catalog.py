@@ -1,0 +1,389 @@
+"""An in-memory view of every known session, with content indexes. No I/O of its own.
+
+The catalog keeps, per session, a bounded window of entry records (ids, links, kinds,
+timestamps, index keys; no message content) covering at least the last ``tail_limit`` raw
+messages, plus every compaction and reset entry seen. Message content is fetched through
+the session's ``TranscriptStore`` when ``tail``/``context`` need it, and a view whose start
+lies before the window is computed from a fresh read of the transcript.
+
+Content indexes (tool-call ids in all wire forms, hashes of normalised user text) cover the
+entries in the windows and are updated as windows grow and shrink, so lookups are dict
+lookups whatever the number of sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from proxy.messages import Flavor, RenderOptions, Source, render
+from proxy.transcripts import view
+from proxy.transcripts.entries import Entry, tool_call_keys, user_text_key
+from proxy.transcripts.records import (
+    CompactionInfo,
+    ResetMark,
+    SessionInfo,
+    SessionRecord,
+    TailMessage,
+    TranscriptStore,
+    Window,
+)
+
+__all__ = ["Catalog"]
+
+log = logging.getLogger(__name__)
+
+
+class _State:
+    __slots__ = ("by_id", "complete", "entries", "info", "keys", "marks", "record", "store")
+
+    def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
+        self.info = info
+        self.store = store
+        self.entries: list[Entry] = []
+        self.by_id: dict[str, Entry] = {}
+        self.marks: dict[str, Entry] = {}
+        self.complete = False
+        self.keys: Counter[str] = Counter()
+        self.record: SessionRecord | None = None
+
+
+class Catalog:
+    """All sessions: metadata, active-branch views, identification indexes.
+
+    Mutators (``put``, ``append``, ``update_info``, ``remove``) are called by the readers;
+    everything else is a query. Queries never raise for unknown ids: they return None or
+    empty results.
+    """
+
+    def __init__(self, tail_limit: int = 200, render_options: RenderOptions | None = None
+                 ) -> None:
+        self.tail_limit = tail_limit
+        self._opts = render_options or RenderOptions()
+        self._states: dict[str, _State] = {}
+        self._index: dict[str, set[str]] = {}
+        self._by_key: dict[str, list[str]] = {}
+        self._by_group: dict[str, list[str]] = {}
+        self._key_scopes: dict[str, set[str]] = {}
+
+    # ----------------------------------------------------------------- mutators
+    def put(self, info: SessionInfo, store: TranscriptStore, window: Window) -> None:
+        """Add or replace a session with the given window of entries."""
+        old = self._states.get(info.session_id)
+        if old is not None:
+            self._unindex(old, old.keys)
+        st = _State(info, store)
+        self._states[info.session_id] = st
+        st.marks = {m.id: m for m in window.marks}
+        self._set_window(st, list(window.entries), window.complete)
+        self._link_key(info)
+        self._refresh(st)
+
+    def append(self, session_id: str, entries: Sequence[Entry]) -> None:
+        """Entries appended to a session's transcript, in order."""
+        st = self._states.get(session_id)
+        if st is None or not entries:
+            return
+        for e in entries:
+            st.entries.append(e)
+            st.by_id[e.id] = e
+            if e.kind in ("compaction", "reset"):
+                st.marks[e.id] = e
+            self._index_keys(st, e.keys)
+        self._trim(st)
+        self._refresh(st)
+
+    def update_info(self, info: SessionInfo) -> None:
+        """New metadata for a known session (renamed file, new predecessor link...)."""
+        st = self._states.get(info.session_id)
+        if st is None:
+            return
+        st.info = info
+        self._link_key(info)
+        self._refresh(st)
+
+    def remove(self, session_id: str) -> None:
+        st = self._states.pop(session_id, None)
+        if st is None:
+            return
+        self._unindex(st, st.keys)
+        for table, name in ((self._by_key, _scoped(st.info)), (self._by_group, st.info.group)):
+            if name and session_id in table.get(name, []):
+                table[name].remove(session_id)
+        self._refresh_dependents(session_id)
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._states
+
+    def count_by_source(self) -> dict[str, int]:
+        return dict(Counter(st.info.source for st in self._states.values()))
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        """The session with this id."""
+        st = self._states.get(session_id)
+        return st.record if st is not None else None
+
+    def info(self, session_id: str) -> SessionInfo | None:
+        st = self._states.get(session_id)
+        return st.info if st is not None else None
+
+    def key_scopes(self, session_key: str) -> list[str]:
+        """The agent directories (scopes) that have sessions under this key."""
+        return sorted(self._key_scopes.get(session_key, set()))
+
+    def by_key(self, session_key: str, scope: str | None = None) -> SessionRecord | None:
+        """The current (newest) session of an OpenClaw session key.
+
+        Keys like ``agent:main:main`` repeat across installations: without ``scope`` the
+        answer is None when more than one scope has the key (never guess a lineage).
+        """
+        history = self.key_history(session_key, scope)
+        return history[0] if history else None
+
+    def key_history(self, session_key: str, scope: str | None = None) -> list[SessionRecord]:
+        """Every session seen under a session key in one scope, newest first."""
+        if scope is None:
+            scopes = self._key_scopes.get(session_key, set())
+            if len(scopes) != 1:
+                return []
+            scope = next(iter(scopes))
+        ids = sorted(self._by_key.get(f"{scope}\x00{session_key}", []), key=self._order,
+                     reverse=True)
+        return [r for r in (self.get(i) for i in ids) if r is not None]
+
+    def sessions(self, agent_id: str | None = None) -> list[SessionRecord]:
+        """All sessions (or one agent's), most recently updated first."""
+        records = [st.record for st in self._states.values() if st.record is not None
+                   and (agent_id is None or st.info.agent_id == agent_id)]
+        return sorted(records, key=lambda r: (r.updated or 0.0, r.session_id), reverse=True)
+
+    def predecessor(self, session_id: str) -> SessionRecord | None:
+        record = self.get(session_id)
+        if record is None or record.predecessor is None:
+            return None
+        return self.get(record.predecessor)
+
+    def dangling_parent(self, session_id: str) -> str | None:
+        """A parent id the active branch names but the (whole) transcript lacks."""
+        st = self._states.get(session_id)
+        if st is None or not st.complete:
+            return None
+        return view.active_branch(st.entries, st.by_id).missing_parent
+
+    def find_tool_call(self, call_id: str) -> frozenset[str]:
+        """Sessions whose kept tail holds this tool-call id (any wire form)."""
+        found: set[str] = set()
+        for key in tool_call_keys(call_id):
+            found |= self._index.get(key, set())
+        return frozenset(found)
+
+    def find_user_text(self, text: str) -> frozenset[str]:
+        """Sessions whose kept tail holds a user message with this text (normalised)."""
+        key = user_text_key(text)
+        return frozenset(self._index.get(key, set())) if key else frozenset()
+
+    def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
+        """The last ``k`` raw messages of the active branch, oldest first.
+
+        Raw messages: user, assistant (not failed turns), tool results, custom messages.
+        Without ``before``: the part after the last reset entry. ``before`` = a reset
+        entry's id gives the part that reset closed. Each record carries its OpenAI
+        rendering for this agent, rendered on its own (no cross-message repairs).
+        """
+        st = self._states.get(session_id)
+        if st is None or k <= 0:
+            return []
+        path, rooted = self._path(st)
+        picked = view.tail_of(path, k, before)
+        if len(picked) < k and not rooted:
+            full = st.store.read_window(max(k, self.tail_limit) if before is None else None)
+            path = list(view.active_branch(full.entries).entries)
+            picked = view.tail_of(path, k, before)
+        return self._tail_records(st, picked)
+
+    def context(self, session_id: str) -> list[dict[str, Any]] | None:
+        """The messages the agent itself would send now (system prompt excluded)."""
+        st = self._states.get(session_id)
+        if st is None:
+            return None
+        path, rooted = self._path(st)
+        plan = view.context_plan(path)
+        if not rooted and not _plan_is_local(path, plan):
+            full = st.store.read_window(None)
+            plan = view.context_plan(view.active_branch(full.entries).entries)
+        return self.render_plan(st.store, plan, self._flavour(st))
+
+    def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
+                    opts: RenderOptions) -> list[dict[str, Any]]:
+        wanted = ([plan.compaction] if plan.compaction else []) + list(plan.entries)
+        objs = store.load(wanted)
+        items = [Source(e.kind, o, e.timestamp) for e, o in zip(wanted, objs, strict=True)
+                 if o is not None]
+        return render(items, opts)
+
+    def render_options(self, session_id: str) -> RenderOptions:
+        st = self._states.get(session_id)
+        return self._flavour(st) if st is not None else self._opts
+
+    # ---------------------------------------------------------------- internals
+    def _order(self, session_id: str) -> tuple[float, str]:
+        st = self._states.get(session_id)
+        created = st.info.created if st is not None else None
+        return (created or 0.0, session_id)
+
+    def _flavour(self, st: _State) -> RenderOptions:
+        flavor: Flavor = "pi" if st.info.source == "pi" else "openclaw"
+        return replace(self._opts, flavor=flavor)
+
+    def _path(self, st: _State) -> tuple[list[Entry], bool]:
+        branch = view.active_branch(st.entries, st.by_id)
+        path = list(branch.entries)
+        rooted = bool(path) and path[0].parent_id is None
+        if branch.missing_parent is not None and st.complete:
+            rooted = True  # a dangling parent in a complete file: the branch ends there
+        return path, rooted or (st.complete and not path)
+
+    def _tail_records(self, st: _State, picked: Sequence[Entry]) -> list[TailMessage]:
+        objs = st.store.load(picked)
+        opts = self._flavour(st)
+        out: list[TailMessage] = []
+        for entry, obj in zip(picked, objs, strict=True):
+            if obj is None:
+                continue
+            msgs = render([Source(entry.kind, obj, entry.timestamp)], opts, replay=False)
+            out.append(TailMessage(entry.id, entry.timestamp, entry.role or entry.kind, obj,
+                                   tuple(msgs)))
+        return out
+
+    def _set_window(self, st: _State, entries: list[Entry], complete: bool) -> None:
+        st.entries = entries
+        st.by_id = {e.id: e for e in entries}
+        st.complete = complete
+        for e in entries:
+            if e.kind in ("compaction", "reset"):
+                st.marks[e.id] = e
+        self._unindex(st, st.keys)
+        for e in entries:
+            self._index_keys(st, e.keys)
+        self._trim(st)
+
+    def _trim(self, st: _State) -> None:
+        limit = self.tail_limit
+        raw = sum(1 for e in st.entries if e.is_raw_message)
+        if raw <= limit + max(8, limit // 4):
+            return
+        drop = 0
+        for e in st.entries:
+            if raw <= limit:
+                break
+            drop += 1
+            if e.is_raw_message:
+                raw -= 1
+        gone, st.entries = st.entries[:drop], st.entries[drop:]
+        for e in gone:
+            st.by_id.pop(e.id, None)
+            self._unindex(st, Counter(e.keys))
+        st.complete = False
+
+    def _index_keys(self, st: _State, keys: Iterable[str]) -> None:
+        sid = st.info.session_id
+        for key in keys:
+            st.keys[key] += 1
+            self._index.setdefault(key, set()).add(sid)
+
+    def _unindex(self, st: _State, keys: Mapping[str, int]) -> None:
+        sid = st.info.session_id
+        for key, n in list(keys.items()):
+            left = st.keys[key] - n
+            if left > 0:
+                st.keys[key] = left
+                continue
+            st.keys.pop(key, None)
+            holders = self._index.get(key)
+            if holders is not None:
+                holders.discard(sid)
+                if not holders:
+                    del self._index[key]
+
+    def _link_key(self, info: SessionInfo) -> None:
+        if info.session_key:
+            self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
+        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
+            if name:
+                ids = table.setdefault(name, [])
+                if info.session_id not in ids:
+                    ids.append(info.session_id)
+
+    def relink(self) -> None:
+        """Recompute every record (predecessors may have appeared after their successors)."""
+        for st in self._states.values():
+            self._refresh(st)
+
+    def _refresh_dependents(self, session_id: str) -> None:
+        for st in self._states.values():
+            if st.record is not None and st.record.predecessor == session_id:
+                self._refresh(st)
+
+    def _refresh(self, st: _State) -> None:
+        path, _rooted = self._path(st)
+        start, _reset = view.segment_start(path)
+        comp: CompactionInfo | None = None
+        for e in reversed(path[start:]):
+            if e.kind == "compaction":
+                comp = CompactionInfo(e.id, e.summary or "", e.first_kept_id, e.timestamp)
+                break
+        if comp is None and not _rooted and not any(e.kind == "reset" for e in path):
+            older = [m for m in st.marks.values() if m.kind == "compaction"]
+            if older:
+                last = max(older, key=lambda m: m.pos)
+                comp = CompactionInfo(last.id, last.summary or "", last.first_kept_id,
+                                      last.timestamp)
+        resets = tuple(ResetMark(m.id, m.timestamp, m.reason)
+                       for m in sorted(st.marks.values(), key=lambda m: m.pos)
+                       if m.kind == "reset")
+        times = [e.timestamp for e in st.entries if e.timestamp is not None]
+        updated = max(times) if times else st.info.created
+        predecessor, link = self._predecessor(st)
+        st.record = SessionRecord(
+            info=st.info, updated=updated,
+            message_count=sum(1 for e in st.entries if e.is_raw_message),
+            count_complete=st.complete, compaction=comp, resets=resets,
+            predecessor=predecessor, link=link)
+
+    def _predecessor(self, st: _State) -> tuple[str | None, Any]:
+        info = st.info
+        if info.predecessor:
+            return info.predecessor, info.link
+        if info.session_key:
+            older = [i for i in self._by_key.get(_scoped(info) or "", [])
+                     if i != info.session_id and self._order(i) < self._order(info.session_id)]
+            if older:
+                return max(older, key=self._order), "key_history"
+        if info.group is not None:
+            mine = self._order(info.session_id)
+            same = [i for i in self._by_group.get(info.group, [])
+                    if i != info.session_id and self._order(i) < mine]
+            if same:
+                return max(same, key=self._order), "pi_directory"
+        return None, None
+
+
+def _scoped(info: SessionInfo) -> str | None:
+    return f"{info.scope or ''}\x00{info.session_key}" if info.session_key else None
+
+
+def _plan_is_local(path: Sequence[Entry], plan: view.ContextPlan) -> bool:
+    """Whether a plan computed from a partial branch starts inside that branch."""
+    ids = {e.id for e in path}
+    if plan.compaction is not None:
+        return plan.compaction.first_kept_id in ids
+    if plan.reset is not None:
+        return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
+    return False

@@ -1,0 +1,264 @@
+"""Transcript entries: parse one JSON object of a Pi/OpenClaw transcript into a frozen record.
+
+Pure: no I/O. The records keep only what the views and indexes need (ids, tree links, kind,
+timestamps, compaction/reset fields, index keys). Message *content* is not kept in memory: it
+is fetched again from the file or database when a view needs it (see ``catalog.ContentLoader``),
+so memory does not grow with transcript size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "KNOWN_KINDS",
+    "MESSAGE_KINDS",
+    "Entry",
+    "EntryError",
+    "Header",
+    "message_text",
+    "normalise_tool_call_id",
+    "normalise_user_text",
+    "parse_entry",
+    "parse_header",
+    "parse_timestamp",
+    "tool_call_id_forms",
+    "tool_call_keys",
+    "user_text_key",
+]
+
+KNOWN_KINDS = frozenset({
+    "message", "compaction", "branch_summary", "custom_message", "model_change",
+    "thinking_level_change", "custom", "label", "session_info", "reset",
+})
+# Entry kinds that can put a message in front of the model.
+MESSAGE_KINDS = frozenset({"message", "custom_message", "branch_summary"})
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
+
+_OPENCLAW_PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?: [^\]]{1,40})?\] ")
+_RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class EntryError(ValueError):
+    """A transcript object that cannot be used; ``kind`` is the metrics label."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """Line 1 of a JSONL transcript (first row of an OpenClaw SQLite transcript)."""
+
+    session_id: str
+    version: int
+    timestamp: float | None
+    cwd: str | None = None
+    parent_session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One transcript entry, without its message content.
+
+    ``pos`` locates the entry for re-reading: the byte offset of the line in a JSONL file, or
+    the ``seq`` of the row in OpenClaw's ``transcript_events``. ``size`` is the line's length
+    in bytes including its newline (0 for rows). ``keys`` are the content-index keys of the
+    entry (tool-call ids and user-text hashes, see ``tool_call_keys``/``user_text_key``).
+    """
+
+    kind: str
+    id: str
+    parent_id: str | None
+    timestamp: float | None
+    pos: int
+    size: int = 0
+    role: str | None = None
+    stop_reason: str | None = None
+    summary: str | None = None
+    first_kept_id: str | None = None
+    reason: str | None = None
+    keys: tuple[str, ...] = ()
+
+    @property
+    def is_raw_message(self) -> bool:
+        """A message the model sees verbatim: not a summary, not a failed assistant turn."""
+        if self.kind == "custom_message":
+            return True
+        if self.kind != "message":
+            return False
+        if self.role == "assistant":
+            return self.stop_reason not in ("error", "aborted")
+        return self.role in ("user", "toolResult", "bashExecution", "custom")
+
+
+def parse_timestamp(value: object) -> float | None:
+    """ISO-8601 string or epoch milliseconds -> epoch seconds; None when unusable."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) / 1000.0
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def parse_header(obj: object) -> Header:
+    """Validate a session header object; raise EntryError(missing_header|bad_version)."""
+    if not isinstance(obj, Mapping) or obj.get("type") != "session":
+        raise EntryError("missing_header", "first entry is not a session header")
+    sid = obj.get("id")
+    if not isinstance(sid, str) or not sid:
+        raise EntryError("missing_header", "session header has no id")
+    version = obj.get("version", 1)
+    if not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
+        raise EntryError("bad_version", f"unsupported transcript version {version!r}")
+    cwd = obj.get("cwd")
+    parent = obj.get("parentSession")
+    return Header(
+        session_id=sid, version=version, timestamp=parse_timestamp(obj.get("timestamp")),
+        cwd=cwd if isinstance(cwd, str) else None,
+        parent_session=parent if isinstance(parent, str) else None)
+
+
+def _str(obj: Mapping[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = None,
+                v1_parent: str | None = None) -> Entry:
+    """Turn one decoded JSON object into an Entry.
+
+    ``v1_index``: for version-1 transcripts (no ids) the line index (header = 0); the entry
+    gets the id ``v1-<index>`` and ``v1_parent`` as parent, which is how Pi's own migration
+    chains them, and a compaction's ``firstKeptEntryIndex`` maps onto the same naming.
+    Raises EntryError(kind) for objects that are not usable entries.
+    """
+    if not isinstance(obj, Mapping):
+        raise EntryError("malformed", "entry is not a JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise EntryError("malformed", "entry has no type")
+    if kind == "session":
+        raise EntryError("misplaced_header", "session header after line 1")
+    if kind not in KNOWN_KINDS:
+        raise EntryError("unknown_type", f"unknown entry type {kind[:40]!r}")
+    if v1_index is not None and not isinstance(obj.get("id"), str):
+        entry_id: str | None = f"v1-{v1_index}"
+        parent: str | None = v1_parent
+    else:
+        entry_id = _str(obj, "id")
+        parent = _str(obj, "parentId")
+    if not entry_id:
+        raise EntryError("malformed", "entry has no id")
+    ts = parse_timestamp(obj.get("timestamp"))
+    role = stop = summary = first_kept = reason = None
+    keys: tuple[str, ...] = ()
+    if kind == "message":
+        msg = obj.get("message")
+        if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
+            raise EntryError("malformed", "message entry without a message role")
+        role = str(msg["role"])
+        stop = _str(msg, "stopReason")
+        if ts is None:
+            ts = parse_timestamp(msg.get("timestamp"))
+        keys = _message_keys(msg)
+    elif kind == "compaction":
+        summary = _str(obj, "summary") or ""
+        first_kept = _str(obj, "firstKeptEntryId")
+        index = obj.get("firstKeptEntryIndex")
+        if first_kept is None and isinstance(index, int) and not isinstance(index, bool):
+            first_kept = f"v1-{index}"
+    elif kind == "branch_summary":
+        summary = _str(obj, "summary") or ""
+    elif kind == "reset":
+        first_kept = _str(obj, "firstKeptEntryId")
+        reason = _str(obj, "reason")
+    elif kind == "custom_message":
+        keys = _user_keys(obj.get("content"))
+    return Entry(kind=kind, id=entry_id, parent_id=parent, timestamp=ts, pos=pos, size=size,
+                 role=role, stop_reason=stop, summary=summary, first_kept_id=first_kept,
+                 reason=reason, keys=keys)
+
+
+def message_text(content: object, sep: str = "\n") -> str:
+    """The text parts of a message content (string or blocks), joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return sep.join(str(b.get("text", "")) for b in content
+                        if isinstance(b, Mapping) and b.get("type") == "text")
+    return ""
+
+
+def normalise_user_text(text: str) -> str:
+    """User text as both the transcript and any request carry it.
+
+    Drops OpenClaw's ``[Day YYYY-MM-DD HH:MM TZ] `` prefix and its trailing Runtime line
+    (added on the wire only), and collapses whitespace.
+    """
+    text = _RUNTIME_SUFFIX.sub("", _OPENCLAW_PREFIX.sub("", text.lstrip(), count=1))
+    return " ".join(text.split())
+
+
+def user_text_key(text: str) -> str | None:
+    """Index key of a user message's text (None for empty text)."""
+    norm = normalise_user_text(text)
+    if not norm:
+        return None
+    return "u:" + hashlib.blake2b(norm.encode("utf-8", "surrogatepass"),
+                                  digest_size=10).hexdigest()
+
+
+def normalise_tool_call_id(call_id: str) -> str:
+    """Pi's cross-model replay form: part before ``|``, unsafe chars -> ``_``, 40 chars max."""
+    return _UNSAFE_ID.sub("_", call_id.split("|", 1)[0])[:40]
+
+
+def tool_call_id_forms(call_id: str) -> tuple[str, ...]:
+    """Every form an agent may put on the wire: verbatim, normalised, ``_`` stripped."""
+    normalised = normalise_tool_call_id(call_id)
+    forms = dict.fromkeys((call_id, normalised, call_id.replace("_", ""),
+                           normalised.replace("_", "")))
+    return tuple(f for f in forms if f)
+
+
+def tool_call_keys(call_id: str) -> tuple[str, ...]:
+    """Index keys of a tool-call id (all its wire forms)."""
+    return tuple("t:" + form for form in tool_call_id_forms(call_id))
+
+
+def _user_keys(content: object) -> tuple[str, ...]:
+    key = user_text_key(message_text(content))
+    return (key,) if key else ()
+
+
+def _message_keys(msg: Mapping[str, Any]) -> tuple[str, ...]:
+    role = msg.get("role")
+    if role == "user":
+        return _user_keys(msg.get("content"))
+    keys: list[str] = []
+    if role == "assistant":
+        for block in _blocks(msg.get("content")):
+            if block.get("type") == "toolCall" and isinstance(block.get("id"), str):
+                keys.extend(tool_call_keys(block["id"]))
+    elif role == "toolResult" and isinstance(msg.get("toolCallId"), str):
+        keys.extend(tool_call_keys(msg["toolCallId"]))
+    return tuple(dict.fromkeys(keys))
+
+
+def _blocks(content: object) -> Iterable[Mapping[str, Any]]:
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, Mapping)]
+    return []

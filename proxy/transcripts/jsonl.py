@@ -1,0 +1,258 @@
+"""Read a JSONL transcript incrementally, read-only.
+
+* Start-up reads the header line and then the file backwards in chunks until the wanted
+  number of raw messages is found, so start-up cost does not grow with file length.
+* ``poll`` reads what was appended since the last byte offset; a last line without its
+  newline is left for the next poll (a writer may be half-way through it).
+* A file that shrank or whose header changed must be re-read: ``poll`` returns None.
+* Bad lines (malformed JSON, invalid UTF-8, over ``MAX_LINE`` bytes, unknown entry types)
+  are skipped and reported through ``on_error(kind, location, detail)``.
+
+The file is only ever opened with mode ``rb``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.transcripts.entries import Entry, EntryError, Header, parse_entry, parse_header
+from proxy.transcripts.records import Window
+
+__all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
+
+MAX_LINE = 16 * 1024 * 1024
+CHUNK = 64 * 1024
+ErrorSink = Callable[[str, str, str], None]
+
+
+class TranscriptUnreadable(Exception):
+    """The file is not a usable transcript (no header, unsupported version, unreadable)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _decode(line: bytes) -> tuple[Any, str | None]:
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError as exc:
+        return None, ("invalid_utf8" if "utf-8" in str(exc).lower() else "malformed_json")
+
+
+class JsonlTranscript:
+    """One JSONL transcript file. Implements ``TranscriptStore``."""
+
+    def __init__(self, path: Path, header: Header, header_end: int, on_error: ErrorSink,
+                 identity: tuple[int, int]) -> None:
+        self.path = path
+        self.header = header
+        self.header_end = header_end
+        self.offset = header_end
+        self._on_error = on_error
+        self._identity = identity
+        self._skipping = False
+        self._last_id: str | None = None
+        self._v1_count = 0
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: Path, on_error: ErrorSink) -> JsonlTranscript:
+        """Read and validate the header; raise TranscriptUnreadable."""
+        try:
+            with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                first = f.readline(MAX_LINE + 1)
+        except OSError as exc:
+            raise TranscriptUnreadable("permission" if isinstance(exc, PermissionError)
+                                       else "io", f"{path}: {exc.strerror or exc}") from exc
+        if not first.endswith(b"\n"):
+            raise TranscriptUnreadable("missing_header", f"{path}: no complete header line")
+        obj, err = _decode(first)
+        if err is not None:
+            raise TranscriptUnreadable("missing_header", f"{path}: header is not JSON")
+        try:
+            header = parse_header(obj)
+        except EntryError as exc:
+            raise TranscriptUnreadable(exc.kind, f"{path}: {exc}") from exc
+        return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino))
+
+    # ----------------------------------------------------------------- reading
+    def read_window(self, min_messages: int | None) -> Window:
+        """The last entries holding ``min_messages`` raw messages (None: the whole file).
+
+        Also sets the follow offset to the end of the last complete line.
+        """
+        try:
+            with self.path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if min_messages is None or self.header.version < 2:
+                    return self._whole(f, size)
+                return self._read_backwards(f, size, min_messages)
+        except OSError as exc:
+            self._on_error("io", str(self.path), str(exc.strerror or exc))
+            return Window((), False)
+
+    def _read_backwards(self, f: Any, size: int, want: int) -> Window:
+        # Only lines ending in a newline count: the last one may still be being written.
+        f.seek(max(self.header_end, size - CHUNK))
+        block = f.read(size - f.tell())
+        nl = block.rfind(b"\n")
+        if nl < 0:
+            return self._whole(f, size)
+        end = size - len(block) + nl + 1
+        self.offset = end
+        start, step = end, CHUNK
+        found: list[Entry] = []
+        while start > self.header_end:
+            new_start = max(self.header_end, start - step)
+            f.seek(new_start)
+            data = f.read(start - new_start)
+            if new_start > self.header_end:
+                cut = data.find(b"\n")
+                if cut < 0:
+                    if step > MAX_LINE:
+                        return self._whole(f, size)
+                    step *= 2  # a line longer than the chunk: widen the read
+                    continue
+                data = data[cut + 1:]
+                new_start += cut + 1
+            found = self._parse_bytes(data, new_start, from_top=False) + found
+            start = new_start
+            if sum(1 for e in found if e.is_raw_message) >= want:
+                break
+            step = CHUNK * 4
+        return Window(found, start <= self.header_end)
+
+    def _whole(self, f: Any, size: int) -> Window:
+        self._v1_count, self._last_id = 0, None
+        entries, end = self._parse_range(f, self.header_end, size, from_top=True)
+        self.offset = end
+        return Window(entries, True)
+
+    def _parse_range(self, f: Any, start: int, size: int, *, from_top: bool
+                     ) -> tuple[list[Entry], int]:
+        f.seek(start)
+        entries: list[Entry] = []
+        pos = start
+        pending = b""
+        pending_at = start
+        skipping = False
+        while pos < size:
+            chunk = f.read(min(4 * 1024 * 1024, size - pos))
+            if not chunk:
+                break
+            pos += len(chunk)
+            data = pending + chunk
+            base = pending_at
+            last_nl = data.rfind(b"\n")
+            if skipping:
+                first_nl = data.find(b"\n")
+                if first_nl < 0:
+                    pending, pending_at = b"", pos
+                    continue
+                skipping = False
+                base += first_nl + 1
+                data = data[first_nl + 1:]
+                last_nl = data.rfind(b"\n")
+            if last_nl >= 0:
+                entries.extend(self._parse_bytes(data[:last_nl + 1], base, from_top=from_top))
+                pending, pending_at = data[last_nl + 1:], base + last_nl + 1
+            else:
+                pending = data
+            if len(pending) > MAX_LINE:
+                self._on_error("line_too_long", f"{self.path} @byte {pending_at}",
+                               f"line longer than {MAX_LINE} bytes skipped")
+                pending, skipping = b"", True
+                pending_at = pos
+        if skipping:
+            self._skipping = True
+            return entries, pos
+        return entries, pending_at
+
+    def _parse_bytes(self, data: bytes, base: int, *, from_top: bool) -> list[Entry]:
+        entries: list[Entry] = []
+        pos = 0
+        v1 = self.header.version < 2
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            line = data[pos:nl + 1]
+            at = base + pos
+            pos = nl + 1
+            if not line.strip():
+                continue
+            if len(line) > MAX_LINE:
+                self._on_error("line_too_long", f"{self.path} @byte {at}",
+                               f"line longer than {MAX_LINE} bytes skipped")
+                continue
+            obj, err = _decode(line)
+            if err is not None:
+                self._on_error(err, f"{self.path} @byte {at}", "line skipped")
+                continue
+            try:
+                # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
+                entry = parse_entry(obj, at, len(line),
+                                    v1_index=self._v1_count + 1 if v1 and from_top else None,
+                                    v1_parent=self._last_id if v1 else None)
+            except EntryError as exc:
+                self._on_error(exc.kind, f"{self.path} @byte {at}", str(exc))
+                continue
+            self._last_id = entry.id
+            self._v1_count += 1
+            entries.append(entry)
+        return entries
+
+    # --------------------------------------------------------------- following
+    def poll(self) -> list[Entry] | None:
+        """New complete entries since the last call; None when the file must be re-read."""
+        try:
+            with self.path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if ((st.st_dev, st.st_ino) != self._identity or st.st_size < self.offset
+                        or (self.header.version < 2 and st.st_size != self.offset)):
+                    return None
+                if st.st_size == self.offset:
+                    return []
+                if self._skipping:
+                    f.seek(self.offset)
+                    rest = f.read(st.st_size - self.offset)
+                    nl = rest.find(b"\n")
+                    if nl < 0:
+                        self.offset = st.st_size
+                        return []
+                    self._skipping = False
+                    self.offset += nl + 1
+                entries, end = self._parse_range(f, self.offset, st.st_size, from_top=False)
+                self.offset = end
+                return entries
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._on_error("permission" if isinstance(exc, PermissionError) else "io",
+                           str(self.path), str(exc.strerror or exc))
+            return []
+
+    def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
+        """Re-read the raw objects of entries (one read spanning them)."""
+        if not entries:
+            return []
+        lo = min(e.pos for e in entries)
+        hi = max(e.pos + e.size for e in entries)
+        try:
+            with self.path.open("rb") as f:
+                f.seek(lo)
+                data = f.read(hi - lo)
+        except OSError:
+            return [None] * len(entries)
+        out: list[Mapping[str, Any] | None] = []
+        for e in entries:
+            obj, err = _decode(data[e.pos - lo:e.pos - lo + e.size])
+            out.append(obj if err is None and isinstance(obj, Mapping) else None)
+        return out

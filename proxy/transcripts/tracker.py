@@ -1,0 +1,282 @@
+"""Keep a Catalog in step with the files and databases under the roots (synchronous I/O).
+
+``scan`` reads everything once (each file's header and tail only, unless ``full``);
+``changed`` applies a batch of changed paths (from the watcher): appended lines, new,
+renamed and deleted files, sessions.json rewrites, new SQLite rows, a replaced database.
+Every problem is reported through the ``ErrorSink`` and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from proxy.transcripts.catalog import Catalog
+from proxy.transcripts.discovery import FileKind, classify, inside, walk
+from proxy.transcripts.jsonl import ErrorSink, JsonlTranscript, TranscriptUnreadable
+from proxy.transcripts.records import SessionInfo, SourceKind
+from proxy.transcripts.sqlite import AgentDatabase, SqliteTranscript
+
+__all__ = ["Tracker"]
+
+log = logging.getLogger(__name__)
+JSONL_ROLES = ("pi", "openclaw-jsonl", "reset-archive", "deleted-archive")
+# A reset renames the old file and writes the new header in the same moment.
+RESET_LINK_WINDOW = 10.0
+
+
+@dataclass
+class _Db:
+    db: AgentDatabase
+    agent_id: str | None
+    sessions: dict[str, SqliteTranscript]
+
+
+class Tracker:
+    """Reads transcripts into a Catalog and keeps it current. Never writes anything."""
+
+    def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
+                 startup_messages: int | None = 64, full: bool = False) -> None:
+        self.roots = list(roots)
+        self._resolved = [r.resolve() for r in roots]
+        self.catalog = catalog
+        self._on_error = on_error
+        self._startup = None if full else startup_messages
+        self.files: dict[Path, tuple[JsonlTranscript, FileKind]] = {}
+        self.dbs: dict[Path, _Db] = {}
+        self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
+        self.lines: dict[SourceKind, int] = {}
+
+    # -------------------------------------------------------------------- scan
+    def scan(self) -> None:
+        found = list(walk(self.roots, self._on_error))
+        for path, kind in found:
+            if kind.role == "sessions-json":
+                self._read_keys(path)
+        for path, kind in found:
+            if kind.role in JSONL_ROLES:
+                self._open_jsonl(path, kind)
+            elif kind.role == "sqlite":
+                self._open_db(path, kind)
+        self._link_archives({p.parent for p in self.files})
+        self.catalog.relink()
+
+    # ------------------------------------------------------------------ update
+    def changed(self, paths: Iterable[Path]) -> set[str]:
+        """Apply changes to these paths; returns the ids of sessions that changed."""
+        touched: set[str] = set()
+        dirs: set[Path] = set()
+        later: list[Path] = []
+        for path in sorted(set(paths), key=str):
+            kind = classify(path)
+            if kind.role == "ignored":
+                continue
+            if not path.exists():
+                later.append(path)  # deletions last: a rename shows up as delete + add
+                continue
+            if not inside(path.resolve(), self._resolved):
+                self._on_error("outside_root", str(path), "symlink leads outside the roots")
+                continue
+            if kind.role == "sessions-json":
+                self._read_keys(path)
+                touched |= self._apply_keys(path.parent)
+            elif kind.role in JSONL_ROLES:
+                touched |= self._jsonl_changed(path, kind)
+                dirs.add(path.parent)
+            elif kind.role in ("sqlite", "sqlite-side"):
+                db_path = path if kind.role == "sqlite" else path.with_name(
+                    path.name.rsplit("-", 1)[0])
+                touched |= self._db_changed(db_path)
+        for path in later:
+            touched |= self._gone(path)
+            dirs.add(path.parent)
+        if dirs:
+            self._link_archives(dirs)
+        if touched:
+            self.catalog.relink()
+        return touched
+
+    # ------------------------------------------------------------------- jsonl
+    def _source(self, kind: FileKind) -> SourceKind:
+        return "pi" if kind.role == "pi" else "openclaw-jsonl"
+
+    def _count(self, source: SourceKind, n: int) -> None:
+        self.lines[source] = self.lines.get(source, 0) + n
+
+    def _open_jsonl(self, path: Path, kind: FileKind) -> str | None:
+        try:
+            t = JsonlTranscript.open(path, self._on_error)
+        except TranscriptUnreadable as exc:
+            self._on_error(exc.kind, str(path), str(exc))
+            return None
+        sid = t.header.session_id
+        existing = self.catalog.info(sid)
+        archive = kind.role in ("reset-archive", "deleted-archive")
+        if existing is not None and Path(existing.location) != path and \
+                Path(existing.location).exists() and archive:
+            return None  # the live file wins over an archive of the same session
+        window = t.read_window(self._startup)
+        self._count(self._source(kind), len(window.entries))
+        source = self._source(kind)
+        info = SessionInfo(
+            session_id=sid, source=source,
+            era="pi" if source == "pi" else "openclaw-2026.7",
+            location=str(path), agent_id=kind.agent_id or ("pi" if source == "pi" else None),
+            session_key=self._keys.get(path.parent, {}).get(sid),
+            created=t.header.timestamp, cwd=t.header.cwd, ended=archive,
+            group=str(path.parent) if source == "pi" else None,
+            scope=str(path.parent.parent) if source != "pi" else None)
+        if t.header.parent_session:
+            parent = self._session_at(Path(t.header.parent_session).name, path.parent)
+            if parent:
+                info = replace(info, predecessor=parent, link="parent_session")
+        for old, (other, _k) in list(self.files.items()):
+            if other.header.session_id == sid and old != path:
+                del self.files[old]
+        self.files[path] = (t, kind)
+        self.catalog.put(info, t, window)
+        self._check_links(sid, str(path))
+        return sid
+
+    def _session_at(self, name: str, folder: Path) -> str | None:
+        for path, (t, _kind) in self.files.items():
+            if path.parent == folder and path.name == name:
+                return t.header.session_id
+        return None
+
+    def _jsonl_changed(self, path: Path, kind: FileKind) -> set[str]:
+        tracked = self.files.get(path)
+        if tracked is None:
+            sid = self._open_jsonl(path, kind)
+            return {sid} if sid else set()
+        t, _kind = tracked
+        entries = t.poll()
+        if entries is None:
+            sid = self._open_jsonl(path, kind)
+            return {sid} if sid else set()
+        if entries:
+            self._count(self._source(kind), len(entries))
+            self.catalog.append(t.header.session_id, entries)
+            self._check_links(t.header.session_id, str(path))
+            return {t.header.session_id}
+        return set()
+
+    def _gone(self, path: Path) -> set[str]:
+        tracked = self.files.pop(path, None)
+        if tracked is not None:
+            sid = tracked[0].header.session_id
+            info = self.catalog.info(sid)
+            if info is not None and Path(info.location) == path:
+                self.catalog.remove(sid)
+            return {sid}
+        if path.name == "openclaw-agent.sqlite" and path in self.dbs:
+            return set()  # keep what we have: a replaced database reappears
+        return set()
+
+    def _read_keys(self, path: Path) -> None:
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            self._on_error("sessions_json", str(path), str(exc)[:200])
+            return
+        keys: dict[str, str] = {}
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if isinstance(value, dict) and isinstance(value.get("sessionId"), str):
+                    keys[value["sessionId"]] = key
+        self._keys[path.parent] = keys
+
+    def _apply_keys(self, folder: Path) -> set[str]:
+        touched: set[str] = set()
+        for sid, key in self._keys.get(folder, {}).items():
+            info = self.catalog.info(sid)
+            if info is not None and info.session_key != key:
+                self.catalog.update_info(replace(info, session_key=key))
+                touched.add(sid)
+        return touched
+
+    def _link_archives(self, folders: Iterable[Path]) -> None:
+        """Era A: a new session's predecessor is the archive renamed when it was created."""
+        for folder in folders:
+            here = [(t, k) for p, (t, k) in self.files.items() if p.parent == folder]
+            archives = [(t, k) for t, k in here if k.role == "reset-archive" and k.archive_time]
+            live = [t for t, k in here if k.role == "openclaw-jsonl"]
+            for t in live:
+                info = self.catalog.info(t.header.session_id)
+                if info is None or (info.predecessor and info.link != "reset_archive"):
+                    continue
+                created = t.header.timestamp or 0.0
+                best = min(archives, default=None,
+                           key=lambda a: abs((a[1].archive_time or 0.0) - created))
+                if best is None or abs((best[1].archive_time or 0.0) - created) \
+                        > RESET_LINK_WINDOW:
+                    continue
+                old = best[0].header.session_id
+                self.catalog.update_info(replace(info, predecessor=old, link="reset_archive"))
+                old_info = self.catalog.info(old)
+                if old_info is not None and info.session_key and not old_info.session_key:
+                    self.catalog.update_info(replace(old_info, session_key=info.session_key))
+
+    def _check_links(self, sid: str, where: str) -> None:
+        missing = self.catalog.dangling_parent(sid)
+        if missing:
+            self._on_error("missing_parent", where, f"parent id {missing[:40]!r} not found")
+
+    # ------------------------------------------------------------------ sqlite
+    def _open_db(self, path: Path, kind: FileKind) -> set[str]:
+        state = _Db(AgentDatabase(path, self._on_error), kind.agent_id, {})
+        self.dbs[path] = state
+        return self._db_sync(state, reload=True)
+
+    def _db_changed(self, path: Path) -> set[str]:
+        state = self.dbs.get(path)
+        if state is None:
+            return self._open_db(path, classify(path)) if path.exists() else set()
+        return self._db_sync(state, reload=state.db.replaced())
+
+    def _db_sync(self, state: _Db, *, reload: bool) -> set[str]:
+        import sqlite3
+
+        touched: set[str] = set()
+        try:
+            if reload:
+                state.db.close()
+                state.sessions.clear()
+            last = state.db.last_seqs()
+            rows = {r.session_id: r for r in state.db.sessions()} if reload or any(
+                sid not in state.sessions for sid in last) else {}
+        except sqlite3.Error as exc:
+            self._on_error("sqlite", str(state.db.path), str(exc))
+            return touched
+        for sid, seq in last.items():
+            t = state.sessions.get(sid)
+            if t is None:
+                row = rows.get(sid)
+                t = SqliteTranscript(state.db, sid, self._on_error)
+                header = t.read_header()
+                if header is None:
+                    continue
+                window = t.read_window(self._startup)
+                self._count("openclaw-sqlite", len(window.entries))
+                info = SessionInfo(
+                    session_id=sid, source="openclaw-sqlite", era="openclaw-2026.9",
+                    location=str(state.db.path), agent_id=state.agent_id,
+                    session_key=row.session_key if row else None,
+                    created=header.timestamp or (row.created if row else None), cwd=header.cwd,
+                    predecessor=row.previous_session_id if row else None,
+                    link="session_windows" if row and row.previous_session_id else None,
+                    scope=str(state.db.path.parent.parent))
+                state.sessions[sid] = t
+                self.catalog.put(info, t, window)
+                touched.add(sid)
+            elif seq > t.last_seq:
+                entries = t.poll()
+                self._count("openclaw-sqlite", len(entries))
+                self.catalog.append(sid, entries)
+                touched.add(sid)
+            if sid in touched:
+                self._check_links(sid, f"{state.db.path} session {sid}")
+        return touched

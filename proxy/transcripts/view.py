@@ -1,0 +1,135 @@
+"""What the model is shown: the active branch, its boundaries, the context plan. Pure.
+
+The rules follow Pi's ``buildSessionContext`` plus OpenClaw's ``reset`` entries:
+
+1. The leaf is the last entry; the active branch is the path leaf -> root via ``parentId``.
+2. The last ``reset`` entry R on the branch hides everything before it (or before its
+   ``firstKeptEntryId`` when it keeps some messages); compactions before R are ignored too.
+3. The last compaction C after R: its summary, then the branch entries before C starting
+   at ``C.firstKeptEntryId`` (none if that id is not found there), then everything after C.
+4. Only ``message``, ``custom_message`` and non-empty ``branch_summary`` entries are shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.transcripts.entries import MESSAGE_KINDS, Entry
+
+__all__ = ["Branch", "ContextPlan", "active_branch", "context_plan", "segment_start", "tail_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """The active branch root -> leaf, and whether a parent link was broken on the way."""
+
+    entries: tuple[Entry, ...]
+    missing_parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPlan:
+    """The entries to render, in order; ``compaction`` (if any) is rendered first as summary."""
+
+    compaction: Entry | None
+    entries: tuple[Entry, ...]
+    reset: Entry | None
+
+
+def active_branch(entries: Sequence[Entry], by_id: Mapping[str, Entry] | None = None,
+                  leaf: Entry | None = None) -> Branch:
+    """Walk from the leaf (default: the last entry) to the root.
+
+    A ``parentId`` that names no known entry ends the walk there (reported in
+    ``missing_parent``); a cycle ends it too.
+    """
+    if not entries and leaf is None:
+        return Branch(())
+    if by_id is None:
+        by_id = {e.id: e for e in entries}
+    current: Entry | None = leaf if leaf is not None else entries[-1]
+    path: list[Entry] = []
+    seen: set[str] = set()
+    missing: str | None = None
+    while current is not None and current.id not in seen:
+        seen.add(current.id)
+        path.append(current)
+        parent = current.parent_id
+        if parent is None:
+            break
+        current = by_id.get(parent)
+        if current is None:
+            missing = parent
+    path.reverse()
+    return Branch(tuple(path), missing)
+
+
+def _last_reset(path: Sequence[Entry]) -> int:
+    for i in range(len(path) - 1, -1, -1):
+        if path[i].kind == "reset":
+            return i
+    return -1
+
+
+def segment_start(path: Sequence[Entry]) -> tuple[int, Entry | None]:
+    """Index of the first visible entry after the last reset, and that reset entry."""
+    r = _last_reset(path)
+    if r < 0:
+        return 0, None
+    reset = path[r]
+    if reset.first_kept_id:
+        for i in range(r):
+            if path[i].id == reset.first_kept_id:
+                return i, reset
+    return r + 1, reset
+
+
+def context_plan(path: Sequence[Entry]) -> ContextPlan:
+    """The equivalent of Pi's buildSessionContext, honouring OpenClaw reset entries."""
+    start, reset = segment_start(path)
+    comp_index = -1
+    for i in range(len(path) - 1, start - 1, -1):
+        if path[i].kind == "compaction":
+            comp_index = i
+            break
+    if comp_index < 0:
+        chosen = path[start:]
+        return ContextPlan(None, tuple(e for e in chosen if _shown(e)), reset)
+    comp = path[comp_index]
+    kept_from = comp_index
+    for i in range(start, comp_index):
+        if path[i].id == comp.first_kept_id:
+            kept_from = i
+            break
+    chosen = [*path[kept_from:comp_index], *path[comp_index + 1:]]
+    return ContextPlan(comp, tuple(e for e in chosen if _shown(e)), reset)
+
+
+def _shown(entry: Entry) -> bool:
+    if entry.kind == "branch_summary":
+        return bool(entry.summary)
+    return entry.kind in MESSAGE_KINDS
+
+
+def tail_of(path: Sequence[Entry], k: int, before: str | None = None) -> list[Entry]:
+    """The last ``k`` raw messages of the branch segment that ends before entry ``before``.
+
+    Without ``before``: the current segment (after the last reset). With ``before`` set to a
+    reset entry's id: the segment that reset closed (what a carry-forward needs). Compaction
+    does not hide raw messages here: the transcript still has them.
+    """
+    end = len(path)
+    if before is not None:
+        end = next((i for i, e in enumerate(path) if e.id == before), len(path))
+    start, _reset = segment_start(path[:end])
+    if k <= 0:
+        return []
+    picked: list[Entry] = []
+    for i in range(end - 1, start - 1, -1):
+        if path[i].is_raw_message:
+            picked.append(path[i])
+            if len(picked) >= k:
+                break
+    picked.reverse()
+    return picked
