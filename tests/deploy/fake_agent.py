@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +39,16 @@ def main() -> None:
         result["transcript"] = str(sessions / "s1.jsonl")
     except OSError as exc:
         result["transcript_error"] = repr(exc)
+    # A database in WAL mode, like OpenClaw 2026.9's, closed again: SQLite then removes the
+    # -wal and -shm files, and the next reader has to create them.
+    database = state / "wal-check.sqlite"
+    connection = sqlite3.connect(database)
+    connection.execute("pragma journal_mode=wal")
+    connection.execute("create table if not exists transcript_events (seq, event_json)")
+    connection.execute("insert into transcript_events values (1, '{}')")
+    connection.commit()
+    connection.close()
+    result["wal_database"] = str(database)
     messages = [{"role": "user", "content": "hello from the agent"}]
     for attempt in range(100):
         try:

@@ -63,7 +63,9 @@ def values(scripts: Path, state: Path, host_port: int) -> dict[str, Any]:
             "workingDir": "/scripts",
             "securityContext": {"allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [scripts_mount],
+            # The agent's volume mounted read-only, to show why tailfloor's mount is not.
+            "volumeMounts": [scripts_mount, {"name": "agent-state", "mountPath": "/state-ro",
+                                             "readOnly": True}],
         }],
         "extraVolumes": [{"name": "scripts",
                           "hostPath": {"path": str(scripts), "type": "Directory"}}],
@@ -208,3 +210,23 @@ def test_sidecar_runs_locked_down(pod: dict[str, Any]) -> None:
     # The transcripts volume is the agent's state volume.
     assert podman("exec", container, "ls", "/transcripts/agents/main/sessions").split() == [
         "s1.jsonl"]
+
+
+READ_WAL = ("import sqlite3, sys; db = sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True); "
+            "print(db.execute('select count(*) from transcript_events').fetchone()[0])")
+
+
+def test_sqlite_wal_database_is_readable_through_the_sidecar_mount(pod: dict[str, Any]) -> None:
+    """The agent wrote a WAL-mode database and closed it. Through a read-only mount SQLite
+    cannot create the -shm index and fails; through tailfloor's mount (read-write, opened with
+    mode=ro) it reads the rows."""
+    result = agent_result(pod)
+    assert result["wal_database"] == "/state/wal-check.sqlite"
+    python = "/opt/tailfloor/bin/python"
+    read_only = run([find_tool("podman"), "exec", f"{pod['pod']}-upstream", python, "-c",
+                     READ_WAL, "/state-ro/wal-check.sqlite"], check=False, env=environment())
+    assert read_only.returncode != 0
+    assert "unable to open database file" in read_only.stderr
+    rows = podman("exec", f"{pod['pod']}-tailfloor", python, "-c", READ_WAL,
+                  "/transcripts/wal-check.sqlite")
+    assert rows.strip() == "1"
