@@ -10,12 +10,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from proxy import __version__
-from proxy import serve_command
+from proxy import __version__, serve_command, sessions_command
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-COMMANDS: tuple[Registrar, ...] = (serve_command.register,)
+COMMANDS: tuple[Registrar, ...] = (serve_command.register, sessions_command.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

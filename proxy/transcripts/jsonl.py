@@ -115,10 +115,11 @@ class JsonlTranscript:
             data = f.read(start - new_start)
             if new_start > self.header_end:
                 cut = data.find(b"\n")
-                if cut < 0:
+                if cut < 0 or cut + 1 == len(data):
+                    # no whole line inside the chunk: a line longer than it, widen the read
                     if step > MAX_LINE:
                         return self._whole(f, size)
-                    step *= 2  # a line longer than the chunk: widen the read
+                    step *= 2
                     continue
                 data = data[cut + 1:]
                 new_start += cut + 1
