@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from proxy.messages import Flavor, RenderOptions, Source, render
 from proxy.transcripts import view
-from proxy.transcripts.entries import Entry, tool_call_keys, user_text_key
+from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.records import (
     CompactionInfo,
     ResetMark,
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class _State:
-    __slots__ = ("by_id", "complete", "entries", "info", "keys", "marks", "record", "store")
+    __slots__ = ("by_id", "complete", "entries", "info", "marks", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
@@ -47,7 +47,6 @@ class _State:
         self.by_id: dict[str, Entry] = {}
         self.marks: dict[str, Entry] = {}
         self.complete = False
-        self.keys: Counter[str] = Counter()
         self.record: SessionRecord | None = None
 
 
@@ -64,17 +63,19 @@ class Catalog:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
         self._states: dict[str, _State] = {}
-        self._index: dict[str, set[str]] = {}
+        # key -> session id, or a set of them when several share the key (rare)
+        self._index: dict[int, str | set[str]] = {}
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
         self._key_scopes: dict[str, set[str]] = {}
+        self._relink: set[tuple[int, str]] = set()  # (table, name) whose links may change
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window) -> None:
         """Add or replace a session with the given window of entries."""
         old = self._states.get(info.session_id)
         if old is not None:
-            self._unindex(old, old.keys)
+            self._unindex(old, old.entries, keep=())
         st = _State(info, store)
         self._states[info.session_id] = st
         st.marks = {m.id: m for m in window.marks}
@@ -88,11 +89,13 @@ class Catalog:
         if st is None or not entries:
             return
         for e in entries:
+            if e.id in st.by_id:
+                continue  # already read by an on-demand re-read of the transcript
             st.entries.append(e)
             st.by_id[e.id] = e
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-            self._index_keys(st, e.keys)
+            self._index_keys(st.info.session_id, e.keys)
         self._trim(st)
         self._refresh(st)
 
@@ -109,10 +112,12 @@ class Catalog:
         st = self._states.pop(session_id, None)
         if st is None:
             return
-        self._unindex(st, st.keys)
-        for table, name in ((self._by_key, _scoped(st.info)), (self._by_group, st.info.group)):
+        self._unindex(st, st.entries, keep=())
+        for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
+                                           (self._by_group, st.info.group))):
             if name and session_id in table.get(name, []):
                 table[name].remove(session_id)
+                self._relink.add((n, name))
         self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -178,16 +183,20 @@ class Catalog:
         return view.active_branch(st.entries, st.by_id).missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
-        """Sessions whose kept tail holds this tool-call id (any wire form)."""
-        found: set[str] = set()
-        for key in tool_call_keys(call_id):
-            found |= self._index.get(key, set())
-        return frozenset(found)
+        """Sessions whose kept tail holds this tool-call id (verbatim, normalised or with
+        ``_`` stripped: all forms share one key)."""
+        return self._lookup(tool_call_key(call_id))
 
     def find_user_text(self, text: str) -> frozenset[str]:
-        """Sessions whose kept tail holds a user message with this text (normalised)."""
-        key = user_text_key(text)
-        return frozenset(self._index.get(key, set())) if key else frozenset()
+        """Sessions whose kept tail holds a user message with this text (normalised, so
+        OpenClaw's timestamp prefix and Runtime line do not matter)."""
+        return self._lookup(user_text_key(text))
+
+    def _lookup(self, key: int | None) -> frozenset[str]:
+        held = self._index.get(key) if key is not None else None
+        if held is None:
+            return frozenset()
+        return frozenset((held,)) if isinstance(held, str) else frozenset(held)
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages of the active branch, oldest first.
@@ -203,8 +212,15 @@ class Catalog:
         path, rooted = self._path(st)
         picked = view.tail_of(path, k, before)
         if len(picked) < k and not rooted:
-            full = st.store.read_window(max(k, self.tail_limit) if before is None else None)
-            path = list(view.active_branch(full.entries).entries)
+            if before is None and k <= self.tail_limit:
+                # Keep the longer window: the next request for this session is served
+                # from memory (bounded by tail_limit like any window).
+                window = st.store.read_window(self.tail_limit)
+                self._set_window(st, list(window.entries), window.complete, reread=True)
+                path, _rooted = self._path(st)
+            else:
+                full = st.store.read_window(None)
+                path = list(view.active_branch(full.entries).entries)
             picked = view.tail_of(path, k, before)
         return self._tail_records(st, picked)
 
@@ -262,16 +278,22 @@ class Catalog:
                                    tuple(msgs)))
         return out
 
-    def _set_window(self, st: _State, entries: list[Entry], complete: bool) -> None:
+    def _set_window(self, st: _State, entries: list[Entry], complete: bool, *,
+                     reread: bool = False) -> None:
+        old = st.entries
+        if reread and old and entries:
+            # keep what was appended since the store's view (it may lag the file by a line)
+            known = {e.id for e in entries}
+            entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
         st.entries = entries
         st.by_id = {e.id: e for e in entries}
         st.complete = complete
         for e in entries:
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-        self._unindex(st, st.keys)
+        self._unindex(st, old, keep=entries)
         for e in entries:
-            self._index_keys(st, e.keys)
+            self._index_keys(st.info.session_id, e.keys)
         self._trim(st)
 
     def _trim(self, st: _State) -> None:
@@ -289,42 +311,54 @@ class Catalog:
         gone, st.entries = st.entries[:drop], st.entries[drop:]
         for e in gone:
             st.by_id.pop(e.id, None)
-            self._unindex(st, Counter(e.keys))
+        self._unindex(st, gone, keep=st.entries)
         st.complete = False
 
-    def _index_keys(self, st: _State, keys: Iterable[str]) -> None:
-        sid = st.info.session_id
+    def _index_keys(self, sid: str, keys: Iterable[int]) -> None:
         for key in keys:
-            st.keys[key] += 1
-            self._index.setdefault(key, set()).add(sid)
+            held = self._index.get(key)
+            if held is None:
+                self._index[key] = sid
+            elif isinstance(held, str):
+                if held != sid:
+                    self._index[key] = {held, sid}
+            else:
+                held.add(sid)
 
-    def _unindex(self, st: _State, keys: Mapping[str, int]) -> None:
+    def _unindex(self, st: _State, gone: Iterable[Entry], keep: Iterable[Entry]) -> None:
+        """Drop the keys of ``gone`` entries that no ``keep`` entry still carries."""
         sid = st.info.session_id
-        for key, n in list(keys.items()):
-            left = st.keys[key] - n
-            if left > 0:
-                st.keys[key] = left
-                continue
-            st.keys.pop(key, None)
-            holders = self._index.get(key)
-            if holders is not None:
-                holders.discard(sid)
-                if not holders:
-                    del self._index[key]
+        still = {k for e in keep for k in e.keys}
+        for key in {k for e in gone for k in e.keys} - still:
+            held = self._index.get(key)
+            if held == sid:
+                del self._index[key]
+            elif isinstance(held, set):
+                held.discard(sid)
+                if len(held) == 1:
+                    self._index[key] = next(iter(held))
 
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:
             self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
-        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
+        for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
+                                           (self._by_group, info.group))):
             if name:
                 ids = table.setdefault(name, [])
                 if info.session_id not in ids:
                     ids.append(info.session_id)
+                    self._relink.add((n, name))
 
     def relink(self) -> None:
-        """Recompute every record (predecessors may have appeared after their successors)."""
-        for st in self._states.values():
-            self._refresh(st)
+        """Recompute the records of sessions whose key or directory gained or lost a session
+        (a predecessor may have appeared after its successor)."""
+        pending, self._relink = self._relink, set()
+        for n, name in pending:
+            table = self._by_key if n == 0 else self._by_group
+            for sid in table.get(name, []):
+                st = self._states.get(sid)
+                if st is not None:
+                    self._refresh(st)
 
     def _refresh_dependents(self, session_id: str) -> None:
         for st in self._states.values():

@@ -83,11 +83,15 @@ class JsonlTranscript:
         return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino))
 
     # ----------------------------------------------------------------- reading
-    def read_window(self, min_messages: int | None) -> Window:
-        """The last entries holding ``min_messages`` raw messages (None: the whole file).
+    def begin(self, min_messages: int | None) -> Window:
+        """``read_window``, then follow the file from the end of what was read."""
+        window = self.read_window(min_messages)
+        if window.end >= 0:
+            self.offset = window.end
+        return window
 
-        Also sets the follow offset to the end of the last complete line.
-        """
+    def read_window(self, min_messages: int | None) -> Window:
+        """The last entries holding ``min_messages`` raw messages (None: the whole file)."""
         try:
             with self.path.open("rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -106,7 +110,6 @@ class JsonlTranscript:
         if nl < 0:
             return self._whole(f, size)
         end = size - len(block) + nl + 1
-        self.offset = end
         start, step = end, CHUNK
         found: list[Entry] = []
         while start > self.header_end:
@@ -128,13 +131,14 @@ class JsonlTranscript:
             if sum(1 for e in found if e.is_raw_message) >= want:
                 break
             step = CHUNK * 4
-        return Window(found, start <= self.header_end)
+        return Window(found, start <= self.header_end, end=end)
 
     def _whole(self, f: Any, size: int) -> Window:
         self._v1_count, self._last_id = 0, None
+        skipping = self._skipping
         entries, end = self._parse_range(f, self.header_end, size, from_top=True)
-        self.offset = end
-        return Window(entries, True)
+        self._skipping = skipping  # only the follower's own reads change its state
+        return Window(entries, True, end=end)
 
     def _parse_range(self, f: Any, start: int, size: int, *, from_top: bool
                      ) -> tuple[list[Entry], int]:
@@ -174,6 +178,7 @@ class JsonlTranscript:
         if skipping:
             self._skipping = True
             return entries, pos
+        self._skipping = False
         return entries, pending_at
 
     def _parse_bytes(self, data: bytes, base: int, *, from_top: bool) -> list[Entry]:

@@ -135,6 +135,7 @@ class Window:
     entries: Sequence[Entry]
     complete: bool
     marks: Sequence[Entry] = field(default_factory=tuple)
+    end: int = -1  # where following continues: byte offset (JSONL) or last seq (SQLite)
 
 
 class TranscriptStore(Protocol):

@@ -62,7 +62,7 @@ class TranscriptService:
     """
 
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,
-                 startup_messages: int | None = 64, tz: tzinfo | None = None,
+                 startup_messages: int | None = 16, tz: tzinfo | None = None,
                  debounce_ms: int = 50, step_ms: int = 10) -> None:
         self.roots = [Path(r) for r in roots]
         self.metrics = metrics

@@ -173,23 +173,29 @@ class SqliteTranscript:
                                str(exc))
         return out
 
+    def begin(self, min_messages: int | None) -> Window:
+        """``read_window``, then follow rows after the last one read."""
+        window = self.read_window(min_messages)
+        self.last_seq = max(self.last_seq, window.end)
+        return window
+
     def read_window(self, min_messages: int | None) -> Window:
         try:
             if min_messages is None:
                 rows = self.db.rows(self.session_id, "ORDER BY seq", ())
-                if rows:
-                    self.last_seq = max(self.last_seq, rows[-1][0])
-                return Window(self._entries(rows), True)
+                end = rows[-1][0] if rows else -1
+                return Window(self._entries(rows), True, end=end)
             found: list[Entry] = []
             upper: int | None = None
             complete = False
+            end = -1
             while True:
                 cond = "AND seq < ? " if upper is not None else ""
                 params = (upper,) if upper is not None else ()
                 rows = self.db.rows(self.session_id, cond + f"ORDER BY seq DESC LIMIT {PAGE}",
                                     params)
                 if upper is None and rows:
-                    self.last_seq = max(self.last_seq, rows[0][0])
+                    end = rows[0][0]
                 rows.reverse()
                 found = self._entries(rows) + found
                 if len(rows) < PAGE:
@@ -198,7 +204,7 @@ class SqliteTranscript:
                 upper = rows[0][0]
                 if sum(1 for e in found if e.is_raw_message) >= min_messages:
                     break
-            return Window(found, complete)
+            return Window(found, complete, end=end)
         except sqlite3.Error as exc:
             self._on_error("sqlite", f"{self.db.path} session {self.session_id}", str(exc))
             return Window((), False)

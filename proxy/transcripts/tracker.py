@@ -39,13 +39,15 @@ class Tracker:
     """Reads transcripts into a Catalog and keeps it current. Never writes anything."""
 
     def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
-                 startup_messages: int | None = 64, full: bool = False) -> None:
+                 startup_messages: int | None = 16, full: bool = False) -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
         self.catalog = catalog
         self._on_error = on_error
         self._startup = None if full else startup_messages
         self.files: dict[Path, tuple[JsonlTranscript, FileKind]] = {}
+        self._paths: dict[str, Path] = {}  # session id -> file currently read for it
+        self._folders: dict[Path, set[Path]] = {}  # sessions dir -> tracked files in it
         self.dbs: dict[Path, _Db] = {}
         self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
         self.lines: dict[SourceKind, int] = {}
@@ -61,7 +63,8 @@ class Tracker:
                 self._open_jsonl(path, kind)
             elif kind.role == "sqlite":
                 self._open_db(path, kind)
-        self._link_archives({p.parent for p in self.files})
+        self._link_archives([f for f, paths in self._folders.items()
+                             if any(self.files[p][1].role == "reset-archive" for p in paths)])
         self.catalog.relink()
 
     # ------------------------------------------------------------------ update
@@ -118,7 +121,7 @@ class Tracker:
         if existing is not None and Path(existing.location) != path and \
                 Path(existing.location).exists() and archive:
             return None  # the live file wins over an archive of the same session
-        window = t.read_window(self._startup)
+        window = t.begin(self._startup)
         self._count(self._source(kind), len(window.entries))
         source = self._source(kind)
         info = SessionInfo(
@@ -133,19 +136,26 @@ class Tracker:
             parent = self._session_at(Path(t.header.parent_session).name, path.parent)
             if parent:
                 info = replace(info, predecessor=parent, link="parent_session")
-        for old, (other, _k) in list(self.files.items()):
-            if other.header.session_id == sid and old != path:
-                del self.files[old]
+        old = self._paths.get(sid)
+        if old is not None and old != path:
+            self._forget(old)
         self.files[path] = (t, kind)
+        self._paths[sid] = path
+        self._folders.setdefault(path.parent, set()).add(path)
         self.catalog.put(info, t, window)
         self._check_links(sid, str(path))
         return sid
 
+    def _forget(self, path: Path) -> tuple[JsonlTranscript, FileKind] | None:
+        tracked = self.files.pop(path, None)
+        self._folders.get(path.parent, set()).discard(path)
+        if tracked is not None and self._paths.get(tracked[0].header.session_id) == path:
+            del self._paths[tracked[0].header.session_id]
+        return tracked
+
     def _session_at(self, name: str, folder: Path) -> str | None:
-        for path, (t, _kind) in self.files.items():
-            if path.parent == folder and path.name == name:
-                return t.header.session_id
-        return None
+        tracked = self.files.get(folder / name)
+        return tracked[0].header.session_id if tracked else None
 
     def _jsonl_changed(self, path: Path, kind: FileKind) -> set[str]:
         tracked = self.files.get(path)
@@ -165,7 +175,7 @@ class Tracker:
         return set()
 
     def _gone(self, path: Path) -> set[str]:
-        tracked = self.files.pop(path, None)
+        tracked = self._forget(path)
         if tracked is not None:
             sid = tracked[0].header.session_id
             info = self.catalog.info(sid)
@@ -201,7 +211,7 @@ class Tracker:
     def _link_archives(self, folders: Iterable[Path]) -> None:
         """Era A: a new session's predecessor is the archive renamed when it was created."""
         for folder in folders:
-            here = [(t, k) for p, (t, k) in self.files.items() if p.parent == folder]
+            here = [self.files[p] for p in self._folders.get(folder, ()) if p in self.files]
             archives = [(t, k) for t, k in here if k.role == "reset-archive" and k.archive_time]
             live = [t for t, k in here if k.role == "openclaw-jsonl"]
             for t in live:
@@ -259,7 +269,7 @@ class Tracker:
                 header = t.read_header()
                 if header is None:
                     continue
-                window = t.read_window(self._startup)
+                window = t.begin(self._startup)
                 self._count("openclaw-sqlite", len(window.entries))
                 info = SessionInfo(
                     session_id=sid, source="openclaw-sqlite", era="openclaw-2026.9",
