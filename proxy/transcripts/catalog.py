@@ -69,10 +69,16 @@ class Catalog:
         self._by_group: dict[str, list[str]] = {}
         self._key_scopes: dict[str, set[str]] = {}
         self._relink: set[tuple[int, str]] = set()  # (table, name) whose links may change
+        self._deferred: set[str] = set()
+        self._ordered: dict[str, list[str]] = {}  # group -> ids oldest first (cache)
 
     # ----------------------------------------------------------------- mutators
-    def put(self, info: SessionInfo, store: TranscriptStore, window: Window) -> None:
-        """Add or replace a session with the given window of entries."""
+    def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
+            defer: bool = False) -> None:
+        """Add or replace a session with the given window of entries.
+
+        ``defer``: skip computing its record until the next ``relink`` (bulk loading).
+        """
         old = self._states.get(info.session_id)
         if old is not None:
             self._unindex(old, old.entries, keep=())
@@ -81,7 +87,10 @@ class Catalog:
         st.marks = {m.id: m for m in window.marks}
         self._set_window(st, list(window.entries), window.complete)
         self._link_key(info)
-        self._refresh(st)
+        if defer:
+            self._deferred.add(info.session_id)
+        else:
+            self._refresh(st)
 
     def append(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Entries appended to a session's transcript, in order."""
@@ -118,6 +127,7 @@ class Catalog:
             if name and session_id in table.get(name, []):
                 table[name].remove(session_id)
                 self._relink.add((n, name))
+                self._ordered.pop(name, None)
         self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -348,17 +358,20 @@ class Catalog:
                 if info.session_id not in ids:
                     ids.append(info.session_id)
                     self._relink.add((n, name))
+                    self._ordered.pop(name, None)
 
     def relink(self) -> None:
         """Recompute the records of sessions whose key or directory gained or lost a session
         (a predecessor may have appeared after its successor)."""
         pending, self._relink = self._relink, set()
+        todo, self._deferred = self._deferred, set()
         for n, name in pending:
             table = self._by_key if n == 0 else self._by_group
-            for sid in table.get(name, []):
-                st = self._states.get(sid)
-                if st is not None:
-                    self._refresh(st)
+            todo.update(table.get(name, []))
+        for sid in todo:
+            st = self._states.get(sid)
+            if st is not None:
+                self._refresh(st)
 
     def _refresh_dependents(self, session_id: str) -> None:
         for st in self._states.values():
@@ -401,11 +414,13 @@ class Catalog:
             if older:
                 return max(older, key=self._order), "key_history"
         if info.group is not None:
-            mine = self._order(info.session_id)
-            same = [i for i in self._by_group.get(info.group, [])
-                    if i != info.session_id and self._order(i) < mine]
-            if same:
-                return max(same, key=self._order), "pi_directory"
+            ordered = self._ordered.get(info.group)
+            if ordered is None:
+                ordered = sorted(self._by_group.get(info.group, []), key=self._order)
+                self._ordered[info.group] = ordered
+            at = ordered.index(info.session_id) if info.session_id in ordered else 0
+            if at > 0:
+                return ordered[at - 1], "pi_directory"
         return None, None
 
 

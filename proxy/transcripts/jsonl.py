@@ -112,6 +112,7 @@ class JsonlTranscript:
         end = size - len(block) + nl + 1
         start, step = end, CHUNK
         found: list[Entry] = []
+        raw = 0
         while start > self.header_end:
             new_start = max(self.header_end, start - step)
             f.seek(new_start)
@@ -126,9 +127,26 @@ class JsonlTranscript:
                     continue
                 data = data[cut + 1:]
                 new_start += cut + 1
-            found = self._parse_bytes(data, new_start, from_top=False) + found
-            start = new_start
-            if sum(1 for e in found if e.is_raw_message) >= want:
+            # Parse from the newest line back and stop as soon as enough are found:
+            # start-up cost follows the wanted tail, not the chunk or file size.
+            lines = data.split(b"\n")[:-1]
+            at = start
+            batch: list[Entry] = []
+            enough = False
+            for line in reversed(lines):
+                at -= len(line) + 1
+                entry = self._parse_line(line + b"\n", at, v1_index=None)
+                if entry is not None:
+                    batch.append(entry)
+                    if entry.is_raw_message:
+                        raw += 1
+                        if raw >= want:
+                            enough = True
+                            break
+            batch.reverse()
+            found = batch + found
+            start = at
+            if enough:
                 break
             step = CHUNK * 4
         return Window(found, start <= self.header_end, end=end)
@@ -192,28 +210,32 @@ class JsonlTranscript:
             line = data[pos:nl + 1]
             at = base + pos
             pos = nl + 1
-            if not line.strip():
-                continue
-            if len(line) > MAX_LINE:
-                self._on_error("line_too_long", f"{self.path} @byte {at}",
-                               f"line longer than {MAX_LINE} bytes skipped")
-                continue
-            obj, err = _decode(line)
-            if err is not None:
-                self._on_error(err, f"{self.path} @byte {at}", "line skipped")
-                continue
-            try:
-                # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
-                entry = parse_entry(obj, at, len(line),
-                                    v1_index=self._v1_count + 1 if v1 and from_top else None,
-                                    v1_parent=self._last_id if v1 else None)
-            except EntryError as exc:
-                self._on_error(exc.kind, f"{self.path} @byte {at}", str(exc))
-                continue
-            self._last_id = entry.id
-            self._v1_count += 1
-            entries.append(entry)
+            # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
+            entry = self._parse_line(line, at, v1_index=self._v1_count + 1
+                                     if v1 and from_top else None)
+            if entry is not None:
+                self._last_id = entry.id
+                self._v1_count += 1
+                entries.append(entry)
         return entries
+
+    def _parse_line(self, line: bytes, at: int, v1_index: int | None) -> Entry | None:
+        if not line.strip():
+            return None
+        if len(line) > MAX_LINE:
+            self._on_error("line_too_long", f"{self.path} @byte {at}",
+                           f"line longer than {MAX_LINE} bytes skipped")
+            return None
+        obj, err = _decode(line)
+        if err is not None:
+            self._on_error(err, f"{self.path} @byte {at}", "line skipped")
+            return None
+        try:
+            return parse_entry(obj, at, len(line), v1_index=v1_index,
+                               v1_parent=self._last_id if v1_index is not None else None)
+        except EntryError as exc:
+            self._on_error(exc.kind, f"{self.path} @byte {at}", str(exc))
+            return None
 
     # --------------------------------------------------------------- following
     def poll(self) -> list[Entry] | None:

@@ -51,9 +51,20 @@ class Tracker:
         self.dbs: dict[Path, _Db] = {}
         self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
         self.lines: dict[SourceKind, int] = {}
+        self._bulk = False
 
     # -------------------------------------------------------------------- scan
     def scan(self) -> None:
+        self._bulk = True
+        try:
+            self._scan()
+        finally:
+            self._bulk = False
+        self.catalog.relink()
+        for sid in list(self._paths):
+            self._check_links(sid, str(self._paths[sid]))
+
+    def _scan(self) -> None:
         found = list(walk(self.roots, self._on_error))
         for path, kind in found:
             if kind.role == "sessions-json":
@@ -63,9 +74,9 @@ class Tracker:
                 self._open_jsonl(path, kind)
             elif kind.role == "sqlite":
                 self._open_db(path, kind)
+        self.catalog.relink()
         self._link_archives([f for f, paths in self._folders.items()
                              if any(self.files[p][1].role == "reset-archive" for p in paths)])
-        self.catalog.relink()
 
     # ------------------------------------------------------------------ update
     def changed(self, paths: Iterable[Path]) -> set[str]:
@@ -142,8 +153,9 @@ class Tracker:
         self.files[path] = (t, kind)
         self._paths[sid] = path
         self._folders.setdefault(path.parent, set()).add(path)
-        self.catalog.put(info, t, window)
-        self._check_links(sid, str(path))
+        self.catalog.put(info, t, window, defer=self._bulk)
+        if not self._bulk:
+            self._check_links(sid, str(path))
         return sid
 
     def _forget(self, path: Path) -> tuple[JsonlTranscript, FileKind] | None:
@@ -280,7 +292,7 @@ class Tracker:
                     link="session_windows" if row and row.previous_session_id else None,
                     scope=str(state.db.path.parent.parent))
                 state.sessions[sid] = t
-                self.catalog.put(info, t, window)
+                self.catalog.put(info, t, window, defer=self._bulk)
                 touched.add(sid)
             elif seq > t.last_seq:
                 entries = t.poll()
