@@ -39,7 +39,7 @@ class Tracker:
     """Reads transcripts into a Catalog and keeps it current. Never writes anything."""
 
     def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
-                 startup_messages: int | None = 16, full: bool = False) -> None:
+                 startup_messages: int | None = 8, full: bool = False) -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
         self.catalog = catalog
