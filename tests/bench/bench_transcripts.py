@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from proxy.metrics import Metrics  # noqa: E402
-from proxy.transcripts.service import TranscriptService  # noqa: E402
+from proxy.metrics import Metrics
+from proxy.transcripts.service import TranscriptService
 
 FILLER = ("The quick brown fox jumps over the lazy dog while the build runs its tests; "
           "lines of output scroll past, some warnings, mostly passing. ")

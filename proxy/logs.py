@@ -1,0 +1,67 @@
+"""Logging set-up: JSON or text lines, each carrying the request id, never a secret."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import orjson
+
+REQUEST_ID: ContextVar[str] = ContextVar("tailfloor_request_id", default="-")
+
+# Anything that looks like a credential is masked even if a message quotes it by mistake.
+_SECRET = re.compile(
+    r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+|authorization[\"'=:\s]+)([^\s\"',]+)|\bsk-[A-Za-z0-9_\-]{8,}")
+
+_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message"}
+
+
+def redact(text: str) -> str:
+    return _SECRET.sub(lambda m: (m.group(1) or "") + "[redacted]", text)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "request_id": REQUEST_ID.get(),
+            "msg": redact(record.getMessage()),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = redact(self.formatException(record.exc_info))
+        return orjson.dumps(entry, default=str).decode()
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        extras = " ".join(
+            f"{key}={value}" for key, value in record.__dict__.items()
+            if key not in _RESERVED and not key.startswith("_"))
+        line = (f"{self.formatTime(record)} {record.levelname:<7} {record.name} "
+                f"[{REQUEST_ID.get()}] {record.getMessage()}")
+        if extras:
+            line += " " + extras
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return redact(line)
+
+
+def configure(log_format: str, level: str, access_log: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # aiohttp's access log would duplicate ours and prints raw request lines.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("tailfloor.access").setLevel(logging.INFO if access_log else logging.WARNING)

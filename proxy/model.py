@@ -1,0 +1,156 @@
+"""Plain records passed between the stages of the request path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat completion request, parsed once. ``raw`` is exactly what the client sent."""
+
+    raw: bytes
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    include_usage: bool
+    agent_id: str | None
+
+    @classmethod
+    def parse(cls, raw: bytes, body: dict[str, Any], agent_id: str | None) -> ChatRequest:
+        model = body.get("model")
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        return cls(
+            raw=raw, body=body, model=model if isinstance(model, str) else "",
+            stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as an OpenAI-compatible upstream reports it."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @classmethod
+    def from_dict(cls, usage: dict[str, Any]) -> Usage:
+        def number(container: object, key: str) -> int:
+            value = container.get(key) if isinstance(container, dict) else None
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        return cls(
+            prompt_tokens=number(usage, "prompt_tokens"),
+            completion_tokens=number(usage, "completion_tokens"),
+            total_tokens=number(usage, "total_tokens"),
+            cached_tokens=number(usage.get("prompt_tokens_details"), "cached_tokens"),
+            reasoning_tokens=number(usage.get("completion_tokens_details"), "reasoning_tokens"),
+        )
+
+    @property
+    def input_tokens(self) -> int:
+        """Prompt tokens not served from the upstream's cache."""
+        return max(self.prompt_tokens - self.cached_tokens, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageAdjustment:
+    """Turns the upstream's usage into the usage of the request the client sent.
+
+    Agents decide when to compact from reported prompt tokens: tokens tailfloor added must not
+    make them compact early, tokens it removed must not hide real growth, and a figure above
+    the agent's window makes Pi and OpenClaw discard a good answer as a silent overflow, so
+    the result stays below ``window``.
+    """
+
+    added: int = 0
+    removed: int = 0
+    window: int | None = None
+
+    def apply(self, usage: dict[str, Any]) -> dict[str, Any]:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if not isinstance(prompt, int) or isinstance(prompt, bool):
+            return usage
+        reported = max(prompt - self.added + self.removed, 0)
+        if self.window is not None:
+            reported = min(reported, self.window - 1)
+        out = dict(usage)
+        out["prompt_tokens"] = reported
+        if isinstance(completion, int) and not isinstance(completion, bool):
+            out["total_tokens"] = reported + completion
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            out["prompt_tokens_details"] = {
+                **details, "cached_tokens": min(details["cached_tokens"], reported)}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """What the rewrite stages decided for one chat request.
+
+    ``body`` is what goes upstream (the client's bytes when nothing changed); ``messages`` the
+    parsed messages it holds, for a later stage to work from; ``session_key`` the session the
+    request was tied to, when one was.
+    """
+
+    body: bytes
+    verdict: str = "none"
+    adjust: UsageAdjustment | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    session_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """A complete non-streamed upstream answer (an error, when recovery looks at it)."""
+
+    status: int
+    content_type: str | None
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An answer tailfloor gives the client itself instead of the upstream's."""
+
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an answer ended, for checks after the fact (silent overflow)."""
+
+    status: int
+    usage: Usage | None
+    finish_reason: str | None
+    stream_error: dict[str, Any] | None
+
+
+_INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
+
+
+def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes:
+    """The request body with ``stream_options.include_usage`` set, changing as little as possible.
+
+    Appending one member to the JSON object keeps every other byte as the client sent it; only
+    when the client already sent ``stream_options`` is the object serialised again.
+    """
+    if "stream_options" not in body:
+        end = raw.rstrip()
+        if end.endswith(b"}"):
+            inner = end[:-1].rstrip()
+            separator = b"" if inner.endswith(b"{") else b","
+            return inner + separator + _INCLUDE_USAGE + b"}"
+    options = body.get("stream_options")
+    merged = dict(options) if isinstance(options, dict) else {}
+    merged["include_usage"] = True
+    return orjson.dumps({**body, "stream_options": merged})

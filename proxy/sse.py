@@ -1,0 +1,159 @@
+"""Reading a Chat Completions SSE stream as it passes, without delaying it.
+
+``StreamScanner.feed`` takes each upstream chunk and returns the bytes the client gets. In the
+common case that is the very same chunk: the scanner only looks at complete lines, carrying a
+partial line to the next chunk, and parses a line only when it may hold a usage object or an
+error, so relaying costs a regex search per chunk.
+
+When tailfloor itself asked the upstream for usage (the client did not), the usage-only event
+is removed again and the ``"usage":null`` field OpenAI adds to every chunk is cut out, so the
+client sees what it asked for. That mode works on whole events: an incomplete event waits
+for its end, which is harmless because a client cannot use half an event either.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxy.model import Usage, UsageAdjustment
+
+_INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+_USAGE_NULL = b',"usage":null'
+MAX_PENDING = 16 * 1024 * 1024
+
+
+class StreamScanner:
+    def __init__(self, hide_usage: bool = False,
+                 adjust: UsageAdjustment | None = None) -> None:
+        self.hide_usage = hide_usage
+        self.adjust = adjust
+        # Whole-event processing is needed only when events may change.
+        self._by_event = hide_usage or adjust is not None
+        self.usage: Usage | None = None
+        self.error: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.saw_done = False
+        self.events = 0
+        self._pending = b""
+        self._tail = b""
+
+    @property
+    def at_event_boundary(self) -> bool:
+        """True when the bytes relayed so far end between two events (or none were relayed)."""
+        if self._by_event:
+            return not self._pending
+        return not self._tail or self._tail.endswith((b"\n\n", b"\r\n\r\n"))
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._by_event:
+            return self._feed_events(chunk)
+        data = self._pending + chunk if self._pending else chunk
+        cut = data.rfind(b"\n") + 1
+        complete, self._pending = data[:cut], data[cut:]
+        if len(self._pending) > MAX_PENDING:
+            self._pending = b""
+        self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
+        if complete:
+            self.events += complete.count(b"data:")
+            if _INTERESTING.search(complete):
+                for line in complete.splitlines():
+                    self._read_line(line)
+            elif b"[DONE]" in complete:
+                self.saw_done = True
+        return chunk
+
+    def flush(self) -> bytes:
+        """What is still held back at the end of the stream (whole-event mode only)."""
+        rest, self._pending = self._pending, b""
+        if self._by_event and rest:
+            return self._filter_event(rest)
+        return b""
+
+    def _feed_events(self, chunk: bytes) -> bytes:
+        data = self._pending + chunk if self._pending else chunk
+        out: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(data):
+            event = data[start:match.end()]
+            start = match.end()
+            out.append(self._filter_event(event))
+        self._pending = data[start:]
+        if len(self._pending) > MAX_PENDING:
+            out.append(self._pending)
+            self._pending = b""
+        return b"".join(out)
+
+    def _filter_event(self, event: bytes) -> bytes:
+        self.events += 1
+        parsed: object = None
+        for line in event.splitlines():
+            parsed = self._read_line(line) or parsed
+        usage = parsed.get("usage") if isinstance(parsed, dict) else None
+        if isinstance(usage, dict) and isinstance(parsed, dict):
+            if self.hide_usage and parsed.get("choices") == []:
+                return b""
+            if self.adjust is not None:
+                changed = {**parsed, "usage": self.adjust.apply(usage)}
+                return b"data: " + orjson.dumps(changed) + b"\n\n"
+        if self.hide_usage and _USAGE_NULL in event:
+            return event.replace(_USAGE_NULL, b"")
+        return event
+
+    def _read_line(self, line: bytes) -> dict[str, Any] | None:
+        if not line.startswith(b"data:"):
+            return None
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.saw_done = True
+            return None
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        usage = parsed.get("usage")
+        if isinstance(usage, dict):
+            self.usage = Usage.from_dict(usage)
+        error = parsed.get("error")
+        if isinstance(error, dict):
+            self.error = error
+        choices = parsed.get("choices")
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+            reason = choices[0].get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reason = reason
+        return parsed
+
+
+def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
+                    ) -> tuple[Usage | None, bytes]:
+    """Usage of a non-streaming chat completion body, and the body the client gets: the same
+    bytes, or the body with its usage adjusted when tailfloor changed the prompt."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, body
+    usage = parsed.get("usage") if isinstance(parsed, dict) else None
+    if not isinstance(usage, dict) or not isinstance(parsed, dict):
+        return None, body
+    if adjust is not None:
+        body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
+    return Usage.from_dict(usage), body
+
+
+def finish_reason_of(body: bytes) -> str | None:
+    """The first choice's finish_reason of a non-streaming body."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return reason if isinstance(reason, str) else None
+    return None

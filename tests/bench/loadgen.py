@@ -1,0 +1,146 @@
+"""A minimal HTTP/1.1 load generator on raw asyncio streams, so the client's own cost is small
+and identical for every target it measures."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+BODY = orjson.dumps({"model": "fake-model", "messages": [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Say hello."}]})
+STREAM_BODY = orjson.dumps({"model": "fake-model", "stream": True,
+                            "stream_options": {"include_usage": True},
+                            "messages": [{"role": "user", "content": "stream please"}]})
+
+
+def request_bytes(body: bytes) -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, round(pct / 100 * (len(sorted_values) - 1)))
+    return sorted_values[index]
+
+
+async def _read_response(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = -1
+    chunked = False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        lowered = name.strip().lower()
+        if lowered == b"content-length":
+            length = int(value)
+        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if not chunked:
+        return await reader.readexactly(length)
+    parts = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return b"".join(parts)
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
+async def measure_latency(port: int, body: bytes, concurrency: int, total: int) -> list[float]:
+    payload = request_bytes(body)
+    latencies: list[float] = []
+
+    async def worker(count: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        clock = time.perf_counter
+        for _ in range(count):
+            started = clock()
+            writer.write(payload)
+            await _read_response(reader)
+            latencies.append(clock() - started)
+        writer.close()
+
+    await asyncio.gather(*(worker(total // concurrency) for _ in range(concurrency)))
+    return latencies
+
+
+async def measure_throughput(port: int, body: bytes, concurrency: int, seconds: float) -> float:
+    payload = request_bytes(body)
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while time.perf_counter() < deadline:
+            writer.write(payload)
+            await _read_response(reader)
+            done += 1
+        writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - started)
+
+
+@dataclass
+class StreamResult:
+    first_chunk: float = 0.0
+    chunk_delays: list[float] = field(default_factory=list)
+    events: int = 0
+    merged_reads: int = 0
+
+
+async def measure_stream(port: int) -> StreamResult:
+    """One streaming request; each event carries the time the upstream wrote it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    result = StreamResult()
+    started = time.perf_counter()
+    writer.write(request_bytes(STREAM_BODY))
+    await reader.readuntil(b"\r\n\r\n")
+    buffer = b""
+    pending = b""
+    done = False
+    while not done:
+        data = await reader.read(65536)
+        if not data:
+            break
+        now_wall = time.time()
+        if not result.first_chunk:
+            result.first_chunk = time.perf_counter() - started
+        buffer += data
+        events_in_read = 0
+        # Undo chunked framing as far as it is complete.
+        while True:
+            line_end = buffer.find(b"\r\n")
+            if line_end < 0:
+                break
+            size = int(buffer[:line_end].split(b";")[0], 16)
+            if len(buffer) < line_end + 2 + size + 2:
+                break
+            pending += buffer[line_end + 2:line_end + 2 + size]
+            buffer = buffer[line_end + 2 + size + 2:]
+            if size == 0:
+                done = True
+                break
+        while b"\n\n" in pending:
+            event, pending = pending.split(b"\n\n", 1)
+            events_in_read += 1
+            result.events += 1
+            if event.startswith(b"data: {"):
+                parsed = orjson.loads(event[6:])
+                for choice in parsed.get("choices") or []:
+                    stamp = (choice.get("delta") or {}).get("content")
+                    if stamp:
+                        result.chunk_delays.append(now_wall - float(stamp))
+        if events_in_read > 1:
+            result.merged_reads += 1
+    writer.close()
+    return result

@@ -1,0 +1,124 @@
+"""Shared fixtures: the scripted fake upstream (in a background thread) and real tailfloor
+server processes started with ``python -m proxy serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fake_upstream import FakeUpstream
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ThreadedFake:
+    """A FakeUpstream running on its own event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.fake = FakeUpstream()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ProxyProcess:
+    """A real ``tailfloor serve`` process on a free loopback port."""
+
+    def __init__(self, upstream: str, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(tempfile.mkdtemp(prefix="tailfloor-test-")) / "proxy.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{self.port}",
+             "--upstream", upstream, "--log-format", "json", *extra],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tailfloor exited early:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"tailfloor did not become ready:\n{self.logs()}")
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def sample(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v
+                                               for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    threaded = ThreadedFake()
+    yield threaded.fake
+    threaded.stop()
+
+
+@pytest.fixture(autouse=False)
+def clean_fake(fake: FakeUpstream) -> FakeUpstream:
+    fake.reset()
+    return fake
+
+
+@pytest.fixture(scope="module")
+def proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
+    process = ProxyProcess(fake.url)
+    yield process
+    process.stop()

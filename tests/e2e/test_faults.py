@@ -1,0 +1,205 @@
+"""Bad input and upstream faults: each gets its documented answer and is counted."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from tests.conftest import ProxyProcess, free_port
+from tests.fake_upstream import FakeUpstream, Reply
+
+CHAT = b'{"model":"fake-model","messages":[{"role":"user","content":"hi"}]}'
+STREAM_CHAT = b'{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+
+def post(url: str, body: bytes, timeout: float = 10) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-sEcReT-999"}
+    request = urllib.request.Request(url, data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def error_of(body: bytes) -> dict[str, object]:
+    parsed = orjson.loads(body)
+    assert set(parsed["error"]) >= {"message", "type", "code"}
+    error: dict[str, object] = parsed["error"]
+    return error
+
+
+@pytest.fixture(scope="module")
+def small_proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
+    process = ProxyProcess(fake.url, "--max-body-bytes", "1000", "--read-timeout", "0.5",
+                           "--keepalive-interval", "0.15", "--access-log")
+    yield process
+    process.stop()
+
+
+def test_invalid_json_is_400_and_never_reaches_upstream(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = small_proxy.sample("tailfloor_rejected_requests_total", reason="invalid_json")
+    for body in (b"{not json", b"[1,2]"):
+        status, answer = post(small_proxy.url + "/v1/chat/completions", body)
+        assert status == 400
+        assert error_of(answer)["code"] == "invalid_json"
+    assert clean_fake.received == []
+    after = small_proxy.sample("tailfloor_rejected_requests_total", reason="invalid_json")
+    assert after == before + 2
+
+
+def test_oversized_body_is_413_for_chat_and_passthrough(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    big = b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * 2000 + b'"}]}'
+    for path in ("/v1/chat/completions", "/v1/embeddings"):
+        status, answer = post(small_proxy.url + path, big)
+        assert status == 413
+        assert error_of(answer)["code"] == "request_too_large"
+    assert clean_fake.received == []
+    assert small_proxy.sample("tailfloor_rejected_requests_total", reason="too_large") >= 2
+
+
+def test_upstream_refusing_connections_gives_502() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    process = ProxyProcess(dead)
+    try:
+        for body in (CHAT, STREAM_CHAT):
+            status, answer = post(process.url + "/v1/chat/completions", body)
+            assert status == 502
+            assert error_of(answer)["code"] == "upstream_unavailable"
+        status, _ = post(process.url + "/v1/embeddings", b"{}")
+        assert status == 502
+        assert process.sample("tailfloor_upstream_errors_total", kind="connect") == 3
+        assert process.sample("tailfloor_requests_total", route="chat_completions",
+                              code="502") == 2
+    finally:
+        process.stop()
+
+
+def test_slow_upstream_gives_504(small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    clean_fake.script.append(Reply(delay_before_headers=2.0))
+    status, answer = post(small_proxy.url + "/v1/chat/completions", CHAT)
+    assert status == 504
+    assert error_of(answer)["code"] == "upstream_timeout"
+    assert small_proxy.sample("tailfloor_upstream_errors_total", kind="timeout") >= 1
+
+
+def test_upstream_closing_mid_stream_ends_the_stream_with_an_error_event(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = small_proxy.sample("tailfloor_upstream_errors_total", kind="mid_stream")
+    clean_fake.script.append(Reply(close_after_chunks=2))
+    status, answer = post(small_proxy.url + "/v1/chat/completions", STREAM_CHAT)
+    assert status == 200
+    events = [e for e in answer.split(b"\n\n") if e]
+    assert len(events) == 3
+    last = orjson.loads(events[-1][6:])
+    assert last["error"]["code"] == "upstream_mid_stream"
+    assert b"[DONE]" not in answer
+    after = small_proxy.sample("tailfloor_upstream_errors_total", kind="mid_stream")
+    assert after == before + 1
+
+
+def test_silent_stream_times_out_between_chunks(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    clean_fake.script.append(Reply(delay_between_chunks=1.0))
+    status, answer = post(small_proxy.url + "/v1/chat/completions", STREAM_CHAT)
+    assert status == 200
+    assert b'"code":"upstream_timeout"' in answer
+
+
+def test_idle_stream_gets_keepalive_comments_between_events(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url, "--keepalive-interval", "0.1", "--read-timeout", "5")
+    try:
+        clean_fake.script.append(Reply(delay_between_chunks=0.35, text="abcdef", pieces=2))
+        status, answer = post(process.url + "/v1/chat/completions", STREAM_CHAT)
+        assert status == 200
+        assert answer.count(b": keep-alive\n\n") >= 3
+        # Every keep-alive stands between two whole events.
+        for part in answer.split(b"\n\n"):
+            assert part == b"" or part.startswith((b"data: ", b": keep-alive"))
+        assert process.sample("tailfloor_stream_keepalives_total") >= 3
+    finally:
+        process.stop()
+
+
+def test_client_disconnect_cancels_the_upstream_request(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = proxy.sample("tailfloor_client_disconnects_total")
+    clean_fake.script.append(Reply(delay_between_chunks=0.3, text="x" * 40, pieces=20))
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+    connection.request("POST", "/v1/chat/completions", body=STREAM_CHAT,
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    response.read1(100)
+    connection.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+    connection.close()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not clean_fake.chat_requests()[-1].disconnected:
+        time.sleep(0.02)
+    received = clean_fake.chat_requests()[-1]
+    assert received.disconnected and not received.completed
+    assert time.monotonic() < deadline
+    deadline = time.monotonic() + 3
+    while proxy.sample("tailfloor_client_disconnects_total") < before + 1:
+        assert time.monotonic() < deadline, "disconnect not counted"
+        time.sleep(0.05)
+
+
+def test_client_leaving_between_events_is_a_499_not_a_500(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = proxy.sample("tailfloor_client_disconnects_total")
+    errors_before = proxy.sample("tailfloor_requests_total", route="chat_completions", code="500")
+    for _ in range(3):
+        clean_fake.script.append(Reply(delay_between_chunks=0.2, text="y" * 30, pieces=10))
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 5
+    while proxy.sample("tailfloor_client_disconnects_total") < before + 3:
+        assert time.monotonic() < deadline, "disconnects not counted"
+        time.sleep(0.05)
+    assert proxy.sample("tailfloor_requests_total", route="chat_completions",
+                        code="499") >= 3
+    assert proxy.sample("tailfloor_requests_total", route="chat_completions",
+                        code="500") == errors_before
+
+
+def test_upstream_rejecting_stream_options_is_retried_without_and_remembered(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url)
+    try:
+        clean_fake.reject_stream_options = True
+        for _ in range(2):
+            status, answer = post(process.url + "/v1/chat/completions", STREAM_CHAT)
+            assert status == 200 and answer.endswith(b"data: [DONE]\n\n")
+        bodies = [orjson.loads(r.body) for r in clean_fake.chat_requests()]
+        assert ["stream_options" in b for b in bodies] == [True, False, False]
+        assert process.sample("tailfloor_upstream_errors_total",
+                              kind="stream_options_rejected") == 1
+    finally:
+        process.stop()
+
+
+def test_logs_carry_request_ids_and_never_the_api_key(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    clean_fake.script.append(Reply(delay_before_headers=2.0))
+    post(small_proxy.url + "/v1/chat/completions", CHAT)
+    logs = small_proxy.logs()
+    assert "sk-sEcReT-999" not in logs
+    lines = [orjson.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    warnings = [line for line in lines if line["level"] == "warning"]
+    assert warnings and all(line["request_id"] != "-" for line in warnings)
+    access = [line for line in lines if line["logger"] == "tailfloor.access"]
+    assert access and all(line["request_id"] != "-" and "status" in line for line in access)
+    assert {line["status"] for line in access} >= {504}

@@ -1,0 +1,91 @@
+"""Health, readiness, /metrics format, and draining on SIGTERM."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ProxyProcess
+from tests.fake_upstream import FakeUpstream, Reply
+
+STREAM_CHAT = b'{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_health_ready_and_metrics_parse(proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    assert status_of(proxy.url + "/healthz") == 200
+    assert status_of(proxy.url + "/readyz") == 200
+    request = urllib.request.Request(
+        proxy.url + "/v1/chat/completions",
+        data=b'{"model":"fake-model","messages":[{"role":"user","content":"hi"}]}')
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+    families = {f.name: f for f in text_string_to_metric_families(proxy.metrics_text())}
+    for name in ("tailfloor_requests", "tailfloor_tokens", "tailfloor_request_duration_seconds",
+                 "tailfloor_overhead_seconds", "tailfloor_in_flight_requests",
+                 "tailfloor_time_to_first_token_seconds", "tailfloor_upstream_errors",
+                 "tailfloor_client_disconnects"):
+        assert name in families, name
+    assert families["tailfloor_in_flight_requests"].samples[0].value == 0
+    overhead = [s for s in families["tailfloor_overhead_seconds"].samples
+                if s.name.endswith("_count") and s.labels["route"] == "chat_completions"]
+    assert overhead and overhead[0].value >= 1
+    assert proxy.sample("tailfloor_requests_total", route="chat_completions",
+                        model="fake-model", code="200") >= 1
+
+
+def test_model_labels_are_bounded(fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url, "--label-cap", "2")
+    try:
+        for index in range(4):
+            body = orjson.dumps({"model": f"model-{index}", "messages": []})
+            with urllib.request.urlopen(urllib.request.Request(
+                    process.url + "/v1/chat/completions", data=body), timeout=5):
+                pass
+        models = {s.labels["model"] for f in text_string_to_metric_families(process.metrics_text())
+                  if f.name == "tailfloor_requests" for s in f.samples}
+        assert models == {"model-0", "model-1", "other"}
+    finally:
+        process.stop()
+
+
+def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url, "--shutdown-grace", "5")
+    clean_fake.script.append(Reply(delay_between_chunks=0.2, text="abcdefgh", pieces=4))
+    result: dict[str, bytes] = {}
+
+    def stream() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", process.port, timeout=10)
+        connection.request("POST", "/v1/chat/completions", body=STREAM_CHAT)
+        result["body"] = connection.getresponse().read()
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    time.sleep(0.3)
+    process.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    refused = False
+    try:
+        urllib.request.urlopen(process.url + "/healthz", timeout=1)
+    except OSError:
+        refused = True
+    worker.join(10)
+    assert process.proc.wait(10) == 0
+    process.stop()
+    assert refused, "new connections must be refused while draining"
+    assert result["body"].endswith(b"data: [DONE]\n\n")
+    assert b'"content":"gh"' in result["body"]

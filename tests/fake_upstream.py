@@ -1,0 +1,282 @@
+"""A scripted OpenAI-compatible upstream for tests and benchmarks (loopback only).
+
+It records every request it receives and answers from a script: tests push ``Reply`` objects
+onto ``FakeUpstream.script``; with the script empty it answers a short text, or a tool call
+when the latest user text says ``USE_TOOL``. It also runs standalone
+(``python tests/fake_upstream.py --port 18181``) and then takes its script over HTTP:
+``POST /_control/script`` with a JSON list of replies, ``GET /_control/log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+try:
+    from tests import fake_behaviour as fb
+except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
+    import fake_behaviour as fb  # type: ignore[no-redef]
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``chunks`` overrides the generated SSE events when given."""
+
+    status: int = 200
+    text: str = "Hello from the fake upstream."
+    error: dict[str, Any] | None = None
+    raw_body: bytes | None = None
+    tool_call: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = field(default_factory=lambda: {
+        "prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18,
+        "prompt_tokens_details": {"cached_tokens": 3},
+        "completion_tokens_details": {"reasoning_tokens": 2}})
+    chunks: list[bytes] | None = None
+    delay_before_headers: float = 0.0
+    delay_between_chunks: float = 0.0
+    close_after_chunks: int | None = None
+    usage_in_every_chunk_null: bool = True
+    pieces: int = 3
+    # Replace "__TS__" in each event with the wall-clock time it is written (benchmarks).
+    stamp: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reply:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if isinstance(known.get("raw_body"), str):
+            known["raw_body"] = known["raw_body"].encode()
+        if "chunks" in known and known["chunks"] is not None:
+            known["chunks"] = [c.encode() for c in known["chunks"]]
+        return cls(**known)
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    disconnected: bool = False
+    completed: bool = False
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.script: deque[Reply] = deque()
+        self.received: list[Received] = []
+        self.reject_stream_options = False
+        # None: fixed replies. Set it to act enough like a model to drive a real agent.
+        self.behaviour: fb.AgentBehaviour | None = None
+        self._calls = 0
+        self._replies = 0
+        self.app = web.Application(client_max_size=256 * 1024 * 1024)
+        self.app.router.add_post("/_control/script", self._control_script)
+        self.app.router.add_get("/_control/log", self._control_log)
+        self.app.router.add_get("/v1/models", self._models)
+        self.app.router.add_route("*", "/{tail:.*}", self._any)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset(self) -> None:
+        self.script.clear()
+        self.received.clear()
+        self.reject_stream_options = False
+        self.behaviour = None
+        self._calls = self._replies = 0
+
+    def chat_requests(self) -> list[Received]:
+        return [r for r in self.received if r.path.endswith("/chat/completions")]
+
+    async def _control_script(self, request: web.Request) -> web.Response:
+        self.script.extend(Reply.from_json(item) for item in await request.json())
+        return web.json_response({"queued": len(self.script)})
+
+    async def _control_log(self, request: web.Request) -> web.Response:
+        return web.json_response([
+            {**asdict(r), "body": r.body.decode("utf-8", "replace")} for r in self.received])
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._record(request, b"").completed = True
+        return web.json_response({"object": "list", "data": [
+            {"id": "fake-model", "object": "model", "created": 0, "owned_by": "tests"}]})
+
+    def _record(self, request: web.Request, body: bytes) -> Received:
+        received = Received(request.method, request.path, request.query_string,
+                            dict(request.headers), body)
+        self.received.append(received)
+        return received
+
+    async def _any(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        received = self._record(request, body)
+        try:
+            if not request.path.endswith("/chat/completions"):
+                received.completed = True
+                return web.json_response({"path": request.path, "echo": body.decode("utf-8",
+                                                                                   "replace")})
+            response = await self._chat(request, received)
+            received.completed = True
+            return response
+        except (asyncio.CancelledError, ConnectionResetError):
+            received.disconnected = True
+            raise
+
+    async def _chat(self, request: web.Request, received: Received) -> web.StreamResponse:
+        payload = orjson.loads(received.body)
+        if self.reject_stream_options and "stream_options" in payload:
+            return web.json_response({"error": {
+                "message": "Unrecognized request argument supplied: stream_options",
+                "type": "invalid_request_error", "param": "stream_options", "code": None}},
+                status=400)
+        reply = self.script.popleft() if self.script else self._default_reply(payload)
+        if reply.delay_before_headers:
+            await asyncio.sleep(reply.delay_before_headers)
+        if reply.raw_body is not None or reply.error is not None or reply.status != 200:
+            body = reply.raw_body if reply.raw_body is not None else orjson.dumps(
+                {"error": reply.error or {"message": "scripted failure", "type": "server_error"}})
+            return web.Response(body=body, status=reply.status, content_type="application/json")
+        model = payload.get("model", "fake-model")
+        if not payload.get("stream"):
+            return web.Response(body=orjson.dumps(_completion(model, reply)),
+                                content_type="application/json")
+        include_usage = (payload.get("stream_options") or {}).get("include_usage") is True
+        chunks = reply.chunks if reply.chunks is not None else _sse_chunks(
+            model, reply, include_usage)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for index, chunk in enumerate(chunks):
+            if reply.close_after_chunks is not None and index >= reply.close_after_chunks:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            if reply.delay_between_chunks and index:
+                await asyncio.sleep(reply.delay_between_chunks)
+            stamped = chunk.replace(b"__TS__", b"%.6f" % time.time()) if reply.stamp else chunk
+            await response.write(stamped)
+        await response.write_eof()
+        return response
+
+    def _default_reply(self, payload: dict[str, Any]) -> Reply:
+        messages = payload.get("messages") or []
+        last = messages[-1] if messages else {}
+        sized = self.behaviour is not None
+        summarizing = fb.is_summarization(messages)
+        if self.behaviour is not None and self.behaviour.max_chars and (
+                not summarizing or self.behaviour.strict):
+            chars = fb.total_chars(messages)
+            if chars > self.behaviour.max_chars:
+                return Reply(status=400, error=fb.overflow_error(chars))
+        if summarizing:
+            reply = Reply(text=fb.SUMMARY_TEXT)
+        elif last.get("role") == "tool":
+            reply = Reply(text=f"The tool returned: {fb.text_of(last.get('content'))[:200]}")
+        elif "USE_TOOL" in (turn := fb.current_turn_text(messages)):
+            named = re.search(r"USE_TOOL:(\w+)", turn)
+            offered = [t.get("function", {}).get("name") for t in payload.get("tools") or []]
+            name = named.group(1) if named else (offered[0] if offered else "bash")
+            self._calls += 1
+            reply = Reply(text="", tool_call={"id": f"call_fake_{self._calls}", "name": name,
+                                              "arguments": fb.tool_arguments(name)})
+        elif "LONG_REPLY" in turn:
+            reply = Reply(text=fb.LONG_TEXT)
+        else:
+            self._replies += 1
+            reply = Reply(text=f"Fake reply #{self._replies}: Hello from the fake upstream."
+                          if sized else "Hello from the fake upstream.")
+        if sized:
+            reply.usage = fb.size_usage(payload, reply.text)
+        return reply
+
+
+def _completion(model: str, reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    finish = "stop"
+    if reply.tool_call:
+        message["tool_calls"] = [{"id": reply.tool_call["id"], "type": "function", "function": {
+            "name": reply.tool_call["name"], "arguments": reply.tool_call["arguments"]}}]
+        finish = "tool_calls"
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+    if reply.usage is not None:
+        body["usage"] = reply.usage
+    return body
+
+
+def _sse_chunks(model: str, reply: Reply, include_usage: bool) -> list[bytes]:
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+            "model": model}
+    null_usage = {"usage": None} if include_usage and reply.usage_in_every_chunk_null else {}
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    if reply.tool_call:
+        deltas.append({"tool_calls": [{"index": 0, "id": reply.tool_call["id"],
+                                       "type": "function", "function": {
+                                           "name": reply.tool_call["name"], "arguments": ""}}]})
+        deltas.append({"tool_calls": [{"index": 0, "function": {
+            "arguments": reply.tool_call["arguments"]}}]})
+    text = reply.text
+    step = max(1, len(text) // max(reply.pieces, 1))
+    deltas.extend({"content": text[i:i + step]} for i in range(0, len(text), step))
+    finish = "tool_calls" if reply.tool_call else "stop"
+    events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}],
+               **null_usage} for d in deltas]
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                   **null_usage})
+    if include_usage and reply.usage is not None:
+        events.append({**base, "choices": [], "usage": reply.usage})
+    out = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+async def _main(port: int, agent: bool, max_chars: int) -> None:
+    fake = FakeUpstream()
+    if agent:
+        fake.behaviour = fb.AgentBehaviour(max_chars=max_chars)
+    await fake.start(port=port)
+    print(f"fake upstream on {fake.url}", flush=True)
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=18181)
+    parser.add_argument("--agent", action="store_true",
+                        help="act enough like a model to drive a real agent (see fake_behaviour)")
+    parser.add_argument("--max-chars", type=int, default=0,
+                        help="with --agent: answer context_length_exceeded above this size")
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args.port, args.agent, args.max_chars))

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main as cli_main
+from proxy.metrics import Metrics
+from proxy.rules_parse import RulesError
+from proxy.rules_watch import RulesHolder, load_rules_dir, watch_rules
+
+GOOD = ('[defaults]\nmin_tail_messages = {n}\n'
+        '[[rules]]\nname = "ops"\nagent = "ops-*"\nmode = "off"\n')
+
+
+def reloads(metrics: Metrics, outcome: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "tailfloor_rules_reloads_total", {"outcome": outcome})
+    return value or 0.0
+
+
+def test_open_rejects_a_bad_directory(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("[defaults]\nmode = 1\n")
+    (tmp_path / "b.toml").write_text("[defaults]\nmin_tail_messages = -1\n")
+    with pytest.raises(RulesError) as caught:
+        RulesHolder.open(tmp_path)
+    assert len(caught.value.problems) == 2
+    with pytest.raises(RulesError, match="not a directory"):
+        load_rules_dir(tmp_path / "missing")
+
+
+def test_without_directory_the_builtin_rules_apply() -> None:
+    holder = RulesHolder.open(None)
+    assert holder.rules.defaults.min_tail_messages == 30
+    assert holder.reload() is None
+
+
+def test_reload_keeps_last_good_rules_on_a_bad_edit(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+    rules_file = tmp_path / "10-policy.toml"
+    rules_file.write_text(GOOD.format(n=12))
+    (tmp_path / ".hidden.toml").write_text("garbage = [")
+    (tmp_path / "notes.txt").write_text("ignored")
+    holder = RulesHolder.open(tmp_path, metrics)
+    assert holder.rules.defaults.min_tail_messages == 12
+    assert holder.reload() is None  # nothing changed: not counted
+    rules_file.write_text(GOOD.format(n=12).replace('mode = "off"', 'mode = "sometimes"'))
+    with caplog.at_level(logging.ERROR):
+        assert holder.reload() is False
+    assert holder.rules.defaults.min_tail_messages == 12
+    assert holder.rules.resolve("ops-1", None, None).mode == "off"
+    assert "10-policy.toml: rules[0] 'ops': field mode = 'sometimes'" in caplog.text
+    assert holder.last_error is not None
+    rules_file.write_text(GOOD.format(n=40))
+    assert holder.reload() is True
+    assert holder.rules.defaults.min_tail_messages == 40 and holder.last_error is None
+    assert (reloads(metrics, "ok"), reloads(metrics, "error")) == (1.0, 1.0)
+
+
+def _configmap(root: Path, version: str, text: str) -> None:
+    """Lay out files the way the kubelet does: <dir>/..<ts>/ + ..data symlink + file links."""
+    target = root / f"..{version}"
+    target.mkdir()
+    (target / "policy.toml").write_text(text)
+    data = root / "..data"
+    previous = data.resolve() if data.is_symlink() else None
+    tmp_link = root / "..data_tmp"
+    tmp_link.symlink_to(target.name)
+    os.replace(tmp_link, data)
+    if previous is not None:
+        shutil.rmtree(previous)
+    if not (root / "policy.toml").is_symlink():
+        (root / "policy.toml").symlink_to("..data/policy.toml")
+
+
+async def _until(predicate: Callable[[], bool]) -> float:
+    start = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - start > 5.0:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+    return time.perf_counter() - start
+
+
+async def test_watcher_follows_configmap_symlink_swaps(tmp_path: Path) -> None:
+    metrics = Metrics()
+    _configmap(tmp_path, "2026_11_30_01", GOOD.format(n=10))
+    holder = RulesHolder.open(tmp_path, metrics)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_rules(holder, stop))
+    await asyncio.sleep(0.2)  # let the watcher start
+    try:
+        _configmap(tmp_path, "2026_11_30_02", GOOD.format(n=20))
+        latency = await _until(lambda: holder.rules.defaults.min_tail_messages == 20)
+        print(f"rules reload latency after a ConfigMap swap: {latency * 1e3:.0f} ms")
+        assert latency < 1.0
+        _configmap(tmp_path, "2026_11_30_03", "[defaults]\nmin_tail_messages = 'x'\n")
+        await _until(lambda: reloads(metrics, "error") >= 1)
+        assert holder.rules.defaults.min_tail_messages == 20
+        (tmp_path / "20-extra.toml").write_text('[[rules]]\nname = "late"\nagent = "z"\n')
+        _configmap(tmp_path, "2026_11_30_04", GOOD.format(n=25))
+        await _until(lambda: holder.rules.defaults.min_tail_messages == 25
+                     and len(holder.rules.rules) == 2)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+def test_cli_rules_check_valid_and_explained(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.toml").write_text(GOOD.format(n=8))
+    code = cli_main(["rules", "check", str(tmp_path), "--agent", "ops-eu", "--model", "gpt-4o"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "OK: 1 file(s): p.toml" in out
+    assert "0. 'ops' [p.toml rules[0]] when agent='ops-*'; sets mode" in out
+    assert "rule 'ops' (p.toml rules[0]) applies" in out
+    assert "mode = 'off'" in out and "window 128000" in out
+
+
+def test_cli_rules_check_reports_every_problem(tmp_path: Path) -> None:
+    from proxy import rules_command
+    (tmp_path / "a.toml").write_text("[defaults]\nmode = 1\nreserve_tokens = 'x'\n")
+    (tmp_path / "b.toml").write_text("[[rules]]\nagent = 3\n")
+    out = io.StringIO()
+    ns = cli_parse(["rules", "check", str(tmp_path)])
+    assert rules_command.run(ns, out) == 1
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("3 problem(s):")
+    assert any("a.toml: [defaults]: field mode = 1" in line for line in lines)
+    assert any("b.toml: rules[0]: field agent = 3" in line for line in lines)
+
+
+def cli_parse(argv: list[str]) -> argparse.Namespace:
+    from proxy.cli import build_parser
+    return build_parser().parse_args(argv)

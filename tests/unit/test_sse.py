@@ -1,0 +1,102 @@
+"""The stream scanner: usage from SSE split anywhere, hidden usage, event boundaries."""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.model import Usage, UsageAdjustment, with_stream_usage
+from proxy.sse import StreamScanner, read_body_usage
+from tests.fake_upstream import Reply, _sse_chunks
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
+         "prompt_tokens_details": {"cached_tokens": 40},
+         "completion_tokens_details": {"reasoning_tokens": 5}}
+
+
+def stream_bytes(include_usage: bool = True) -> bytes:
+    return b"".join(_sse_chunks("m", Reply(usage=USAGE, text="hello world"), include_usage))
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
+def test_usage_is_found_wherever_the_chunks_split(cuts: list[int]) -> None:
+    data = stream_bytes()
+    scanner = StreamScanner()
+    relayed = b"".join(scanner.feed(chunk) for chunk in split_at(data, cuts))
+    assert relayed == data
+    assert scanner.usage == Usage(100, 20, 120, 40, 5)
+    assert scanner.usage.input_tokens == 60
+    assert scanner.saw_done
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
+def test_hidden_usage_mode_gives_the_stream_the_client_asked_for(cuts: list[int]) -> None:
+    scanner = StreamScanner(hide_usage=True)
+    relayed = b"".join(scanner.feed(chunk) for chunk in split_at(stream_bytes(), cuts))
+    relayed += scanner.flush()
+    assert relayed == stream_bytes(include_usage=False)
+    assert scanner.usage is not None and scanner.usage.prompt_tokens == 100
+
+
+def test_missing_usage_leaves_none() -> None:
+    scanner = StreamScanner()
+    scanner.feed(stream_bytes(include_usage=False))
+    assert scanner.usage is None and scanner.saw_done
+
+
+def test_event_boundary_tracking() -> None:
+    scanner = StreamScanner()
+    assert scanner.at_event_boundary
+    scanner.feed(b'data: {"choices":[]}')
+    assert not scanner.at_event_boundary
+    scanner.feed(b"\n")
+    assert not scanner.at_event_boundary
+    scanner.feed(b"\n")
+    assert scanner.at_event_boundary
+
+
+def test_error_event_is_noticed() -> None:
+    scanner = StreamScanner()
+    scanner.feed(b'data: {"error":{"message":"boom","code":"x"}}\n\n')
+    assert scanner.error == {"message": "boom", "code": "x"}
+
+
+def test_usage_from_body() -> None:
+    body = orjson.dumps({"usage": USAGE})
+    assert read_body_usage(body) == (Usage(100, 20, 120, 40, 5), body)
+    assert read_body_usage(b'{"choices":[]}') == (None, b'{"choices":[]}')
+    assert read_body_usage(b"not json") == (None, b"not json")
+
+
+def test_adjusted_usage_in_body_and_stream() -> None:
+    adjust = UsageAdjustment(added=30, removed=0, window=75)
+    usage, body = read_body_usage(orjson.dumps({"id": "x", "usage": USAGE}), adjust)
+    assert usage == Usage(100, 20, 120, 40, 5)  # metrics keep the real figures
+    assert orjson.loads(body)["usage"]["prompt_tokens"] == 70
+    assert orjson.loads(body)["usage"]["total_tokens"] == 90
+    capped = UsageAdjustment(added=0, removed=500, window=128).apply(USAGE)
+    assert capped["prompt_tokens"] == 127 and capped["total_tokens"] == 147
+    scanner = StreamScanner(adjust=UsageAdjustment(added=90))
+    out = scanner.feed(stream_bytes()) + scanner.flush()
+    events = [orjson.loads(e[6:]) for e in out.split(b"\n\n") if e.startswith(b"data: {")]
+    assert events[-1]["usage"]["prompt_tokens"] == 10
+    assert events[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 10
+    assert scanner.usage is not None and scanner.usage.prompt_tokens == 100
+
+
+def test_with_stream_usage_appends_without_reserialising() -> None:
+    raw = b'{"model": "m", "stream": true}  \n'
+    out = with_stream_usage(raw, orjson.loads(raw))
+    assert out == b'{"model": "m", "stream": true,"stream_options":{"include_usage":true}}'
+    assert with_stream_usage(b"{}", {}) == b'{"stream_options":{"include_usage":true}}'
+    raw = b'{"stream":true,"stream_options":{"continuous_usage_stats":true}}'
+    merged = orjson.loads(with_stream_usage(raw, orjson.loads(raw)))
+    assert merged["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
