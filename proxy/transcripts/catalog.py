@@ -13,18 +13,16 @@ lookups whatever the number of sessions.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from proxy.messages import Flavor, RenderOptions, Source, render
 from proxy.transcripts import view
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
+from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import (
-    CompactionInfo,
-    ResetMark,
     SessionInfo,
     SessionRecord,
     TailMessage,
@@ -34,11 +32,9 @@ from proxy.transcripts.records import (
 
 __all__ = ["Catalog"]
 
-log = logging.getLogger(__name__)
-
-
 class _State:
-    __slots__ = ("by_id", "complete", "entries", "info", "marks", "record", "store")
+    __slots__ = ("by_id", "complete", "entries", "info", "marks", "marks_known", "record",
+                 "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
@@ -47,6 +43,7 @@ class _State:
         self.by_id: dict[str, Entry] = {}
         self.marks: dict[str, Entry] = {}
         self.complete = False
+        self.marks_known = False
         self.record: SessionRecord | None = None
 
 
@@ -63,8 +60,7 @@ class Catalog:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
         self._states: dict[str, _State] = {}
-        # key -> session id, or a set of them when several share the key (rare)
-        self._index: dict[int, str | set[str]] = {}
+        self._index = ContentIndex()
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
         self._key_scopes: dict[str, set[str]] = {}
@@ -81,7 +77,7 @@ class Catalog:
         """
         old = self._states.get(info.session_id)
         if old is not None:
-            self._unindex(old, old.entries, keep=())
+            self._index.drop(info.session_id, old.entries, keep=())
         st = _State(info, store)
         self._states[info.session_id] = st
         st.marks = {m.id: m for m in window.marks}
@@ -104,7 +100,7 @@ class Catalog:
             st.by_id[e.id] = e
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-            self._index_keys(st.info.session_id, e.keys)
+            self._index.add(st.info.session_id, e.keys)
         self._trim(st)
         self._refresh(st)
 
@@ -121,7 +117,7 @@ class Catalog:
         st = self._states.pop(session_id, None)
         if st is None:
             return
-        self._unindex(st, st.entries, keep=())
+        self._index.drop(session_id, st.entries, keep=())
         for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
                                            (self._by_group, st.info.group))):
             if name and session_id in table.get(name, []):
@@ -141,9 +137,23 @@ class Catalog:
         return dict(Counter(st.info.source for st in self._states.values()))
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """The session with this id."""
+        """The session with this id.
+
+        The first lookup of a session whose kept window does not reach the top of its
+        transcript searches the older part once for compaction and reset entries, so the
+        record's ``compaction`` and ``resets`` are exact.
+        """
         st = self._states.get(session_id)
-        return st.record if st is not None else None
+        if st is None:
+            return None
+        if not st.marks_known and not st.complete and st.entries:
+            st.marks_known = True
+            reader = getattr(st.store, "read_marks", None)
+            if reader is not None:
+                for mark in reader(st.entries[0].pos):
+                    st.marks.setdefault(mark.id, mark)
+                self._refresh(st)
+        return st.record
 
     def info(self, session_id: str) -> SessionInfo | None:
         st = self._states.get(session_id)
@@ -195,18 +205,12 @@ class Catalog:
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (verbatim, normalised or with
         ``_`` stripped: all forms share one key)."""
-        return self._lookup(tool_call_key(call_id))
+        return self._index.lookup(tool_call_key(call_id))
 
     def find_user_text(self, text: str) -> frozenset[str]:
         """Sessions whose kept tail holds a user message with this text (normalised, so
         OpenClaw's timestamp prefix and Runtime line do not matter)."""
-        return self._lookup(user_text_key(text))
-
-    def _lookup(self, key: int | None) -> frozenset[str]:
-        held = self._index.get(key) if key is not None else None
-        if held is None:
-            return frozenset()
-        return frozenset((held,)) if isinstance(held, str) else frozenset(held)
+        return self._index.lookup(user_text_key(text))
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages of the active branch, oldest first.
@@ -301,9 +305,9 @@ class Catalog:
         for e in entries:
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-        self._unindex(st, old, keep=entries)
+        self._index.drop(st.info.session_id, old, keep=entries)
         for e in entries:
-            self._index_keys(st.info.session_id, e.keys)
+            self._index.add(st.info.session_id, e.keys)
         self._trim(st)
 
     def _trim(self, st: _State) -> None:
@@ -321,32 +325,8 @@ class Catalog:
         gone, st.entries = st.entries[:drop], st.entries[drop:]
         for e in gone:
             st.by_id.pop(e.id, None)
-        self._unindex(st, gone, keep=st.entries)
+        self._index.drop(st.info.session_id, gone, keep=st.entries)
         st.complete = False
-
-    def _index_keys(self, sid: str, keys: Iterable[int]) -> None:
-        for key in keys:
-            held = self._index.get(key)
-            if held is None:
-                self._index[key] = sid
-            elif isinstance(held, str):
-                if held != sid:
-                    self._index[key] = {held, sid}
-            else:
-                held.add(sid)
-
-    def _unindex(self, st: _State, gone: Iterable[Entry], keep: Iterable[Entry]) -> None:
-        """Drop the keys of ``gone`` entries that no ``keep`` entry still carries."""
-        sid = st.info.session_id
-        still = {k for e in keep for k in e.keys}
-        for key in {k for e in gone for k in e.keys} - still:
-            held = self._index.get(key)
-            if held == sid:
-                del self._index[key]
-            elif isinstance(held, set):
-                held.discard(sid)
-                if len(held) == 1:
-                    self._index[key] = next(iter(held))
 
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:
@@ -379,22 +359,8 @@ class Catalog:
                 self._refresh(st)
 
     def _refresh(self, st: _State) -> None:
-        path, _rooted = self._path(st)
-        start, _reset = view.segment_start(path)
-        comp: CompactionInfo | None = None
-        for e in reversed(path[start:]):
-            if e.kind == "compaction":
-                comp = CompactionInfo(e.id, e.summary or "", e.first_kept_id, e.timestamp)
-                break
-        if comp is None and not _rooted and not any(e.kind == "reset" for e in path):
-            older = [m for m in st.marks.values() if m.kind == "compaction"]
-            if older:
-                last = max(older, key=lambda m: m.pos)
-                comp = CompactionInfo(last.id, last.summary or "", last.first_kept_id,
-                                      last.timestamp)
-        resets = tuple(ResetMark(m.id, m.timestamp, m.reason)
-                       for m in sorted(st.marks.values(), key=lambda m: m.pos)
-                       if m.kind == "reset")
+        path, rooted = self._path(st)
+        comp, resets = view.boundaries(path, rooted, st.marks.values())
         times = [e.timestamp for e in st.entries if e.timestamp is not None]
         updated = max(times) if times else st.info.created
         predecessor, link = self._predecessor(st)

@@ -14,6 +14,7 @@ The file is only ever opened with mode ``rb``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from proxy.transcripts.records import Window
 __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
 
 MAX_LINE = 16 * 1024 * 1024
+_MARK = re.compile(rb'"type": ?"(?:compaction|reset)"')
 CHUNK = 64 * 1024
 ErrorSink = Callable[[str, str, str], None]
 
@@ -266,6 +268,37 @@ class JsonlTranscript:
             self._on_error("permission" if isinstance(exc, PermissionError) else "io",
                            str(self.path), str(exc.strerror or exc))
             return []
+
+    def read_marks(self, before: int) -> list[Entry]:
+        """Compaction and reset entries in the file before byte ``before``.
+
+        Bytes are searched for the entry type without parsing every line, so finding the
+        last compaction of a long transcript stays cheap.
+        """
+        found: list[Entry] = []
+        try:
+            with self.path.open("rb") as f:
+                pos = self.header_end
+                f.seek(pos)
+                carry = b""
+                while pos < before:
+                    chunk = f.read(min(4 * 1024 * 1024, before - pos))
+                    if not chunk:
+                        break
+                    base = pos - len(carry)
+                    data = carry + chunk
+                    pos += len(chunk)
+                    cut = data.rfind(b"\n") + 1
+                    data, carry = data[:cut], data[cut:]
+                    for m in _MARK.finditer(data):
+                        start = data.rfind(b"\n", 0, m.start()) + 1
+                        end = data.find(b"\n", m.end()) + 1
+                        entry = self._parse_line(data[start:end], base + start, v1_index=None)
+                        if entry is not None and entry.kind in ("compaction", "reset"):
+                            found.append(entry)
+        except OSError:
+            return found
+        return list({e.id: e for e in found}.values())
 
     def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
         """Re-read the raw objects of entries (one read spanning them)."""

@@ -209,6 +209,25 @@ class SqliteTranscript:
             self._on_error("sqlite", f"{self.db.path} session {self.session_id}", str(exc))
             return Window((), False)
 
+    def read_marks(self, before: int) -> list[Entry]:
+        """Compaction and reset entries with ``seq`` below ``before`` (OpenClaw indexes
+        event types in ``transcript_event_identities``; without it, every row is read)."""
+        try:
+            conn = self.db.connect()
+            try:
+                seqs = [seq for (seq,) in conn.execute(
+                    "SELECT seq FROM transcript_event_identities WHERE session_id = ? AND "
+                    "event_type IN ('compaction', 'reset') AND seq < ? ORDER BY seq",
+                    (self.session_id, before))]
+                rows = [r for seq in seqs for r in self.db.rows(
+                    self.session_id, "AND seq = ?", (seq,))]
+            except sqlite3.OperationalError:
+                rows = self.db.rows(self.session_id, "AND seq < ? ORDER BY seq", (before,))
+        except sqlite3.Error as exc:
+            self._on_error("sqlite", f"{self.db.path} session {self.session_id}", str(exc))
+            return []
+        return [e for e in self._entries(rows) if e.kind in ("compaction", "reset")]
+
     def poll(self) -> list[Entry]:
         """Rows added since the last read (``seq`` above the last seen)."""
         try:

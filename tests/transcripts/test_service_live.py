@@ -184,3 +184,30 @@ async def test_files_untouched(roots: dict[str, Path]) -> None:
         svc.catalog.tail(record.session_id, 10)
     await svc.stop()
     assert snapshot(list(roots.values())) == before
+
+
+async def test_old_compaction_found_beyond_the_startup_window(tmp_path: Path) -> None:
+    from datetime import UTC
+
+    folder = tmp_path / "pi" / "--w--"
+    folder.mkdir(parents=True)
+    lines = [_line({"type": "session", "version": 3, "id": "long", "cwd": "/w",
+                    "timestamp": "2026-11-30T03:00:00.000Z"}),
+             _line(_user("u0", None, "before")),  # type: ignore[arg-type]
+             _line({"type": "compaction", "id": "c0", "parentId": "u0", "summary": "S",
+                    "firstKeptEntryId": "u0", "tokensBefore": 1})]
+    parent = "c0"
+    for i in range(30):
+        lines.append(_line(_user(f"m{i}", parent, f"turn {i}")))
+        parent = f"m{i}"
+    (folder / "2026-11-30T03-00-00-000Z_long.jsonl").write_bytes(b"".join(lines))
+    svc = TranscriptService([tmp_path / "pi"], Metrics(), tz=UTC)
+    await svc.start()
+    try:
+        record = svc.catalog.get("long")
+        assert record is not None and not record.count_complete
+        assert record.compaction is not None and record.compaction.entry_id == "c0"
+        ctx = svc.catalog.context("long")
+        assert ctx is not None and len(ctx) == 1 + 1 + 30  # summary, kept u0, 30 turns
+    finally:
+        await svc.stop()
