@@ -85,7 +85,9 @@ class TranscriptService:
     async def start(self) -> None:
         """Start watching, scan the roots (in a worker thread), then apply what changed
         during the scan. Nothing written after the watch began is missed."""
-        found = [str(r) for r in self.roots if r.exists()]
+        # Directories are watched, never single files: a file root is watched through
+        # its directory (renames and replacements are seen that way).
+        found = sorted({str(r.parent if r.is_file() else r) for r in self.roots if r.exists()})
         log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots], found)
         began = time.monotonic()
         self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")

@@ -42,6 +42,7 @@ class Tracker:
                  startup_messages: int | None = 8, full: bool = False) -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
+        self._absolute = [r.absolute() for r in roots]
         self.catalog = catalog
         self._on_error = on_error
         self._startup = None if full else startup_messages
@@ -91,6 +92,9 @@ class Tracker:
             if not path.exists():
                 later.append(path)  # deletions last: a rename shows up as delete + add
                 continue
+            if not (inside(path.absolute(), self._absolute)
+                    or inside(path.absolute(), self._resolved)):
+                continue  # a neighbour of a file root: not ours
             if not inside(path.resolve(), self._resolved):
                 self._on_error("outside_root", str(path), "symlink leads outside the roots")
                 continue
@@ -176,9 +180,13 @@ class Tracker:
             return {sid} if sid else set()
         t, _kind = tracked
         entries = t.poll()
-        if entries is None:
+        if entries is None:  # shrunk or replaced: read it again from the top
+            before = t.header.session_id
             sid = self._open_jsonl(path, kind)
-            return {sid} if sid else set()
+            if sid != before and self._paths.get(before) == path:
+                del self._paths[before]  # the file now holds another session
+                self.catalog.remove(before)
+            return {s for s in (sid, before) if s}
         if entries:
             self._count(self._source(kind), len(entries))
             self.catalog.append(t.header.session_id, entries)

@@ -211,3 +211,39 @@ async def test_old_compaction_found_beyond_the_startup_window(tmp_path: Path) ->
         assert ctx is not None and len(ctx) == 1 + 1 + 30  # summary, kept u0, 30 turns
     finally:
         await svc.stop()
+
+
+async def test_a_single_file_root(roots: dict[str, Path]) -> None:
+    from datetime import UTC
+
+    path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
+    metrics = Metrics()
+    svc = TranscriptService([path], metrics, tz=UTC)
+    await svc.start()
+    try:
+        assert [r.session_id for r in svc.catalog.sessions()] == [PI_ID]
+        (path.parent / "neighbour.jsonl").write_bytes(b"not ours\n")
+        with path.open("ab") as f:
+            f.write(_line(_user("dddd0001", "a92efea1", "file root append")))
+        assert await svc.wait_for(
+            lambda: svc.catalog.tail(PI_ID, 1)[0].entry_id == "dddd0001", 1.0)
+        assert len(svc.catalog) == 1
+        assert metrics.registry.get_sample_value(
+            "tailfloor_transcript_errors_total", {"kind": "outside_root"}) is None
+    finally:
+        await svc.stop()
+
+
+async def test_shrunk_or_replaced_file_is_read_again(service: TranscriptService,
+                                                     roots: dict[str, Path]) -> None:
+    path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    path.write_bytes(_line(header) + _line(_user("e1", None, "rewritten")))  # shrinks
+    assert await service.wait_for(
+        lambda: [t.entry_id for t in service.catalog.tail(PI_ID, 5)] == ["e1"], 1.0)
+    other = {**header, "id": "another-session"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(_line(other) + _line(_user("x1", None, "replaced")))
+    tmp.replace(path)  # atomic replace: same name, another session
+    assert await service.wait_for(lambda: service.catalog.get("another-session") is not None
+                                  and service.catalog.get(PI_ID) is None, 1.0)
