@@ -247,3 +247,25 @@ async def test_shrunk_or_replaced_file_is_read_again(service: TranscriptService,
     tmp.replace(path)  # atomic replace: same name, another session
     assert await service.wait_for(lambda: service.catalog.get("another-session") is not None
                                   and service.catalog.get(PI_ID) is None, 1.0)
+
+
+async def test_metrics_and_successor_transcript(service: TranscriptService,
+                                                roots: dict[str, Path]) -> None:
+    reg = service.metrics.registry
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-sqlite"}) == 3
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "pi"}) == 1
+    lines = reg.get_sample_value("tailfloor_transcript_lines_total", {"source": "pi"}) or 0
+    assert lines > 0
+    # OpenClaw (truncateAfterCompaction): a successor file names the old one in its header.
+    folder = roots["oc7"] / "agents" / "main" / "sessions"
+    header = {"type": "session", "version": 3, "id": "succ-1", "cwd": "/w",
+              "timestamp": "2026-11-30T03:20:00.000Z",
+              "parentSession": str(folder / f"{OC7_LIVE}.jsonl")}
+    (folder / "2026-11-30T03-20-00-000Z_succ-1.jsonl").write_bytes(
+        _line(header) + _line(_user("s1", None, "continued")))  # type: ignore[arg-type]
+    assert await service.wait_for(lambda: (r := service.catalog.get("succ-1")) is not None
+                                  and r.predecessor == OC7_LIVE, 1.0)
+    rec = service.catalog.get("succ-1")
+    assert rec is not None and rec.link == "parent_session" and rec.agent_id == "main"
+    assert reg.get_sample_value("tailfloor_transcript_lag_seconds_count") >= 1  # type: ignore[operator]
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-jsonl"}) == 3
