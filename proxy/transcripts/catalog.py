@@ -33,8 +33,8 @@ from proxy.transcripts.records import (
 __all__ = ["Catalog"]
 
 class _State:
-    __slots__ = ("by_id", "complete", "entries", "info", "marks", "marks_known", "record",
-                 "store")
+    __slots__ = ("before_count", "by_id", "complete", "entries", "info", "marks",
+                 "marks_known", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
@@ -44,6 +44,8 @@ class _State:
         self.marks: dict[str, Entry] = {}
         self.complete = False
         self.marks_known = False
+        # raw messages before the window, when known (the window once reached the top)
+        self.before_count: int | None = None
         self.record: SessionRecord | None = None
 
 
@@ -245,7 +247,7 @@ class Catalog:
             return None
         path, rooted = self._path(st)
         plan = view.context_plan(path)
-        if not rooted and not _plan_is_local(path, plan):
+        if not rooted and not view.plan_is_local(path, plan):
             full = st.store.read_window(None)
             plan = view.context_plan(view.active_branch(full.entries).entries)
         return self.render_plan(st.store, plan, self._flavour(st))
@@ -302,6 +304,7 @@ class Catalog:
         st.entries = entries
         st.by_id = {e.id: e for e in entries}
         st.complete = complete
+        st.before_count = 0 if complete else None
         for e in entries:
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
@@ -323,6 +326,8 @@ class Catalog:
             if e.is_raw_message:
                 raw -= 1
         gone, st.entries = st.entries[:drop], st.entries[drop:]
+        if st.before_count is not None:
+            st.before_count += sum(1 for e in gone if e.is_raw_message)
         for e in gone:
             st.by_id.pop(e.id, None)
         self._index.drop(st.info.session_id, gone, keep=st.entries)
@@ -366,8 +371,9 @@ class Catalog:
         predecessor, link = self._predecessor(st)
         st.record = SessionRecord(
             info=st.info, updated=updated,
-            message_count=sum(1 for e in st.entries if e.is_raw_message),
-            count_complete=st.complete, compaction=comp, resets=resets,
+            message_count=(st.before_count or 0) + sum(1 for e in st.entries
+                                                        if e.is_raw_message),
+            count_complete=st.before_count is not None, compaction=comp, resets=resets,
             predecessor=predecessor, link=link)
 
     def _predecessor(self, st: _State) -> tuple[str | None, Any]:
@@ -392,13 +398,3 @@ class Catalog:
 
 def _scoped(info: SessionInfo) -> str | None:
     return f"{info.scope or ''}\x00{info.session_key}" if info.session_key else None
-
-
-def _plan_is_local(path: Sequence[Entry], plan: view.ContextPlan) -> bool:
-    """Whether a plan computed from a partial branch starts inside that branch."""
-    ids = {e.id for e in path}
-    if plan.compaction is not None:
-        return plan.compaction.first_kept_id in ids
-    if plan.reset is not None:
-        return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
-    return False

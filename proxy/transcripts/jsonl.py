@@ -29,6 +29,7 @@ __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
 MAX_LINE = 16 * 1024 * 1024
 _MARK = re.compile(rb'"type": ?"(?:compaction|reset)"')
 CHUNK = 64 * 1024
+WHOLE_BELOW = 64 * 1024
 ErrorSink = Callable[[str, str, str], None]
 
 
@@ -85,8 +86,18 @@ class JsonlTranscript:
         return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino))
 
     # ----------------------------------------------------------------- reading
-    def begin(self, min_messages: int | None) -> Window:
-        """``read_window``, then follow the file from the end of what was read."""
+    def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
+        """``read_window``, then follow the file from the end of what was read.
+
+        Files under ``whole_below`` bytes are read whole (exact counts and boundaries at a
+        cost that is still bounded per file).
+        """
+        if min_messages is not None:
+            try:
+                if self.path.stat().st_size <= whole_below:
+                    min_messages = None
+            except OSError:
+                pass
         window = self.read_window(min_messages)
         if window.end >= 0:
             self.offset = window.end

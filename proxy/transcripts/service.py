@@ -62,7 +62,8 @@ class TranscriptService:
     """
 
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,
-                 startup_messages: int | None = 8, tz: tzinfo | None = None,
+                 startup_messages: int | None = 8, small_whole: bool = True,
+                 tz: tzinfo | None = None,
                  debounce_ms: int = 50, step_ms: int = 10) -> None:
         self.roots = [Path(r) for r in roots]
         self.metrics = metrics
@@ -71,7 +72,7 @@ class TranscriptService:
             tz=_local_tz())
         self.catalog = Catalog(tail_limit, opts)
         self._tracker = Tracker(self.roots, self.catalog, self.errors,
-                                startup_messages=startup_messages)
+                                startup_messages=startup_messages, small_whole=small_whole)
         self._debounce = debounce_ms
         self._step = step_ms
         self._stop = asyncio.Event()

@@ -33,6 +33,7 @@ from proxy.transcripts.records import Window
 __all__ = ["AgentDatabase", "SessionRow", "SqliteTranscript"]
 
 PAGE = 64
+WHOLE_BELOW = 128  # rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +174,18 @@ class SqliteTranscript:
                                str(exc))
         return out
 
-    def begin(self, min_messages: int | None) -> Window:
-        """``read_window``, then follow rows after the last one read."""
+    def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
+        """``read_window``, then follow rows after the last one read. Sessions with fewer
+        than ``whole_below`` rows are read whole."""
+        if min_messages is not None:
+            try:
+                (rows,) = self.db.connect().execute(
+                    "SELECT count(*) FROM transcript_events WHERE session_id = ?",
+                    (self.session_id,)).fetchone()
+                if rows <= whole_below:
+                    min_messages = None
+            except sqlite3.Error:
+                pass
         window = self.read_window(min_messages)
         self.last_seq = max(self.last_seq, window.end)
         return window

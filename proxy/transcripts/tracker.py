@@ -39,13 +39,17 @@ class Tracker:
     """Reads transcripts into a Catalog and keeps it current. Never writes anything."""
 
     def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
-                 startup_messages: int | None = 8, full: bool = False) -> None:
+                 startup_messages: int | None = 8, full: bool = False,
+                 small_whole: bool = True) -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
         self._absolute = [r.absolute() for r in roots]
         self.catalog = catalog
         self._on_error = on_error
         self._startup = None if full else startup_messages
+        # Small transcripts (JSONL under 64 KiB, SQLite sessions under 128 rows) are read
+        # whole at start: exact counts at a cost still bounded per session.
+        self._small_whole = small_whole
         self.files: dict[Path, tuple[JsonlTranscript, FileKind]] = {}
         self._paths: dict[str, Path] = {}  # session id -> file currently read for it
         self._folders: dict[Path, set[Path]] = {}  # sessions dir -> tracked files in it
@@ -136,7 +140,7 @@ class Tracker:
         if existing is not None and Path(existing.location) != path and \
                 Path(existing.location).exists() and archive:
             return None  # the live file wins over an archive of the same session
-        window = t.begin(self._startup)
+        window = t.begin(self._startup) if self._small_whole else t.begin(self._startup, 0)
         self._count(self._source(kind), len(window.entries))
         source = self._source(kind)
         info = SessionInfo(
@@ -289,7 +293,8 @@ class Tracker:
                 header = t.read_header()
                 if header is None:
                     continue
-                window = t.begin(self._startup)
+                window = (t.begin(self._startup) if self._small_whole
+                          else t.begin(self._startup, 0))
                 self._count("openclaw-sqlite", len(window.entries))
                 info = SessionInfo(
                     session_id=sid, source="openclaw-sqlite", era="openclaw-2026.9",

@@ -19,7 +19,7 @@ from proxy.transcripts.entries import MESSAGE_KINDS, Entry
 from proxy.transcripts.records import CompactionInfo, ResetMark
 
 __all__ = ["Branch", "ContextPlan", "active_branch", "boundaries", "context_plan",
-           "segment_start", "tail_of"]
+           "plan_is_local", "segment_start", "tail_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,3 +161,13 @@ def boundaries(path: Sequence[Entry], rooted: bool, marks: Iterable[Entry]
             break
         return CompactionInfo(m.id, m.summary or "", m.first_kept_id, m.timestamp), resets
     return None, resets
+
+
+def plan_is_local(path: Sequence[Entry], plan: ContextPlan) -> bool:
+    """Whether a plan computed from a partial branch starts inside that branch."""
+    ids = {e.id for e in path}
+    if plan.compaction is not None:
+        return plan.compaction.first_kept_id in ids
+    if plan.reset is not None:
+        return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
+    return False

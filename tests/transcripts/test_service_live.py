@@ -29,7 +29,10 @@ PI_ID = "01a22a42-1ed4-778c-a542-c559c46de9e7"
 async def service(roots: dict[str, Path]) -> AsyncIterator[TranscriptService]:
     from datetime import UTC
 
-    svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=50, tz=UTC)
+    # small_whole=False: the recorded transcripts are small; follow them the way large
+    # ones are followed (only the newest messages read at start).
+    svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=50, tz=UTC,
+                            small_whole=False)
     await svc.start()
     yield svc
     await svc.stop()
@@ -179,6 +182,9 @@ async def test_files_untouched(roots: dict[str, Path]) -> None:
     before = snapshot(list(roots.values()))
     svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=5)
     await svc.start()
+    # by default small transcripts are read whole at start: exact counts
+    pi = svc.catalog.get(PI_ID)
+    assert pi is not None and pi.count_complete and pi.message_count == 34
     for record in svc.catalog.sessions():
         svc.catalog.context(record.session_id)
         svc.catalog.tail(record.session_id, 10)
@@ -201,7 +207,7 @@ async def test_old_compaction_found_beyond_the_startup_window(tmp_path: Path) ->
         lines.append(_line(_user(f"m{i}", parent, f"turn {i}")))
         parent = f"m{i}"
     (folder / "2026-11-30T03-00-00-000Z_long.jsonl").write_bytes(b"".join(lines))
-    svc = TranscriptService([tmp_path / "pi"], Metrics(), tz=UTC)
+    svc = TranscriptService([tmp_path / "pi"], Metrics(), tz=UTC, small_whole=False)
     await svc.start()
     try:
         record = svc.catalog.get("long")
