@@ -117,19 +117,23 @@ class JsonlTranscript:
 
     def _read_backwards(self, f: Any, size: int, want: int) -> Window:
         # Only lines ending in a newline count: the last one may still be being written.
-        f.seek(max(self.header_end, size - CHUNK))
-        block = f.read(size - f.tell())
+        block_at = max(self.header_end, size - CHUNK)
+        f.seek(block_at)
+        block = f.read(size - block_at)
         nl = block.rfind(b"\n")
         if nl < 0:
             return self._whole(f, size)
-        end = size - len(block) + nl + 1
+        end = block_at + nl + 1
         start, step = end, CHUNK
         found: list[Entry] = []
         raw = 0
         while start > self.header_end:
             new_start = max(self.header_end, start - step)
-            f.seek(new_start)
-            data = f.read(start - new_start)
+            if new_start >= block_at:  # the first chunk is already in memory
+                data = block[new_start - block_at:start - block_at]
+            else:
+                f.seek(new_start)
+                data = f.read(start - new_start)
             if new_start > self.header_end:
                 cut = data.find(b"\n")
                 if cut < 0 or cut + 1 == len(data):
@@ -142,13 +146,14 @@ class JsonlTranscript:
                 new_start += cut + 1
             # Parse from the newest line back and stop as soon as enough are found:
             # start-up cost follows the wanted tail, not the chunk or file size.
-            lines = data.split(b"\n")[:-1]
-            at = start
             batch: list[Entry] = []
             enough = False
-            for line in reversed(lines):
-                at -= len(line) + 1
-                entry = self._parse_line(line + b"\n", at, v1_index=None)
+            line_end = len(data)
+            while line_end > 0:
+                line_start = data.rfind(b"\n", 0, line_end - 1) + 1
+                entry = self._parse_line(data[line_start:line_end], new_start + line_start,
+                                         v1_index=None)
+                line_end = line_start
                 if entry is not None:
                     batch.append(entry)
                     if entry.is_raw_message:
@@ -158,7 +163,7 @@ class JsonlTranscript:
                             break
             batch.reverse()
             found = batch + found
-            start = at
+            start = new_start + line_end
             if enough:
                 break
             step = CHUNK * 4
