@@ -51,7 +51,7 @@ def session_text(n: int, size: int, rng: random.Random) -> tuple[str, str]:
     sid = f"{n:08x}-0000-4000-8000-{rng.getrandbits(48):012x}"
     ts = "2026-11-30T02:00:00.000Z"
     out = [json.dumps({"type": "session", "version": 3, "id": sid, "timestamp": ts,
-                       "cwd": f"/work/project{n % 100}"}) + "\n",
+                       "cwd": f"/home/user/project{n % 100}"}) + "\n",
            _entry("model_change", "m0", None, ts, provider="p", modelId="model")]
     parent, total, turn = "m0", 0, 0
     while total < size:
@@ -86,7 +86,7 @@ def generate(root: Path, sessions: int, total_mb: int) -> list[tuple[str, Path]]
     per_file = total_mb * 2**20 // sessions
     made: list[tuple[str, Path]] = []
     for n in range(sessions):
-        folder = root / f"--work-project{n // 100}--"
+        folder = root / f"--home-user-project{n // 100}--"
         folder.mkdir(parents=True, exist_ok=True)
         sid, text = session_text(n, per_file, rng)
         path = folder / f"2026-11-30T02-00-00-000Z_{sid}.jsonl"
