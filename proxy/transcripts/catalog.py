@@ -1,14 +1,10 @@
 """An in-memory view of every known session, with content indexes. No I/O of its own.
 
-The catalog keeps, per session, a bounded window of entry records (ids, links, kinds,
-timestamps, index keys; no message content) covering at least the last ``tail_limit`` raw
-messages, plus every compaction and reset entry seen. Message content is fetched through
-the session's ``TranscriptStore`` when ``tail``/``context`` need it, and a view whose start
-lies before the window is computed from a fresh read of the transcript.
-
-Content indexes (tool-call ids in all wire forms, hashes of normalised user text) cover the
-entries in the windows and are updated as windows grow and shrink, so lookups are dict
-lookups whatever the number of sessions.
+Per session: a bounded window of entry records (no message content) holding at most about
+``tail_limit`` raw messages, plus every compaction and reset entry seen. Content comes from
+the session's ``TranscriptStore`` when ``tail``/``context`` need it; a view that starts
+before the window is computed from a fresh read. The content index (tool-call ids, user
+text hashes) covers the windows and follows them as they grow and shrink.
 """
 
 from __future__ import annotations
@@ -227,17 +223,21 @@ class Catalog:
             return []
         path, rooted = self._path(st)
         picked = view.tail_of(path, k, before)
-        if len(picked) < k and not rooted:
-            if before is None and k <= self.tail_limit:
-                # Keep the longer window: the next request for this session is served
-                # from memory (bounded by tail_limit like any window).
-                window = st.store.read_window(self.tail_limit)
-                self._set_window(st, list(window.entries), window.complete, reread=True)
-                path, _rooted = self._path(st)
-            else:
-                full = st.store.read_window(None)
-                path = list(view.active_branch(full.entries).entries)
-            picked = view.tail_of(path, k, before)
+        if len(picked) < k and not view.segment_within(path, rooted, before):
+            if before is None:
+                # Read just enough from the end; a window up to tail_limit is kept so the
+                # next request for this session is served from memory.
+                window = st.store.read_window(max(k, self.tail_limit))
+                if k <= self.tail_limit:
+                    self._set_window(st, list(window.entries), window.complete, reread=True)
+                    path, rooted = self._path(st)
+                else:
+                    path = list(view.active_branch(window.entries).entries)
+                    rooted = window.complete
+                picked = view.tail_of(path, k, before)
+            if len(picked) < k and not view.segment_within(path, rooted, before):
+                full = st.store.read_window(None)  # a branch that leaves the window
+                picked = view.tail_of(view.active_branch(full.entries).entries, k, before)
         return self._tail_records(st, picked)
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:

@@ -19,7 +19,7 @@ from proxy.transcripts.entries import MESSAGE_KINDS, Entry
 from proxy.transcripts.records import CompactionInfo, ResetMark
 
 __all__ = ["Branch", "ContextPlan", "active_branch", "boundaries", "context_plan",
-           "plan_is_local", "segment_start", "tail_of"]
+           "plan_is_local", "segment_start", "segment_within", "tail_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +171,14 @@ def plan_is_local(path: Sequence[Entry], plan: ContextPlan) -> bool:
     if plan.reset is not None:
         return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
     return False
+
+
+def segment_within(path: Sequence[Entry], rooted: bool, before: str | None) -> bool:
+    """Whether the wanted segment starts within ``path`` (so reading more cannot add)."""
+    if rooted:
+        return True
+    end = next((i for i, e in enumerate(path) if e.id == before), len(path)) \
+        if before is not None else len(path)
+    if before is not None and end == len(path):
+        return False  # the closing reset is not even in the window
+    return any(e.kind == "reset" for e in path[:end])

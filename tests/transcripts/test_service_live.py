@@ -78,13 +78,13 @@ async def test_scan_sees_every_source_and_link(service: TranscriptService) -> No
         OC9_NEXT, OC9_MAIN]
     assert old7.predecessor is None  # never linked across installations
     assert {r.session_id for r in cat.sessions("main")} >= {OC9_MAIN, OC9_NEXT, OC7_LIVE}
-    # Identification indexes cover the kept tail (16 raw messages after start-up)...
+    # Identification indexes cover the kept tail: a tool call of the last turns is found
+    # by its sanitised wire form (transcript "call_b090...", request "callb090...")...
+    assert cat.find_tool_call("callb0903b8440e4420a") == {OC9_MAIN}
+    assert cat.find_tool_call("call_b0903b8440e4420a") == {OC9_MAIN}
+    # ...while one from the first turn, long out of the tail, is not indexed.
     assert cat.find_tool_call("callee6852ba1db54570") == frozenset()
-    # ...which grows to tail_limit on demand; then the sanitised wire form of an older
-    # transcript tool-call id ("call_ee68...") finds the session.
     assert len(cat.tail(OC9_MAIN, 30)) == 12  # the segment after the reset is shorter
-    assert cat.find_tool_call("callee6852ba1db54570") == {OC9_MAIN}
-    assert cat.find_tool_call("call_ee6852ba1db54570") == {OC9_MAIN}
     # A user text as the request carries it (OpenClaw prefix) finds the raw transcript text.
     assert cat.find_user_text("[Mon 2026-11-30 02:31 UTC] Gateway turn twenty-two: after idle"
                               " expiry (idleMinutes=1)") == {OC9_NEXT}
