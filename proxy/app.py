@@ -24,6 +24,7 @@ from proxy.rules_parse import RulesError
 from proxy.rules_watch import RulesHolder, watch_rules
 from proxy.settings import Settings
 from proxy.state import STATE_KEY, ProxyState
+from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream import Upstream
@@ -36,9 +37,12 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     """The application; raises ``RulesError`` when the rules directory is invalid."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
-    upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout)
+    upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout,
+                        ca_file=str(settings.upstream_ca) if settings.upstream_ca else None)
     rules = RulesHolder.open(settings.rules, metrics)
-    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules)
+    tokens = TokenCounter(Encodings(background=True))
+    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules,
+                       tokens=tokens)
     state.recovery = OverflowRecovery(state)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
@@ -65,8 +69,6 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
 async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE_KEY]
     await state.upstream.start()
-    # Tokenizer tables take most of a second to load: do it before saying ready.
-    await asyncio.get_running_loop().run_in_executor(None, state.tokens.encodings.preload)
     state.ready = True
     yield
     state.ready = False
@@ -104,7 +106,7 @@ async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain for the grace period."""
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.log_format, settings.log_level, settings.access_log)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it

@@ -104,7 +104,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                             extra={"status": code, "model": model, "verdict": exchange.verdict,
                                    "ms": round((time.perf_counter() - started) * 1e3, 3)})
         return response
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionError):
+        # Cancelled while waiting, or a write found the client gone: either way it left.
         code = CLIENT_CLOSED
         state.metrics.client_disconnects.inc()
         raise
@@ -123,6 +124,13 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+class _CoalescedStream(web.StreamResponse):
+    """Sends the response head together with the first event (one write, one TCP segment
+    less before the first token); an idle stream's first keep-alive flushes it too."""
+
+    _send_headers_immediately = False
 
 
 class _ChatExchange:
@@ -228,7 +236,7 @@ class _ChatExchange:
         state = self.state
         before = time.perf_counter()
         headers = self._client_headers(upstream)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+        response = _CoalescedStream(status=upstream.status, headers=headers)
         await response.prepare(self.request)
         prepared = time.perf_counter() - before
         try:
@@ -289,7 +297,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         response = await _forward(state, request, path, route, request_id=request_id,
                                   started=started)
         return response
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ConnectionError):
         disconnected = True
         state.metrics.client_disconnects.inc()
         raise

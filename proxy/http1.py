@@ -226,57 +226,63 @@ class Http1Connection(asyncio.Protocol):
                 self._remaining -= len(data)
                 self._push(data)
         elif self._mode == "chunked":
-            self._buffer += data
             try:
-                self._decode_chunked()
+                self._decode_chunked(data)
             except ProtocolError as exc:
                 self._fail(exc)
         else:
             self._push(data)
 
-    def _decode_chunked(self) -> None:
-        buffer = self._buffer
-        out: list[bytes] = []
-        while buffer:
-            if self._chunk_state == "size":
-                line_end = buffer.find(b"\r\n")
+    def _decode_chunked(self, data: bytes) -> None:
+        # Work on one bytes object with an offset: a piece is sliced once, never shifted.
+        if self._buffer:
+            data = bytes(self._buffer) + data
+            self._buffer.clear()
+        pos, size_of, out = 0, len(data), []
+        while pos < size_of:
+            state = self._chunk_state
+            if state == "data":
+                take = min(self._remaining, size_of - pos)
+                out.append(data[pos:pos + take])
+                pos += take
+                self._remaining -= take
+                if not self._remaining:
+                    self._chunk_state = "crlf"
+            elif state == "size":
+                line_end = data.find(b"\r\n", pos)
                 if line_end < 0:
                     break
-                size_text = bytes(buffer[:line_end]).split(b";", 1)[0].strip()
+                size_text = data[pos:line_end].split(b";", 1)[0].strip()
                 try:
                     self._remaining = int(size_text, 16)
                 except ValueError as exc:
                     raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from exc
-                del buffer[:line_end + 2]
+                pos = line_end + 2
                 self._chunk_state = "data" if self._remaining else "trailer"
-            elif self._chunk_state == "data":
-                take = min(self._remaining, len(buffer))
-                out.append(bytes(buffer[:take]))
-                del buffer[:take]
-                self._remaining -= take
-                if not self._remaining:
-                    self._chunk_state = "crlf"
-            elif self._chunk_state == "crlf":
-                if len(buffer) < 2:
+            elif state == "crlf":
+                if size_of - pos < 2:
                     break
-                if buffer[:2] != b"\r\n":
+                if data[pos:pos + 2] != b"\r\n":
                     raise ProtocolError("chunk not followed by CRLF")
-                del buffer[:2]
+                pos += 2
                 self._chunk_state = "size"
             else:  # trailer section: lines until an empty one
-                line_end = buffer.find(b"\r\n")
+                line_end = data.find(b"\r\n", pos)
                 if line_end < 0:
                     break
-                del buffer[:line_end + 2]
-                if line_end == 0:
-                    if buffer:
+                empty = line_end == pos
+                pos = line_end + 2
+                if empty:
+                    if pos < size_of:
                         self._keep_alive = False
-                    buffer.clear()
                     if out:
                         self._push(b"".join(out))
-                        out = []
                     self._finish()
                     return
+        if pos < size_of:
+            if size_of - pos > MAX_HEAD and self._chunk_state != "data":
+                raise ProtocolError("chunk header line over 64 KiB")
+            self._buffer += data[pos:]
         if out:
             self._push(out[0] if len(out) == 1 else b"".join(out))
 

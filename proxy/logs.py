@@ -56,7 +56,7 @@ class _TextFormatter(logging.Formatter):
         return redact(line)
 
 
-def configure(log_format: str, level: str) -> None:
+def configure(log_format: str, level: str, access_log: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
     root = logging.getLogger()
@@ -64,3 +64,4 @@ def configure(log_format: str, level: str) -> None:
     root.setLevel(level)
     # aiohttp's access log would duplicate ours and prints raw request lines.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("tailfloor.access").setLevel(logging.INFO if access_log else logging.WARNING)

@@ -33,6 +33,7 @@ class Settings:
     listen_port: int = 8787
     upstream: str = DEFAULT_UPSTREAM
     sessions: tuple[Path, ...] = ()
+    upstream_ca: Path | None = None
     rules: Path | None = None
     state: Path | None = None
     log_format: str = "text"
@@ -44,6 +45,7 @@ class Settings:
     shutdown_grace: float = 30.0
     inject_stream_usage: bool = True
     tailfloor_header: bool = True
+    access_log: bool = False
     label_cap: int = 64
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -57,6 +59,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("listen", "str", DEFAULT_LISTEN, "HOST:PORT to listen on"),
     ("upstream", "str", DEFAULT_UPSTREAM,
      "model API base URL; a path such as /v1 or /api/v1 is kept (see README)"),
+    ("upstream_ca", "path", None,
+     "PEM file of CA certificates to trust for an https upstream (default: the system's)"),
     ("rules", "path", None, "directory of policy files (TOML), hot-reloaded"),
     ("state", "path", None, "directory for tailfloor's own state (compaction store)"),
     ("log_format", "choice:json,text", "text", "log line format"),
@@ -71,6 +75,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("inject_stream_usage", "bool", True,
      "ask streaming upstreams for usage even when the client did not, and hide it again"),
     ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
+    ("access_log", "bool", False,
+     "log one line per request at INFO (costs ~40 us per request; metrics cover the counts)"),
     ("label_cap", "int", 64, "distinct model/agent label values before 'other'"),
 )
 
@@ -140,6 +146,9 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     interval = values["keepalive_interval"]
     if isinstance(interval, float) and interval < 0:
         problems.append(f"keepalive-interval: must be >= 0, got {interval}")
+    ca_file = values["upstream_ca"]
+    if isinstance(ca_file, Path) and not ca_file.is_file():
+        problems.append(f"upstream-ca: {str(ca_file)!r} is not a file")
     rules = values["rules"]
     if isinstance(rules, Path) and not rules.is_dir():
         problems.append(f"rules: {str(rules)!r} is not a directory")

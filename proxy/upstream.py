@@ -141,8 +141,9 @@ class Replayed(UpstreamResponse):
 class Upstream:
     """Keep-alive HTTP/1.1 connections to one upstream origin."""
 
-    def __init__(self, url: str, connect_timeout: float, read_timeout: float,
-                 idle_timeout: float = 30.0, max_idle: int = 256) -> None:
+    def __init__(self, url: str, connect_timeout: float, read_timeout: float, *,
+                 idle_timeout: float = 30.0, max_idle: int = 256,
+                 ca_file: str | None = None) -> None:
         self.target = UpstreamTarget.parse(url)
         parts = urlsplit(url)
         self._host = parts.hostname or ""
@@ -155,10 +156,11 @@ class Upstream:
         self._idle_timeout = idle_timeout
         self._max_idle = max_idle
         self._idle: list[Http1Connection] = []
+        self._ca_file = ca_file
 
     async def start(self) -> None:
         if self._tls:
-            self._ssl = ssl.create_default_context()
+            self._ssl = ssl.create_default_context(cafile=self._ca_file)
 
     async def close(self) -> None:
         while self._idle:

@@ -59,6 +59,12 @@ def wait_http(url: str, seconds: float = 60) -> None:
     raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (robust to other load on the machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -168,7 +174,7 @@ def summarise_stream(results: list[StreamResult]) -> dict[str, float]:
 
 
 async def run(args: argparse.Namespace, targets: dict[str, int], upstream_port: int,
-              ) -> dict[str, dict[str, Any]]:
+              tailfloor_pid: int) -> dict[str, dict[str, Any]]:
     rounds = 2 if args.quick else 6
     per_round = 100 if args.quick else 200
     c32_requests = 1000 if args.quick else 4000
@@ -186,12 +192,21 @@ async def run(args: argparse.Namespace, targets: dict[str, int], upstream_port: 
             "c1_p50_ms": percentile(lat, 50) * 1e3, "c1_p99_ms": percentile(lat, 99) * 1e3,
             "c32_p50_ms": percentile(c32, 50) * 1e3, "c32_p99_ms": percentile(c32, 99) * 1e3,
         })
+    before = cpu_seconds(tailfloor_pid)
+    cpu_requests = 2000 if args.quick else 5000
+    await measure_latency(targets["tailfloor"], BODY, concurrency=1, total=cpu_requests)
+    out["tailfloor"]["cpu_us_per_request"] = (
+        (cpu_seconds(tailfloor_pid) - before) / cpu_requests * 1e6)
     for name, port in targets.items():
         out[name]["rps_c64"] = await measure_throughput(port, BODY, 64, seconds)
     streams = 10 if args.quick else 40
     for name, port in targets.items():
         script_stream_replies(upstream_port, streams, events=20, gap=0.005)
+        before = cpu_seconds(tailfloor_pid)
         results = [await measure_stream(port) for _ in range(streams)]
+        if name == "tailfloor":
+            chunks = sum(r.events for r in results)
+            out[name]["cpu_us_per_chunk"] = (cpu_seconds(tailfloor_pid) - before) / chunks * 1e6
         out[name].update(summarise_stream(results))
     return out
 
@@ -224,7 +239,7 @@ def main() -> int:
             targets["nginx"] = nginx_port
         if args.with_litellm:
             targets["litellm"] = start_litellm(services, upstream_port)
-        results = asyncio.run(run(args, targets, upstream_port))
+        results = asyncio.run(run(args, targets, upstream_port, tailfloor.pid))
         results["tailfloor"]["rss_idle_mb"] = idle_rss
         results["tailfloor"]["rss_after_mb"] = rss_mb(tailfloor.pid)
     finally:
@@ -256,7 +271,9 @@ def report(results: dict[str, dict[str, Any]]) -> None:
             for n in names))
     tailfloor = results["tailfloor"]
     print(f"\ntailfloor RSS: idle {tailfloor['rss_idle_mb']:.1f} MB, "
-          f"after load {tailfloor['rss_after_mb']:.1f} MB")
+          f"after load {tailfloor['rss_after_mb']:.1f} MB; CPU "
+          f"{tailfloor['cpu_us_per_request']:.0f} us per request, "
+          f"{tailfloor['cpu_us_per_chunk']:.0f} us per stream event (whole process)")
     print("\n" + json.dumps(results))
 
 

@@ -39,7 +39,7 @@ def error_of(body: bytes) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def small_proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
     process = ProxyProcess(fake.url, "--max-body-bytes", "1000", "--read-timeout", "0.5",
-                           "--keepalive-interval", "0.15")
+                           "--keepalive-interval", "0.15", "--access-log")
     yield process
     process.stop()
 
@@ -155,6 +155,26 @@ def test_client_disconnect_cancels_the_upstream_request(
         time.sleep(0.05)
 
 
+def test_client_leaving_between_events_is_a_499_not_a_500(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = proxy.sample("tailfloor_client_disconnects_total")
+    errors_before = proxy.sample("tailfloor_requests_total", route="chat_completions", code="500")
+    for _ in range(3):
+        clean_fake.script.append(Reply(delay_between_chunks=0.2, text="y" * 30, pieces=10))
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 5
+    while proxy.sample("tailfloor_client_disconnects_total") < before + 3:
+        assert time.monotonic() < deadline, "disconnects not counted"
+        time.sleep(0.05)
+    assert proxy.sample("tailfloor_requests_total", route="chat_completions",
+                        code="499") >= 3
+    assert proxy.sample("tailfloor_requests_total", route="chat_completions",
+                        code="500") == errors_before
+
+
 def test_upstream_rejecting_stream_options_is_retried_without_and_remembered(
         fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     process = ProxyProcess(fake.url)
@@ -180,3 +200,6 @@ def test_logs_carry_request_ids_and_never_the_api_key(
     lines = [orjson.loads(line) for line in logs.splitlines() if line.startswith("{")]
     warnings = [line for line in lines if line["level"] == "warning"]
     assert warnings and all(line["request_id"] != "-" for line in warnings)
+    access = [line for line in lines if line["logger"] == "tailfloor.access"]
+    assert access and all(line["request_id"] != "-" and "status" in line for line in access)
+    assert {line["status"] for line in access} >= {504}

@@ -197,3 +197,24 @@ def test_cache_is_per_encoding() -> None:
     estimate = counter.message(message, "estimate")
     assert counter.misses == 3
     assert len({o200k, cl100k, estimate}) >= 2
+
+
+def test_background_loading_answers_with_the_estimate_until_the_table_is_there() -> None:
+    import threading
+
+    from proxy.tokens import Encodings, load_bundled_encoding
+
+    release = threading.Event()
+
+    def slow_loader(name: str) -> object:
+        release.wait(5)
+        return load_bundled_encoding(name)
+
+    encodings = Encodings(loader=slow_loader, background=True)
+    assert not encodings.get("o200k_base").exact  # the estimate, without blocking
+    release.set()
+    for _ in range(200):
+        if encodings.get("o200k_base").exact:
+            break
+        threading.Event().wait(0.02)
+    assert encodings.get("o200k_base").exact

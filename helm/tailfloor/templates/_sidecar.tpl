@@ -1,0 +1,136 @@
+{{/*
+The tailfloor sidecar, for this chart and for other charts that add tailfloor to their own
+pod spec. Add this chart as a dependency, then in the pod spec:
+
+  containers:
+    - name: my-agent
+      env:
+        - name: OPENAI_BASE_URL
+          value: http://127.0.0.1:8787/agents/my-agent/v1
+      ...
+    {{- include "tailfloor.sidecar" (dict "config" $cfg) | nindent 4 }}
+  volumes:
+    {{- include "tailfloor.sidecar.volumes" (dict "config" $cfg) | nindent 4 }}
+
+where $cfg is a dict; only "image" is required:
+  image           tailfloor image reference
+  upstream        model API base URL (default https://api.openai.com)
+  port            listen port (default 8787)
+  transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
+                  mountPath (default /transcripts), readOnly (default false, see values.yaml)
+  sessions        list of transcript paths inside the container (default: transcripts.mountPath)
+  rules           dict: enabled, configMap (name), mountPath (default /etc/tailfloor/rules)
+  state           dict: mountPath, volume (a volume source; default emptyDir)
+  tmp             dict: sizeLimit of the TMPDIR emptyDir
+  pullPolicy, hostPort, hostIP, logFormat, logLevel, shutdownGrace, extraArgs, env,
+  extraVolumeMounts, resources, securityContext, livenessProbe, readinessProbe, startupProbe
+*/}}
+{{- define "tailfloor.sidecar" -}}
+{{- $c := .config -}}
+{{- $port := default 8787 $c.port -}}
+{{- $t := default dict $c.transcripts -}}
+{{- $rules := default dict $c.rules -}}
+{{- $state := default dict $c.state -}}
+{{- $sessions := $c.sessions -}}
+{{- if and (not $sessions) $t.volume -}}
+{{- $sessions = list (default "/transcripts" $t.mountPath) -}}
+{{- end -}}
+- name: tailfloor
+  image: {{ required "tailfloor.sidecar: config.image is required" $c.image | quote }}
+  imagePullPolicy: {{ default "IfNotPresent" $c.pullPolicy }}
+  {{- with $c.extraArgs }}
+  args:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  env:
+    - name: TAILFLOOR_LISTEN
+      value: {{ printf "0.0.0.0:%v" $port | quote }}
+    - name: TAILFLOOR_UPSTREAM
+      value: {{ default "https://api.openai.com" $c.upstream | quote }}
+    - name: TAILFLOOR_LOG_FORMAT
+      value: {{ default "json" $c.logFormat | quote }}
+    - name: TAILFLOOR_LOG_LEVEL
+      value: {{ default "INFO" $c.logLevel | quote }}
+    - name: TAILFLOOR_SHUTDOWN_GRACE
+      value: {{ default 30 $c.shutdownGrace | quote }}
+    - name: TAILFLOOR_STATE
+      value: {{ default "/var/lib/tailfloor" $state.mountPath | quote }}
+    {{- with $sessions }}
+    - name: TAILFLOOR_SESSIONS
+      value: {{ join ":" . | quote }}
+    {{- end }}
+    {{- if $rules.enabled }}
+    - name: TAILFLOOR_RULES
+      value: {{ default "/etc/tailfloor/rules" $rules.mountPath | quote }}
+    {{- end }}
+    - name: TMPDIR
+      value: /tmp
+    {{- with $c.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: tailfloor
+      containerPort: {{ $port }}
+      protocol: TCP
+      {{- if $c.hostPort }}
+      hostPort: {{ $c.hostPort }}
+      {{- with $c.hostIP }}
+      hostIP: {{ . | quote }}
+      {{- end }}
+      {{- end }}
+  {{- with $c.livenessProbe }}
+  livenessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $c.readinessProbe }}
+  readinessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $c.startupProbe }}
+  startupProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $c.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml (default (dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "capabilities" (dict "drop" (list "ALL"))) $c.securityContext) | nindent 4 }}
+  volumeMounts:
+    {{- if $t.volume }}
+    - name: {{ $t.volume }}
+      mountPath: {{ default "/transcripts" $t.mountPath }}
+      readOnly: {{ default false $t.readOnly }}
+    {{- end }}
+    {{- if $rules.enabled }}
+    - name: tailfloor-rules
+      mountPath: {{ default "/etc/tailfloor/rules" $rules.mountPath }}
+      readOnly: true
+    {{- end }}
+    - name: tailfloor-state
+      mountPath: {{ default "/var/lib/tailfloor" $state.mountPath }}
+    - name: tailfloor-tmp
+      mountPath: /tmp
+    {{- with $c.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end -}}
+
+{{/* The volumes the sidecar mounts besides the transcripts volume (which the pod owns). */}}
+{{- define "tailfloor.sidecar.volumes" -}}
+{{- $c := .config -}}
+{{- $rules := default dict $c.rules -}}
+{{- $state := default dict $c.state -}}
+{{- $tmp := default dict $c.tmp -}}
+- name: tailfloor-state
+  {{- toYaml (default (dict "emptyDir" (dict)) $state.volume) | nindent 2 }}
+- name: tailfloor-tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ default "64Mi" $tmp.sizeLimit }}
+{{- if $rules.enabled }}
+- name: tailfloor-rules
+  configMap:
+    name: {{ required "tailfloor.sidecar.volumes: config.rules.configMap is required when rules are enabled" $rules.configMap }}
+{{- end }}
+{{- end -}}

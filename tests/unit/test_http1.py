@@ -1,0 +1,153 @@
+"""The upstream HTTP/1.1 connection: framing, split reads, keep-alive, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def connect(read_timeout: float = 5.0) -> tuple[Http1Connection, FakeTransport]:
+    connection = Http1Connection(read_timeout)
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.start_request(b"GET / HTTP/1.1\r\n\r\n", None, no_body=False)
+    return connection, transport
+
+
+async def body_of(connection: Http1Connection) -> bytes:
+    parts = []
+    while chunk := await connection.next_chunk():
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def feed_split(connection: Http1Connection, data: bytes, cuts: list[int]) -> None:
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    for start, end in itertools.pairwise(points):
+        if end > start:
+            connection.data_received(data[start:end])
+
+
+CHUNKED = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n"
+           b"7\r\ndata: 1\r\n10;ext=1\r\n\ndata: 2\n\ndata: \r\n0\r\nX-Trailer: y\r\n\r\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=25))
+def test_chunked_body_survives_any_split(cuts: list[int]) -> None:
+    async def scenario() -> None:
+        connection, _ = connect()
+        feed_split(connection, CHUNKED, cuts)
+        status, headers = await connection.read_head()
+        assert status == 200 and headers["Content-Type"] == "text/event-stream"
+        assert await body_of(connection) == b"data: 1\ndata: 2\n\ndata: "
+        assert connection.complete and connection.reusable
+
+    asyncio.run(scenario())
+
+
+async def test_content_length_and_keep_alive() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel")
+    assert (await connection.read_head())[0] == 200
+    connection.data_received(b"lo")
+    assert await body_of(connection) == b"hello"
+    assert connection.reusable
+
+
+async def test_connection_close_header_and_http10_are_not_reused() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+    await connection.read_head()
+    assert connection.complete and not connection.reusable
+
+
+async def test_body_until_close() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 200 OK\r\n\r\npart one ")
+    await connection.read_head()
+    connection.data_received(b"part two")
+    connection.connection_lost(None)
+    assert await body_of(connection) == b"part one part two"
+    assert not connection.reusable
+
+
+async def test_interim_100_continue_is_skipped() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+    status, _ = await connection.read_head()
+    assert status == 204 and connection.complete
+
+
+async def test_connection_lost_mid_body_is_an_error() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+    await connection.read_head()
+    assert await connection.next_chunk() == b"abc"
+    connection.connection_lost(ConnectionResetError())
+    with pytest.raises(ConnectionClosed):
+        await connection.next_chunk()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+])
+async def test_protocol_errors(garbage: bytes) -> None:
+    connection, transport = connect()
+    connection.data_received(garbage)
+    with pytest.raises(ProtocolError):
+        await connection.read_head()
+        await body_of(connection)
+    assert transport.closed
+
+
+async def test_read_timeout_closes_the_connection() -> None:
+    connection, transport = connect(read_timeout=0.05)
+    with pytest.raises(ReadTimeout):
+        await connection.read_head()
+    assert transport.closed and not connection.reusable
+
+
+async def test_backpressure_pauses_and_resumes_reading() -> None:
+    connection, transport = connect()
+    size = 6 * 1024 * 1024
+    connection.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+    await connection.read_head()
+    for _ in range(6):
+        connection.data_received(b"x" * (1024 * 1024))
+    assert transport.paused
+    total = 0
+    while chunk := await connection.next_chunk():
+        total += len(chunk)
+    assert total == size and not transport.paused

@@ -1,0 +1,109 @@
+"""The upstream pool against a raw loopback server: reuse, stale connections, bodies."""
+
+from __future__ import annotations
+
+import asyncio
+
+from multidict import CIMultiDict
+
+from proxy.upstream import Upstream
+
+
+class RawServer:
+    """Answers each request with a fixed body; optionally closes right after answering."""
+
+    def __init__(self, close_after_answer: bool) -> None:
+        self.close_after_answer = close_after_answer
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length) if length else b""
+                self.requests.append(head + body)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                if self.close_after_answer:
+                    await asyncio.sleep(0.05)
+                    writer.close()
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+async def serve(raw: RawServer) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port
+
+
+async def test_connections_are_reused() -> None:
+    raw = RawServer(close_after_answer=False)
+    server, port = await serve(raw)
+    upstream = Upstream(f"http://127.0.0.1:{port}", 2, 2)
+    await upstream.start()
+    for _ in range(3):
+        response = await upstream.send("POST", "/v1/chat/completions", "", CIMultiDict(), b"{}")
+        assert await response.read() == b"ok"
+    assert raw.connections == 1
+    assert raw.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
+    await upstream.close()
+    server.close()
+
+
+async def test_a_connection_the_upstream_closed_while_idle_is_replaced() -> None:
+    raw = RawServer(close_after_answer=True)
+    server, port = await serve(raw)
+    upstream = Upstream(f"http://127.0.0.1:{port}", 2, 2)
+    await upstream.start()
+    first = await upstream.send("POST", "/x", "a=1", CIMultiDict(), b"{}")
+    assert await first.read() == b"ok"
+    await asyncio.sleep(0.2)  # the server has closed the kept-alive connection by now
+    second = await upstream.send("POST", "/x", "", CIMultiDict(), b"{}")
+    assert await second.read() == b"ok"
+    assert raw.connections == 2
+    assert raw.requests[0].startswith(b"POST /v1/x?a=1 HTTP/1.1")
+    await upstream.close()
+    server.close()
+
+
+async def test_streamed_request_body_uses_chunked_framing() -> None:
+    raw = RawServer(close_after_answer=False)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        body = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                break
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+        raw.requests.append(head + body)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    upstream = Upstream(f"http://127.0.0.1:{port}/base", 2, 2)
+    await upstream.start()
+
+    async def pieces() -> object:
+        for piece in (b"hello ", b"", b"world"):
+            yield piece
+
+    response = await upstream.send("PUT", "/v1/files", "", CIMultiDict(), pieces())  # type: ignore[arg-type]
+    assert await response.read() == b"ok"
+    head, _, body = raw.requests[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"PUT /base/files HTTP/1.1") and b"Transfer-Encoding: chunked" in head
+    assert body == b"hello world"
+    await upstream.close()
+    server.close()
