@@ -255,7 +255,8 @@ class OverflowRecovery:
                 log.warning("summarizer failed (%s: %s); dropping the %d oldest messages instead",
                             exc.kind, exc.detail[:200], cut.keep - prior.covered)
                 messages = fallback_messages(request.head, request.conversation, prior,
-                                             cut.keep, sum(costs[prior.covered:cut.keep]))
+                                             cut.keep, sum(costs[prior.covered:cut.keep]),
+                                             note=request.policy.notes.summary_followed)
                 return self._rewrite(request, messages, trigger, f"dropped:{trigger}",
                                      why=why, covered=cut.keep)
             assert self._store is not None
@@ -298,7 +299,8 @@ class OverflowRecovery:
 
     def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: str, *,
                 why: str = "", verdict: str | None = None) -> Rewrite:
-        messages = compacted_messages(request.head, summary, request.conversation[covered:])
+        messages = compacted_messages(request.head, summary, request.conversation[covered:],
+                                      request.policy.notes.summary_followed)
         verdict = verdict or ("reused" if trigger == "reused" else f"compacted:{trigger}")
         return self._rewrite(request, messages, trigger, verdict, why=why, covered=covered)
 

@@ -102,7 +102,8 @@ class RecoveryRequest:
         conversation = sum(tokens.per_message(self.conversation[prior.covered:],
                                               self.spec.encoding))
         if prior.covered and prior.summary is not None:
-            conversation += tokens.message(summary_message(prior.summary), self.spec.encoding)
+            wrapped = summary_message(prior.summary, self.policy.notes.summary_followed)
+            conversation += tokens.message(wrapped, self.spec.encoding)
         return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
                 + requested_output(self.chat.body))
 

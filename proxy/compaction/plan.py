@@ -102,10 +102,10 @@ def plan_cut(conversation: Sequence[Message], costs: Sequence[int], *, covered: 
     return Cut(keep=keep, turn=turn, fits=sum(costs[keep:]) <= available, trimmed=trimmed)
 
 
-def compacted_messages(head: Sequence[Message], summary: str,
-                       tail: Sequence[Message]) -> list[Message]:
+def compacted_messages(head: Sequence[Message], summary: str, tail: Sequence[Message],
+                       note: str | None = None) -> list[Message]:
     """System prompt, the summary (saying the raw tail follows), the raw tail."""
-    return [*head, summary_message(summary), *tail]
+    return [*head, summary_message(summary, note), *tail]
 
 
 def dropped_note(dropped: int, tokens: int) -> Message:
@@ -117,10 +117,11 @@ def dropped_note(dropped: int, tokens: int) -> Message:
 
 
 def fallback_messages(head: Sequence[Message], conversation: Sequence[Message], prior: Prior,
-                      keep: int, dropped_tokens: int) -> list[Message]:
+                      keep: int, dropped_tokens: int, *,
+                      note: str | None = None) -> list[Message]:
     """The summarizer failed: keep the head, the summary already there, a note, the tail."""
     kept_summary = list(conversation[:1]) if prior.covered == 1 and prior.summary else []
     if prior.covered > 1 and prior.summary:
-        kept_summary = [summary_message(prior.summary)]
+        kept_summary = [summary_message(prior.summary, note)]
     dropped = keep - prior.covered
     return [*head, *kept_summary, dropped_note(dropped, dropped_tokens), *conversation[keep:]]

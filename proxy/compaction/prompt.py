@@ -228,9 +228,10 @@ def build_request(
     }
 
 
-def summary_message(summary: str) -> dict[str, Any]:
-    """The user message that carries a summary into the compacted request."""
-    text = f"{SUMMARY_PREFIX}{summary.strip()}{_SUMMARY_SUFFIX}\n\n{_PRECEDENCE_NOTE}"
+def summary_message(summary: str, note: str | None = None) -> dict[str, Any]:
+    """The user message that carries a summary into the compacted request; ``note`` (the
+    rules' ``summary_followed``) replaces the built-in sentence saying the raw tail follows."""
+    text = f"{SUMMARY_PREFIX}{summary.strip()}{_SUMMARY_SUFFIX}\n\n{note or _PRECEDENCE_NOTE}"
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 

@@ -54,6 +54,7 @@ def test_overflow_is_summarized_retried_and_remembered(clean_fake: FakeUpstream,
         assert retry.headers["Authorization"] == AUTH
         sent = orjson.loads(retry.body)["messages"]
         assert sent[0] == messages[0] and carries_summary(retry.body)
+        assert "follow this summary verbatim" in orjson.dumps(sent[1]).decode()  # rules' note
         assert sent[2:] == messages[-2:]  # the raw tail: min_tail_messages = 2
         # the client is told the usage of what it sent, capped below the learned window
         upstream_prompt = len(orjson.dumps(sent)) // 4
