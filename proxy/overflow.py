@@ -28,7 +28,6 @@ import asyncio
 import logging
 import sqlite3
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,16 +36,16 @@ import orjson
 from proxy.compaction.detect import OverflowDetector, context_length_exceeded_body
 from proxy.compaction.memory import BoundedMap, LearnedWindows
 from proxy.compaction.plan import Message, Prior, compacted_messages, fallback_messages, plan_cut
-from proxy.compaction.prompt import TokenField
 from proxy.compaction.silent import check_silent_overflow
 from proxy.compaction.store import CompactionStore, StoredCompaction
-from proxy.compaction.summarizer import Summarizer, SummarizerConfig, SummarizerError
+from proxy.compaction.summarizer import SummarizerError
 from proxy.identify import is_summarization
 from proxy.model import ChatRequest, ErrorReply, Outcome, Rewrite, UpstreamAnswer, UsageAdjustment
 from proxy.recovery_request import RecoveryRequest, sent_tokens
 from proxy.rules import Policy
 from proxy.state import ProxyState
-from proxy.summary_transport import UpstreamSummaryTransport, summarizer_headers
+from proxy.summaries import Summaries
+from proxy.summary_transport import UpstreamSummaryTransport
 from proxy.tokens import with_margin
 
 __all__ = ["OverflowRecovery"]
@@ -61,7 +60,8 @@ class OverflowRecovery:
         self._marked: BoundedMap[str, str] = BoundedMap(4096)  # session -> why
         self._detectors: BoundedMap[tuple[str, ...], OverflowDetector] = BoundedMap(64)
         self._locks: BoundedMap[str, asyncio.Lock] = BoundedMap(1024)
-        self._transport = UpstreamSummaryTransport(state.upstream)
+        self.summaries = Summaries(UpstreamSummaryTransport(state.upstream), state.metrics,
+                                   state.tokens)
         self._store: CompactionStore | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         # sessions with stored compactions; evictions leave extra keys, which cost a lookup
@@ -248,10 +248,13 @@ class OverflowRecovery:
                 return self._finish(request, found.summary, found.message_count, "reused",
                                     verdict=f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
+            name = request.policy.summary_model or request.chat.model
             try:
-                summary = await self._summarize(request, material, prior, headers)
+                summary = await self.summaries.make(
+                    request, material, previous=prior.summary,
+                    model=self._state.rules.rules.model(name), headers=headers,
+                    window=request.window if name == request.chat.model else self._window(name))
             except SummarizerError as exc:
-                self._state.metrics.summarizer_failures.inc()
                 log.warning("summarizer failed (%s: %s); dropping the %d oldest messages instead",
                             exc.kind, exc.detail[:200], cut.keep - prior.covered)
                 messages = fallback_messages(request.head, request.conversation, prior,
@@ -267,35 +270,6 @@ class OverflowRecovery:
                                     request.conversation[:cut.keep], summary,
                                     sum(costs[:cut.keep]))
         return self._finish(request, summary, cut.keep, trigger, why=why)
-
-    async def _summarize(self, request: RecoveryRequest, material: list[Message], prior: Prior,
-                         headers: Mapping[str, str]) -> str:
-        policy, metrics, body = request.policy, self._state.metrics, request.chat.body
-        model = policy.summary_model or request.chat.model
-        spec = self._state.rules.rules.model(model)
-        window = request.window if model == request.chat.model else self._window(model)
-        token_field: TokenField = ("max_tokens" if "max_tokens" in body
-                                   and "max_completion_tokens" not in body
-                                   else "max_completion_tokens")
-        started = time.perf_counter()
-        try:
-            config = SummarizerConfig(
-                context_window=window, max_output_tokens=request.summary_tokens,
-                timeout=policy.summarizer_timeout, call_timeout=policy.summarizer_timeout,
-                token_field=token_field)
-            counter = self._state.tokens
-            summarizer = Summarizer(self._transport, config, lambda m: with_margin(
-                counter.message(m, spec.encoding), spec.margin))
-            result = await summarizer.summarize(material, model=model,
-                                                headers=summarizer_headers(headers),
-                                                previous_summary=prior.summary)
-        except ValueError as exc:  # a window too small for any summarizer call
-            raise SummarizerError("too_large", str(exc)) from exc
-        finally:
-            metrics.summarizer_duration.observe(time.perf_counter() - started)
-        metrics.summarizer_tokens.labels(type="input").inc(result.prompt_tokens)
-        metrics.summarizer_tokens.labels(type="output").inc(result.completion_tokens)
-        return result.text
 
     def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: str, *,
                 why: str = "", verdict: str | None = None) -> Rewrite:

@@ -94,7 +94,7 @@ async def main(runs: int, check: bool) -> int:
         await asyncio.to_thread(state.tokens.encodings.preload)
         recovery = OverflowRecovery(state)
         transport = InstantSummarizer()
-        recovery._transport = transport  # type: ignore[assignment]  # no network in a bench
+        recovery.summaries.transport = transport  # no network in a bench
         recovery.open()
         messages = conversation(100, "bench")  # ~100k tokens
         request = chat("You are a coding agent.", messages)

@@ -55,7 +55,7 @@ def recovery() -> Iterator[tuple[OverflowRecovery, MemorySummarizer]]:
                            upstream=Upstream(settings_.upstream, 1.0, 1.0))
         instance = OverflowRecovery(state)
         transport = MemorySummarizer()
-        instance._transport = transport  # type: ignore[assignment]  # in-memory summarizer
+        instance.summaries.transport = transport  # an in-memory summarizer
         instance.open()
         yield instance, transport
         instance.close()

@@ -142,6 +142,12 @@ def test_summarizer_failure_falls_back_to_dropping(clean_fake: FakeUpstream,
         assert SUMMARY_MARKER not in orjson.dumps(retry).decode()
         assert proxy.sample("tailfloor_summarizer_failures_total") == 1
         assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 1
+        # a failing summarizer is left alone for a while: the next overflow drops at once
+        clean_fake.received.clear()
+        status, _, headers = post(proxy, body(history("c2", 8, 700)))
+        assert status == 200 and headers["x-tailfloor"] == "dropped:overflow"
+        assert kinds(clean_fake) == ["chat", "chat"]
+        assert proxy.sample("tailfloor_summarizer_failures_total") == 2
     finally:
         proxy.stop()
 
