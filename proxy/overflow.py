@@ -35,7 +35,14 @@ import orjson
 
 from proxy.compaction.detect import OverflowDetector, context_length_exceeded_body
 from proxy.compaction.memory import BoundedMap, LearnedWindows
-from proxy.compaction.plan import Message, Prior, compacted_messages, fallback_messages, plan_cut
+from proxy.compaction.plan import (
+    Message,
+    Prior,
+    compacted_messages,
+    fallback_messages,
+    plan_cut,
+    runtime_line,
+)
 from proxy.compaction.silent import check_silent_overflow
 from proxy.compaction.store import CompactionStore, StoredCompaction
 from proxy.compaction.summarizer import SummarizerError
@@ -274,7 +281,8 @@ class OverflowRecovery:
     def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: str, *,
                 why: str = "", verdict: str | None = None) -> Rewrite:
         messages = compacted_messages(request.head, summary, request.conversation[covered:],
-                                      request.policy.notes.summary_followed)
+                                      request.policy.notes.summary_followed,
+                                      runtime_line(request.conversation))
         verdict = verdict or ("reused" if trigger == "reused" else f"compacted:{trigger}")
         return self._rewrite(request, messages, trigger, verdict, why=why, covered=covered)
 

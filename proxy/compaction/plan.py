@@ -12,6 +12,7 @@ Pure: token costs are passed in; nothing here counts, sends or stores.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +28,12 @@ __all__ = [
     "fallback_messages",
     "head_length",
     "plan_cut",
+    "runtime_line",
     "turn_start",
 ]
 
 Message = dict[str, Any]
+_RUNTIME = re.compile(r"(?:^|\n)(Runtime: agent=[^\n]*)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +105,34 @@ def plan_cut(conversation: Sequence[Message], costs: Sequence[int], *, covered: 
     return Cut(keep=keep, turn=turn, fits=sum(costs[keep:]) <= available, trimmed=trimmed)
 
 
+def runtime_line(conversation: Sequence[Message]) -> str | None:
+    """OpenClaw's ``Runtime: agent=... | session=...`` line at the end of the first
+    conversation message (its first user message, or a second text part of its summary)."""
+    if not conversation or conversation[0].get("role") != "user":
+        return None
+    content = conversation[0].get("content")
+    texts = [content] if isinstance(content, str) else [
+        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+    ] if isinstance(content, list) else []
+    for text in reversed(texts):
+        found = _RUNTIME.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _with_runtime(message: Message, runtime: str | None) -> Message:
+    """As OpenClaw does after its own compaction: the Runtime line (session identity, host
+    facts the model was given) stays, as a second text part of the message that replaced it."""
+    if runtime is None:
+        return message
+    return {**message, "content": [*message["content"], {"type": "text", "text": runtime}]}
+
+
 def compacted_messages(head: Sequence[Message], summary: str, tail: Sequence[Message],
-                       note: str | None = None) -> list[Message]:
+                       note: str | None = None, runtime: str | None = None) -> list[Message]:
     """System prompt, the summary (saying the raw tail follows), the raw tail."""
-    return [*head, summary_message(summary, note), *tail]
+    return [*head, _with_runtime(summary_message(summary, note), runtime), *tail]
 
 
 def dropped_note(dropped: int, tokens: int) -> Message:
@@ -121,7 +148,10 @@ def fallback_messages(head: Sequence[Message], conversation: Sequence[Message], 
                       note: str | None = None) -> list[Message]:
     """The summarizer failed: keep the head, the summary already there, a note, the tail."""
     kept_summary = list(conversation[:1]) if prior.covered == 1 and prior.summary else []
+    runtime = runtime_line(conversation)
     if prior.covered > 1 and prior.summary:
-        kept_summary = [summary_message(prior.summary, note)]
-    dropped = keep - prior.covered
-    return [*head, *kept_summary, dropped_note(dropped, dropped_tokens), *conversation[keep:]]
+        kept_summary = [_with_runtime(summary_message(prior.summary, note), runtime)]
+    note_message = dropped_note(keep - prior.covered, dropped_tokens)
+    if not kept_summary:
+        note_message = _with_runtime(note_message, runtime)
+    return [*head, *kept_summary, note_message, *conversation[keep:]]

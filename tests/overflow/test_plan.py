@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from proxy.boundary import role_problems
 from proxy.compaction.memory import BoundedMap, LearnedWindows
-from proxy.compaction.plan import Prior, fallback_messages, head_length, plan_cut, turn_start
+from proxy.compaction.plan import (
+    Prior,
+    compacted_messages,
+    fallback_messages,
+    head_length,
+    plan_cut,
+    runtime_line,
+    turn_start,
+)
 from proxy.compaction.prompt import summary_message, unwrap_summary
 from proxy.recovery_request import derived_session_key
 
@@ -117,3 +125,20 @@ def test_derived_session_key_follows_the_head_and_the_first_message() -> None:
     assert derived_session_key("m", head, one) == derived_session_key("m", head, one[:1])
     assert derived_session_key("m", head, one) != derived_session_key("n", head, one)
     assert derived_session_key("m", head, one) != derived_session_key("m", head, one[1:])
+
+
+def test_openclaws_runtime_line_survives_a_compaction() -> None:
+    captured = json.loads((FIXTURES / "captured_requests.json").read_text())
+    first_turn = captured["oc_request18_messages"]  # messages[1] ends with the Runtime line
+    retry = json.loads((FIXTURES.parent / "floor" / "oc96-r29-overflow-retry.json").read_text())
+    for messages in (first_turn, retry["body"]["messages"]):
+        rest = messages[head_length(messages):]
+        runtime = runtime_line(rest)
+        assert runtime is not None and runtime.startswith("Runtime: agent=main | session=")
+        out = compacted_messages([messages[0]], "the summary", rest[-1:], None, runtime)
+        assert out[1]["content"][-1] == {"type": "text", "text": runtime}
+        assert unwrap_summary(out[1]) == "the summary"
+        fallback = fallback_messages([messages[0]], rest, Prior(), keep=len(rest) - 1,
+                                     dropped_tokens=10)
+        assert runtime in json.dumps(fallback[1])
+    assert runtime_line(conversation([0, 1])) is None  # Pi: no such line
