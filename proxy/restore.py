@@ -28,6 +28,8 @@ from proxy.transcripts.records import TailMessage
 __all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "wire_key"]
 
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+# OpenClaw 2026.7 glues a failed turn's placeholder onto the reply that follows it on the wire.
+FAILED_TURN = "[assistant turn failed before producing content]"
 Message = dict[str, Any]
 
 
@@ -68,6 +70,7 @@ def wire_key(message: object) -> tuple[Any, ...]:
     role = message.get("role")
     text = " ".join(normalise_user_text(message_text(message)).split())
     if role == "assistant":
+        text = text.replace(FAILED_TURN, "").strip()
         calls = message.get("tool_calls")
         ids = tuple(_id_key(c.get("id")) for c in calls if isinstance(c, Mapping)) \
             if isinstance(calls, list) else ()

@@ -75,7 +75,7 @@ def check_common(decision: Decision, body: dict[str, Any], again: Decision, wind
 @given(script=turns, n=st.integers(min_value=1, max_value=40), cut=st.floats(0, 1),
        extra_turn=st.booleans(), tight=st.booleans(), words=st.integers(1, 30),
        budget_share=st.floats(0.05, 1.0))
-def test_restore_invariant(script: list[list[int]], n: int, cut: float, extra_turn: bool,
+def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra_turn: bool,
                            tight: bool, words: int, budget_share: float) -> None:
     catalog = Catalog()
     t = Transcript("prop-restore-1")
@@ -123,7 +123,7 @@ def test_restore_invariant(script: list[list[int]], n: int, cut: float, extra_tu
 @given(old=turns, n=st.integers(min_value=1, max_value=40), tight=st.booleans(),
        words=st.integers(1, 30), budget_share=st.floats(0.05, 1.0),
        with_predecessor=st.booleans())
-def test_carry_invariant(old: list[list[int]], n: int, tight: bool, words: int,
+def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: int,
                          budget_share: float, with_predecessor: bool) -> None:
     catalog = Catalog()
     prev = Transcript("prop-carry-old")
