@@ -97,7 +97,7 @@ def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
     # A new Pi session in the same directory: its first request carries the old tail.
     before = len(fake.chat_requests())
     pi.turn("A new session: hello again", new_session=True)
-    first = [orjson.loads(r.body) for r in fake.chat_requests()[before:]][0]
+    first = orjson.loads(fake.chat_requests()[before].body)
     texts = [str(m.get("content")) for m in first["messages"]]
     assert "previous session" in texts[1]
     assert "A new session: hello again" in texts[-1]
