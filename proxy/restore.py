@@ -30,6 +30,10 @@ __all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "wire_
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 # OpenClaw 2026.7 glues a failed turn's placeholder onto the reply that follows it on the wire.
 FAILED_TURN = "[assistant turn failed before producing content]"
+# How far from where the request's own messages put it the anchor is looked for first (the
+# transcript may lag the request, or hold a retry's duplicates once).
+_NEAR = 8
+_CONFIRM = 4  # agreeing messages that confirm an anchor found where it was expected
 Message = dict[str, Any]
 
 
@@ -109,20 +113,48 @@ def adapt_ids(messages: Sequence[Message], strip_underscore: bool | None) -> lis
 
 
 def find_anchor(rendered: Sequence[Message], own: Sequence[Any]) -> int | None:
-    """Index in ``rendered`` of the request's first raw message (the longest, then latest,
-    agreeing run), or None when the transcript does not hold it."""
-    mine = [wire_key(m) for m in own if not is_internal(m)]
+    """Index in ``rendered`` of the request's first raw message, or None when the transcript
+    does not hold it.
+
+    The request's own messages normally end the transcript, so the anchor is first looked
+    for where their count puts it (keys computed lazily, a few per request); only when that
+    fails is the whole tail searched: the longest agreeing run wins, then the latest.
+    """
+    mine = [m for m in own if not is_internal(m)]
     if not mine:
         return None
-    keys = [wire_key(m) for m in rendered]
-    best: tuple[int, int] | None = None
-    for p in range(len(keys) - 1, -1, -1):
-        if keys[p] != mine[0]:
-            continue
+    theirs: dict[int, tuple[Any, ...]] = {}
+    ours: dict[int, tuple[Any, ...]] = {}
+
+    def key_at(i: int) -> tuple[Any, ...]:
+        if i not in theirs:
+            theirs[i] = wire_key(rendered[i])
+        return theirs[i]
+
+    def our_key(i: int) -> tuple[Any, ...]:
+        if i not in ours:
+            ours[i] = wire_key(mine[i])
+        return ours[i]
+
+    def run_at(p: int, limit: int) -> int:
+        if rendered[p].get("role") != mine[0].get("role") or key_at(p) != our_key(0):
+            return 0
         run = 1
-        while run < len(mine) and p + run < len(keys) and keys[p + run] == mine[run]:
+        while run < min(len(mine), limit) and p + run < len(rendered) \
+                and key_at(p + run) == our_key(run):
             run += 1
-        if best is None or run > best[0]:
+        return run
+
+    expected = len(rendered) - len(mine)
+    for delta in range(_NEAR):
+        for p in sorted({expected - delta, expected + delta}):
+            if 0 <= p < len(rendered) and run_at(p, _CONFIRM) >= min(
+                    len(mine), len(rendered) - p, _CONFIRM):
+                return p
+    best: tuple[int, int] | None = None
+    for p in range(len(rendered) - 1, -1, -1):
+        run = run_at(p, len(mine))
+        if run and (best is None or run > best[0]):
             best = (run, p)
     return None if best is None else best[1]
 
@@ -158,14 +190,18 @@ def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Messag
 
 
 def plan_restore(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
-                 strip_underscore: bool | None) -> Block | None:
+                 strip_underscore: bool | None, *, anchored: bool = False) -> Block | None:
     """The messages to insert before ``own`` (the request's raw messages after its summary);
-    None when the transcript does not hold the request's first raw message."""
+    None when the transcript does not hold the request's first raw message.
+
+    ``anchored``: ``tail`` already ends right before the request's first raw message (the
+    caller read it up to the compaction's first kept entry), so no search is needed.
+    """
     first = next((m for m in own if not is_internal(m)), None)
     if not isinstance(first, Mapping) or first.get("role") == "tool":
         return None  # a block ending inside a tool exchange could not be dropped whole
     rendered, times = flatten(tail)
-    anchor = find_anchor(rendered, own)
+    anchor = len(rendered) if anchored else find_anchor(rendered, own)
     if anchor is None:
         return None
     before = adapt_ids(rendered[:anchor], strip_underscore)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.carry import CarrySource, frame, plan_carry, reset_kind
-from proxy.identify import RequestSignals, identify
+from proxy.identify import RequestSignals, identify, message_text
 from proxy.lineage import Fingerprints, Lineage, SessionIndex, find_session, fingerprint
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite, UsageAdjustment
@@ -162,12 +162,21 @@ class FloorRewriter:
         sid = lineage.session_id
         assert sid is not None and self.catalog is not None
         n = ctx.policy.min_tail_messages
-        tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
-        block = plan_restore(tail, ctx.own, n, signals.style.tool_ids_without_underscore)
-        if block is None:
-            return _none(chat, "no_anchor", lineage.method, sid)
         summary_at = signals.summary_index
         assert summary_at is not None
+        strip = signals.style.tool_ids_without_underscore
+        block = None
+        kept_from = self._same_compaction(sid, messages[summary_at])
+        if kept_from is not None:
+            # The request carries the compaction the catalog knows: the messages it swallowed
+            # end right before its first kept entry (no need to read the request's own again).
+            tail = self.catalog.tail(sid, n + _SLACK, before=kept_from)
+            block = plan_restore(tail, ctx.own, n, strip, anchored=True)
+        if block is None:
+            tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
+            block = plan_restore(tail, ctx.own, n, strip)
+        if block is None:
+            return _none(chat, "no_anchor", lineage.method, sid)
         annotated = _annotate(messages[summary_at], ctx.policy.notes.summary_followed)
 
         def build(kept: Sequence[Message]) -> list[Message]:
@@ -176,6 +185,18 @@ class FloorRewriter:
 
         extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
+
+    def _same_compaction(self, session_id: str, summary: object) -> str | None:
+        """The first kept entry of the session's compaction when ``summary`` is its summary."""
+        assert self.catalog is not None
+        record = self.catalog.get(session_id)
+        compaction = record.compaction if record is not None else None
+        if compaction is None or not compaction.first_kept_id:
+            return None
+        text = compaction.summary.strip()
+        if not text or text not in message_text(summary):
+            return None
+        return compaction.first_kept_id
 
     def _carry(self, ctx: _Request) -> Decision:
         assert self.catalog is not None

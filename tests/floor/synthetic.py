@@ -93,7 +93,7 @@ class Transcript:
 def put(catalog: Catalog, t: Transcript, *, source: SourceKind = "pi",
         agent_id: str | None = None, group: str | None = "dir-a",
         predecessor: str | None = None, link: Any = None, session_key: str | None = None,
-        created: float | None = None) -> MemoryStore:
+        created: float | None = None, relink: bool = True) -> MemoryStore:
     store = MemoryStore(t.objs)
     info = SessionInfo(
         session_id=t.session_id, source=source,
@@ -104,7 +104,8 @@ def put(catalog: Catalog, t: Transcript, *, source: SourceKind = "pi",
         group=group if source == "pi" else None, predecessor=predecessor, link=link,
         scope=None if source == "pi" else "scope")
     catalog.put(info, store, store.read_window(None))
-    catalog.relink()
+    if relink:
+        catalog.relink()
     return store
 
 
