@@ -24,18 +24,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import orjson  # noqa: E402
+import orjson
 
-from proxy.identify import identify  # noqa: E402
-from proxy.lineage import find_session  # noqa: E402
-from proxy.rewrite import FloorRewriter  # noqa: E402
-from proxy.tokens import TokenCounter  # noqa: E402
-from proxy.transcripts.catalog import Catalog  # noqa: E402
-from proxy.transcripts.jsonl import JsonlTranscript  # noqa: E402
-from proxy.transcripts.records import SessionInfo  # noqa: E402
-from tests.floor.bench_parts import percentiles, timed  # noqa: E402
-from tests.floor.conversation import text  # noqa: E402
-from tests.floor.synthetic import (  # noqa: E402
+from proxy.identify import identify
+from proxy.lineage import find_session
+from proxy.rewrite import FloorRewriter
+from proxy.tokens import TokenCounter
+from proxy.transcripts.catalog import Catalog
+from proxy.transcripts.jsonl import JsonlTranscript
+from proxy.transcripts.records import SessionInfo
+from tests.floor.bench_parts import percentiles, timed
+from tests.floor.conversation import text
+from tests.floor.synthetic import (
     Holder,
     Transcript,
     chat,
