@@ -78,6 +78,6 @@ def preview_request(catalog: TailSource, rules: RuleSet, tokens: TokenCounter,
              f"{decision.source_session or '-'}; +{decision.added_raw} messages, "
              f"+{decision.added_tokens} tokens" + (" (capped)" if decision.capped else "")]
     for row in rows:
-        mark = {"added": "+", "note": "*"}.get(row["origin"], " ")
+        mark = {"added": "+", "note": "*"}.get(str(row["origin"]), " ")
         lines.append(f"{mark} {row['index']:4d} {row['role']:<9} {row['text']}")
     return data, "\n".join(lines)
