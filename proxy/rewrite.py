@@ -318,9 +318,7 @@ class FloorRewriter:
             return
         if decision.method is not None:
             metrics.identification.labels(method=decision.method).inc()
-        if decision.kind == "off":
-            return
-        metrics.rewrites.labels(kind=decision.kind).inc()
+        metrics.rewrites.labels(kind="none" if decision.kind == "off" else decision.kind).inc()
         if decision.capped:
             metrics.floor_capped.inc()
         if decision.kind in ("floor", "carry"):

@@ -113,6 +113,8 @@ def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
     direct = PiAgent(tmp_path / "direct", fake.url + "/v1")
     for message in TURNS[:turns]:
         direct.turn(message)
+    print(f"compactions over {turns} turns: behind tailfloor {compactions(pi)}, "
+          f"direct {compactions(direct)}")
     assert compactions(pi) <= compactions(direct)
     fake.behaviour = None
 
