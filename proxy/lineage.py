@@ -168,6 +168,10 @@ def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
         if record is not None:
             if _agent_conflict(record, signals):
                 return Lineage("agent_mismatch")
+            seen = _content_scores(signals, catalog)
+            if seen and record.session_id not in seen:
+                # The id says one session, the messages another: trust neither.
+                return Lineage("content_mismatch")
             return Lineage(method, session_id=record.session_id, explicit=True)
         return _new_session(signals, body, catalog, prints, print_)
     found = _by_content(signals, catalog)
@@ -178,10 +182,11 @@ def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
     return _new_session(signals, body, catalog, prints, print_)
 
 
-def _by_content(signals: RequestSignals, catalog: SessionIndex
-                ) -> tuple[str, str] | Lineage | None:
+def _content_scores(signals: RequestSignals, catalog: SessionIndex,
+                    kinds: dict[str, str] | None = None) -> Counter[str]:
+    """Sessions holding the request's newest tool-call ids and latest user text, by hits."""
     scores: Counter[str] = Counter()
-    kinds: dict[str, str] = {}
+    kinds = kinds if kinds is not None else {}
     for call_id in reversed(signals.tool_call_ids[-_MAX_TOOL_SIGNALS:]):
         for sid in catalog.find_tool_call(call_id):
             scores[sid] += 1
@@ -190,6 +195,13 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex
         for sid in catalog.find_user_text(signals.latest_user_text):
             scores[sid] += 1
             kinds.setdefault(sid, "user_text")
+    return scores
+
+
+def _by_content(signals: RequestSignals, catalog: SessionIndex
+                ) -> tuple[str, str] | Lineage | None:
+    kinds: dict[str, str] = {}
+    scores = _content_scores(signals, catalog, kinds)
     if not scores:
         return None
     candidates = []
