@@ -18,6 +18,7 @@ from proxy.boundary import incomplete_tool_calls, legal_starts
 from proxy.messages import COMPACTION_PREFIX, COMPACTION_SUFFIX
 from proxy.restore import Block, adapt_ids, flatten, is_counted, is_internal, to_units, wire_key
 from proxy.rules import Notes
+from proxy.style import Prefix
 from proxy.transcripts.records import TailMessage
 
 __all__ = ["CarrySource", "frame", "plan_carry", "reset_kind"]
@@ -55,9 +56,9 @@ def _overlap(carried: Sequence[Message], own: Sequence[Any]) -> int:
 
 
 def plan_carry(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
-               strip_underscore: bool | None) -> Block:
+               strip_underscore: bool | None, prefix: Prefix | None = None) -> Block:
     """The predecessor's last ``n`` raw messages, legal on their own, minus what repeats."""
-    rendered, times = flatten(tail)
+    rendered, times = flatten(tail, prefix)
     rendered = adapt_ids(rendered, strip_underscore)
     cut = len(rendered) - _overlap(rendered, own)
     rendered, times = rendered[:cut], times[:cut]

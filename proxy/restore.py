@@ -22,10 +22,12 @@ from typing import Any
 
 from proxy.boundary import legal_starts, units
 from proxy.identify import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, message_text
+from proxy.style import Prefix, learn_prefix, restyle
 from proxy.transcripts.entries import normalise_user_text
 from proxy.transcripts.records import TailMessage
 
-__all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "wire_key"]
+__all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "prefix_of",
+           "wire_key"]
 
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 # OpenClaw 2026.7 glues a failed turn's placeholder onto the reply that follows it on the wire.
@@ -84,15 +86,42 @@ def wire_key(message: object) -> tuple[Any, ...]:
     return (str(role), text)
 
 
-def flatten(tail: Sequence[TailMessage]) -> tuple[list[Message], list[float | None]]:
-    """The rendered messages of tail records, in order, with each one's entry time."""
+def _time_of(record: TailMessage) -> float | None:
+    # The agent stamps the prefix with the message's own time (ms), not the entry's.
+    inner = record.raw.get("message")
+    ts = inner.get("timestamp") if isinstance(inner, Mapping) else None
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
+        return float(ts) / 1000.0
+    return record.timestamp
+
+
+def flatten(tail: Sequence[TailMessage], prefix: Prefix | None = None
+            ) -> tuple[list[Message], list[float | None]]:
+    """The rendered messages of tail records, in order, with each one's time; user texts
+    given the agent's prefix when ``prefix`` is known."""
     out: list[Message] = []
     times: list[float | None] = []
     for record in tail:
+        when = _time_of(record)
         for message in record.messages:
             out.append(message)
-            times.append(record.timestamp)
-    return out, times
+            times.append(when)
+    return restyle(out, times, prefix), times
+
+
+def prefix_of(own: Sequence[Any], tail: Sequence[TailMessage], now: float) -> Prefix | None:
+    """The agent's user-text prefix, learned from the request's user messages: against their
+    transcript times where the transcript holds them, else the newest against ``now``."""
+    rendered, times = flatten(tail)
+    keys = {wire_key(m): t for m, t in zip(rendered, times, strict=True)
+            if m.get("role") == "user"}
+    users = [m for m in own if isinstance(m, Mapping) and m.get("role") == "user"
+             and not is_internal(m)]
+    for message in reversed(users):
+        when = keys.get(wire_key(message))
+        if when is not None:
+            return learn_prefix([message], [when])
+    return learn_prefix(users[-1:], [now]) if users else None
 
 
 def adapt_ids(messages: Sequence[Message], strip_underscore: bool | None) -> list[Message]:
@@ -190,7 +219,8 @@ def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Messag
 
 
 def plan_restore(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
-                 strip_underscore: bool | None, *, anchored: bool = False) -> Block | None:
+                 strip_underscore: bool | None, *, anchored: bool = False,
+                 prefix: Prefix | None = None) -> Block | None:
     """The messages to insert before ``own`` (the request's raw messages after its summary);
     None when the transcript does not hold the request's first raw message.
 
@@ -200,7 +230,7 @@ def plan_restore(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
     first = next((m for m in own if not is_internal(m)), None)
     if not isinstance(first, Mapping) or first.get("role") == "tool":
         return None  # a block ending inside a tool exchange could not be dropped whole
-    rendered, times = flatten(tail)
+    rendered, times = flatten(tail, prefix)
     anchor = len(rendered) if anchored else find_anchor(rendered, own)
     if anchor is None:
         return None

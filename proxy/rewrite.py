@@ -15,6 +15,7 @@ values (``Decision``); ``FloorRewriter.rewrite`` records metrics and logs from t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,8 +27,9 @@ from proxy.identify import RequestSignals, identify, message_text
 from proxy.lineage import Fingerprints, Lineage, SessionIndex, find_session, fingerprint
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite, UsageAdjustment
-from proxy.restore import Block, is_counted, plan_restore
+from proxy.restore import Block, is_counted, plan_restore, prefix_of
 from proxy.rules import Policy, RuleSet
+from proxy.style import Prefix
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import SessionRecord, TailMessage
 
@@ -38,6 +40,7 @@ Message = dict[str, Any]
 # Extra transcript messages read beyond what the floor needs, so the anchor is found even
 # when the request repeats a few messages the transcript holds once (OpenClaw retries).
 _SLACK = 8
+_PROBE = 6  # newest transcript messages compared with the request to learn its user prefix
 
 
 class TailSource(SessionIndex, Protocol):
@@ -110,12 +113,14 @@ class FloorRewriter:
     """The ``Rewriter`` of the application state (``proxy.state.Rewriter``)."""
 
     def __init__(self, rules: RulesSource, tokens: TokenCounter, catalog: TailSource | None,
-                 metrics: Metrics | None = None, prints: Fingerprints | None = None) -> None:
+                 metrics: Metrics | None = None, *, prints: Fingerprints | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.rules = rules
         self.tokens = tokens
         self.catalog = catalog
         self.metrics = metrics
         self.prints = prints if prints is not None else Fingerprints()
+        self.clock = clock
         self._prints_by_system: dict[int, str | None] = {}
 
     def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite:
@@ -165,16 +170,17 @@ class FloorRewriter:
         summary_at = signals.summary_index
         assert summary_at is not None
         strip = signals.style.tool_ids_without_underscore
+        prefix = self._prefix(ctx, sid)
         block = None
         kept_from = self._same_compaction(sid, messages[summary_at])
         if kept_from is not None:
             # The request carries the compaction the catalog knows: the messages it swallowed
             # end right before its first kept entry (no need to read the request's own again).
             tail = self.catalog.tail(sid, n + _SLACK, before=kept_from)
-            block = plan_restore(tail, ctx.own, n, strip, anchored=True)
+            block = plan_restore(tail, ctx.own, n, strip, anchored=True, prefix=prefix)
         if block is None:
             tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
-            block = plan_restore(tail, ctx.own, n, strip)
+            block = plan_restore(tail, ctx.own, n, strip, prefix=prefix)
         if block is None:
             return _none(chat, "no_anchor", lineage.method, sid)
         annotated = _annotate(messages[summary_at], ctx.policy.notes.summary_followed)
@@ -185,6 +191,12 @@ class FloorRewriter:
 
         extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
+
+    def _prefix(self, ctx: _Request, session_id: str | None) -> Prefix | None:
+        """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
+        assert self.catalog is not None
+        probe = self.catalog.tail(session_id, _PROBE) if session_id else []
+        return prefix_of(ctx.own, probe, self.clock())
 
     def _same_compaction(self, session_id: str, summary: object) -> str | None:
         """The first kept entry of the session's compaction when ``summary`` is its summary."""
@@ -210,7 +222,8 @@ class FloorRewriter:
         n = policy.min_tail_messages
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style
-        block = plan_carry(tail, ctx.own, n, style.tool_ids_without_underscore)
+        block = plan_carry(tail, ctx.own, n, style.tool_ids_without_underscore,
+                           self._prefix(ctx, lineage.session_id))
 
         def build(kept: Sequence[Message]) -> list[Message]:
             framed = frame(kept, source, policy.notes, block.newest_ts, style.user_parts)
