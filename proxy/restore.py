@@ -115,13 +115,20 @@ def prefix_of(own: Sequence[Any], tail: Sequence[TailMessage], now: float) -> Pr
     rendered, times = flatten(tail)
     keys = {wire_key(m): t for m, t in zip(rendered, times, strict=True)
             if m.get("role") == "user"}
-    users = [m for m in own if isinstance(m, Mapping) and m.get("role") == "user"
-             and not is_internal(m)]
-    for message in reversed(users):
+    newest: Mapping[str, Any] | None = None
+    tried = 0
+    for message in reversed(own):
+        if not isinstance(message, Mapping) or message.get("role") != "user" \
+                or is_internal(message):
+            continue
+        newest = newest or message
         when = keys.get(wire_key(message))
         if when is not None:
             return learn_prefix([message], [when])
-    return learn_prefix(users[-1:], [now]) if users else None
+        tried += 1
+        if tried >= len(rendered):
+            break  # older user messages cannot be in a probe this short
+    return learn_prefix([newest], [now]) if newest is not None else None
 
 
 def adapt_ids(messages: Sequence[Message], strip_underscore: bool | None) -> list[Message]:

@@ -121,13 +121,18 @@ class FloorRewriter:
         self.metrics = metrics
         self.prints = prints if prints is not None else Fingerprints()
         self.clock = clock
+        self._failures: set[str] = set()
         self._prints_by_system: dict[int, str | None] = {}
 
     def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite:
         try:
             decision = self.decide(chat, headers)
-        except Exception:  # a floor bug must degrade to pass-through, never to a 500
-            log.exception("floor rewrite failed; request passed through unchanged")
+        except Exception as exc:  # a floor bug must degrade to pass-through, never to a 500
+            where = f"{type(exc).__name__}: {exc}"[:200]
+            if where not in self._failures and len(self._failures) < 1000:
+                self._failures.add(where)
+                log.exception("floor rewrite failed (%s); request passed through unchanged, "
+                              "further failures like this one are only counted", where)
             decision = Decision("none", "none; reason=error", chat.raw, method="error")
         self._record(decision)
         return decision.as_rewrite()

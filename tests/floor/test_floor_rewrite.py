@@ -372,3 +372,19 @@ def test_a_runtime_line_typed_by_a_user_does_not_pull_another_session() -> None:
         {"role": "user", "content": [{"type": "text", "text": "hello there"}]}]}
     refused = stage(catalog, n=6)[0].decide(chat(named), {"x-tailfloor-session": "pppp-victim"})
     assert refused.verdict == "none; reason=content_mismatch"
+
+
+def test_a_failure_inside_the_floor_passes_the_request_through() -> None:
+    class Broken(Catalog):
+        def get(self, session_id: str) -> Any:
+            raise RuntimeError("catalog exploded")
+
+    catalog = Broken()
+    rewriter, metrics = stage(catalog)
+    body = {"model": "fake-model", "messages": [system(), {"role": "user", "content": "x"}],
+            "tools": []}
+    c = chat(body)
+    for _ in range(2):
+        rewrite = rewriter.rewrite(c, {"x-tailfloor-session": "s1"})
+        assert rewrite.body is c.raw and rewrite.verdict == "none; reason=error"
+    assert metrics.identification.labels(method="error")._value.get() == 2
