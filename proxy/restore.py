@@ -187,10 +187,12 @@ def find_anchor(rendered: Sequence[Message], own: Sequence[Any]) -> int | None:
             if 0 <= p < len(rendered) and run_at(p, _CONFIRM) >= min(
                     len(mine), len(rendered) - p, _CONFIRM):
                 return p
+    # Anywhere else, the match must be as convincing: a lone "hi" proves nothing.
     best: tuple[int, int] | None = None
     for p in range(len(rendered) - 1, -1, -1):
         run = run_at(p, len(mine))
-        if run and (best is None or run > best[0]):
+        if run >= min(len(mine), len(rendered) - p, _CONFIRM) and (best is None
+                                                                     or run > best[0]):
             best = (run, p)
     return None if best is None else best[1]
 

@@ -27,7 +27,7 @@ from proxy.identify import RequestSignals, identify, message_text
 from proxy.lineage import Fingerprints, Lineage, SessionIndex, find_session, fingerprint
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite, UsageAdjustment
-from proxy.restore import Block, is_counted, plan_restore, prefix_of
+from proxy.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.rules import Policy, RuleSet
 from proxy.style import Prefix
 from proxy.tokens import TokenCounter, with_margin
@@ -197,6 +197,19 @@ class FloorRewriter:
         extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
 
+    def _holds_segment(self, ctx: _Request, session_id: str) -> bool:
+        """Whether the request carries its session's whole current segment (what follows the
+        reset or the session start): a request that only shares a message or two with a
+        session (a common "hi") is not that session's, and gets nothing carried into it."""
+        assert self.catalog is not None
+        mine = [m for m in ctx.own if is_counted(m)]
+        segment = [m for r in self.catalog.tail(session_id, len(mine) + 1) for m in r.messages
+                   if is_counted(m)]
+        if len(segment) > len(mine):
+            return False
+        # The transcript may lag the request by its newest messages, never the other way.
+        return [wire_key(m) for m in segment] == [wire_key(m) for m in mine[:len(segment)]]
+
     def _prefix(self, ctx: _Request, session_id: str | None) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
         assert self.catalog is not None
@@ -224,6 +237,8 @@ class FloorRewriter:
         if not policy.carries(source.reason):
             return _none(chat, f"{source.reason}_not_carried", lineage.method,
                          lineage.session_id)
+        if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
+            return _none(chat, "segment_mismatch", lineage.method, lineage.session_id)
         n = policy.min_tail_messages
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style

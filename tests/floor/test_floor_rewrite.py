@@ -388,3 +388,33 @@ def test_a_failure_inside_the_floor_passes_the_request_through() -> None:
         rewrite = rewriter.rewrite(c, {"x-tailfloor-session": "s1"})
         assert rewrite.body is c.raw and rewrite.verdict == "none; reason=error"
     assert metrics.identification.labels(method="error")._value.get() == 2
+
+
+def test_a_common_first_message_does_not_tie_a_request_to_a_session() -> None:
+    catalog = Catalog()
+    a = Transcript("rrrr-user-a")
+    conversation(a, 8)
+    a.reset("reset")
+    a.user("hi")
+    a.assistant("hello, user a")
+    a.user("my secret plan")
+    put(catalog, a, source="openclaw-sqlite", agent_id="main", session_key="agent:main:a")
+    rewriter, _ = stage(catalog, n=6)
+    # Another user (whose own session is not tracked) starts with the same "hi".
+    fresh = {"model": "fake-model", "messages": [
+        {"role": "system", "content": "You are a personal assistant."},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    c = chat(fresh)
+    rewrite = rewriter.rewrite(c, {})
+    assert rewrite.body is c.raw and rewrite.verdict == "none; reason=segment_mismatch"
+    # After a compaction of their own, sharing one message is not enough to restore from A.
+    compacted_b = {"model": "fake-model", "messages": [
+        fresh["messages"][0],
+        {"role": "user", "content": [{"type": "text", "text": (
+            "The conversation history before this point was compacted into the following "
+            "summary:\n\n<summary>\nuser b's work\n</summary>")}]},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": "hello, user b"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    c = chat(compacted_b)
+    assert rewriter.rewrite(c, {}).body is c.raw
