@@ -175,7 +175,7 @@ class FloorRewriter:
         summary_at = signals.summary_index
         assert summary_at is not None
         strip = signals.style.tool_ids_without_underscore
-        prefix = self._prefix(ctx, sid)
+        prefix = self._prefix(ctx, sid, sid)
         block = None
         kept_from = self._same_compaction(sid, messages[summary_at])
         if kept_from is not None:
@@ -210,11 +210,16 @@ class FloorRewriter:
         # The transcript may lag the request by its newest messages, never the other way.
         return [wire_key(m) for m in segment] == [wire_key(m) for m in mine[:len(segment)]]
 
-    def _prefix(self, ctx: _Request, session_id: str | None) -> Prefix | None:
+    def _prefix(self, ctx: _Request, session_id: str | None, source: str) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
         assert self.catalog is not None
         probe = self.catalog.tail(session_id, _PROBE) if session_id else []
-        return prefix_of(ctx.own, probe, self.clock())
+        rule = prefix_of(ctx.own, probe, self.clock())
+        origin = self.catalog.get(source)
+        if rule is not None and rule.offset_minutes is None and (
+                origin is None or origin.source == "pi"):
+            return None  # Pi renders user text verbatim: leave text that looks prefixed alone
+        return rule
 
     def _same_compaction(self, session_id: str, summary: object) -> str | None:
         """The first kept entry of the session's compaction when ``summary`` is its summary."""
@@ -243,7 +248,7 @@ class FloorRewriter:
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style
         block = plan_carry(tail, ctx.own, n, style.tool_ids_without_underscore,
-                           self._prefix(ctx, lineage.session_id))
+                           self._prefix(ctx, lineage.session_id, source.session_id))
 
         def build(kept: Sequence[Message]) -> list[Message]:
             framed = frame(kept, source, policy.notes, block.newest_ts, style.user_parts)
