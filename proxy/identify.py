@@ -276,7 +276,8 @@ def _tail(messages: Sequence[Any], first_raw: int | None
             raw += 1
         elif role == "user":
             content = message.get("content")
-            if content.__class__ is list and _first_text(message).startswith(INTERNAL_CONTEXT):
+            if content.__class__ is list and content and content[0].__class__ is dict \
+                    and str(content[0].get("text", "")).startswith(INTERNAL_CONTEXT):
                 internal = True
                 continue
             raw += 1
