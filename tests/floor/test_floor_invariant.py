@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.boundary import role_problems
@@ -26,7 +26,7 @@ from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, ru
 TOKENS = TokenCounter()
 # A turn: how many tool rounds, and how many parallel calls in each.
 turn = st.lists(st.integers(min_value=1, max_value=3), min_size=0, max_size=2)
-turns = st.lists(turn, min_size=1, max_size=14)
+turns = st.lists(turn, min_size=1, max_size=20)
 
 
 def write(t: Transcript, script: list[list[int]], words: int) -> None:
@@ -57,6 +57,7 @@ def contiguous_in(part: list[dict[str, Any]], source: list[dict[str, Any]]) -> b
 def check_common(decision: Decision, body: dict[str, Any], again: Decision, window: int,
                  n: int) -> list[dict[str, Any]]:
     assert decision.body == again.body  # deterministic
+    event(decision.verdict if decision.kind == "none" else decision.kind)
     if decision.kind == "none":
         return body["messages"]
     sent = list(decision.messages or ())
@@ -71,8 +72,8 @@ def check_common(decision: Decision, body: dict[str, Any], again: Decision, wind
     return sent
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=turns, n=st.integers(min_value=1, max_value=40), cut=st.floats(0, 1),
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=turns, n=st.integers(min_value=1, max_value=60), cut=st.floats(0.3, 1),
        extra_turn=st.booleans(), tight=st.booleans(), words=st.integers(1, 30),
        budget_share=st.floats(0.05, 1.0))
 def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra_turn: bool,
@@ -119,7 +120,7 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
         assert sum(1 for m in after if is_counted(m)) >= min(n, available)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(old=turns, n=st.integers(min_value=1, max_value=40), tight=st.booleans(),
        words=st.integers(1, 30), budget_share=st.floats(0.05, 1.0),
        with_predecessor=st.booleans())
