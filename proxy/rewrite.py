@@ -17,21 +17,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from proxy.carry import CarrySource, frame, plan_carry, reset_kind
+from proxy.floor_decision import Decision, annotate, none, summary_of
 from proxy.identify import RequestSignals, identify, message_text
 from proxy.lineage import Fingerprints, Lineage, SessionIndex, find_session, fingerprint
 from proxy.metrics import Metrics
-from proxy.model import ChatRequest, Rewrite, UsageAdjustment
+from proxy.model import ChatRequest, Rewrite
 from proxy.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.rules import Policy, RuleSet
 from proxy.style import Prefix
 from proxy.tokens import TokenCounter, with_margin
-from proxy.transcripts.records import SessionRecord, TailMessage
+from proxy.transcripts.records import TailMessage
 
 __all__ = ["Decision", "FloorRewriter", "TailSource"]
 
@@ -52,34 +53,6 @@ class TailSource(SessionIndex, Protocol):
 class RulesSource(Protocol):
     @property
     def rules(self) -> RuleSet: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What the floor decided for one request (the preview shows it as it is)."""
-
-    kind: str  # floor | carry | shadow | none | off
-    verdict: str
-    body: bytes
-    method: str | None = None  # identification outcome (metrics label); None: not tried
-    session_id: str | None = None
-    source_session: str | None = None
-    messages: tuple[Message, ...] | None = None
-    added: tuple[Message, ...] = ()
-    added_raw: int = 0
-    added_tokens: int = 0
-    capped: bool = False
-    window: int | None = None
-    report_client_usage: bool = True
-    would: str | None = None  # shadow: the verdict enforce mode would have given
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def as_rewrite(self) -> Rewrite:
-        adjust = None
-        if self.kind in ("floor", "carry") and self.report_client_usage:
-            adjust = UsageAdjustment(added=self.added_tokens, removed=0, window=self.window)
-        return Rewrite(body=self.body, verdict=self.verdict, adjust=adjust,
-                       messages=self.messages, session_key=self.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,28 +115,28 @@ class FloorRewriter:
         rules = self.rules.rules
         signals = identify(chat.agent_id, headers, chat.body, rules.identification)
         if signals.is_summarization:
-            return _none(chat, "summarization", "summarization")
+            return none(chat, "summarization", "summarization")
         policy = rules.resolve(signals.agent_id, chat.model,
                                signals.session_key or signals.session_id)
         if policy.mode == "off":
             return Decision("off", "off", chat.raw)
         messages = chat.body.get("messages")
         if not isinstance(messages, list) or self.catalog is None:
-            return _none(chat, "no_transcripts" if self.catalog is None else "no_messages",
+            return none(chat, "no_transcripts" if self.catalog is None else "no_messages",
                          "unidentified")
         print_ = self._fingerprint(chat.body)
         lineage = find_session(signals, chat.body, self.catalog, self.prints, print_)
         if lineage.session_id is not None and print_ is not None:
             self.prints.record(lineage.session_id, print_)
         if not lineage.identified:
-            return _none(chat, lineage.method, lineage.method)
+            return none(chat, lineage.method, lineage.method)
         if signals.raw_after_summary >= policy.min_tail_messages:
-            return _none(chat, "floor_holds", lineage.method, lineage.session_id)
+            return none(chat, "floor_holds", lineage.method, lineage.session_id)
         first = signals.first_raw_index if signals.first_raw_index is not None else len(messages)
         ctx = _Request(chat, signals, policy, lineage, print_, messages, first)
         if signals.summary_index is not None:
             if lineage.session_id is None:
-                return _none(chat, "unidentified", lineage.method)
+                return none(chat, "unidentified", lineage.method)
             return self._restore(ctx)
         return self._carry(ctx)
 
@@ -187,8 +160,8 @@ class FloorRewriter:
             tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
             block = plan_restore(tail, ctx.own, n, strip, prefix=prefix)
         if block is None:
-            return _none(chat, "no_anchor", lineage.method, sid)
-        annotated = _annotate(messages[summary_at], ctx.policy.notes.summary_followed)
+            return none(chat, "no_anchor", lineage.method, sid)
+        annotated = annotate(messages[summary_at], ctx.policy.notes.summary_followed)
 
         def build(kept: Sequence[Message]) -> list[Message]:
             return [*messages[:summary_at], annotated, *messages[summary_at + 1:ctx.first],
@@ -238,12 +211,12 @@ class FloorRewriter:
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         source = self._carry_source(ctx)
         if source is None:
-            return _none(chat, "no_predecessor", lineage.method, lineage.session_id)
+            return none(chat, "no_predecessor", lineage.method, lineage.session_id)
         if not policy.carries(source.reason):
-            return _none(chat, f"{source.reason}_not_carried", lineage.method,
+            return none(chat, f"{source.reason}_not_carried", lineage.method,
                          lineage.session_id)
         if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
-            return _none(chat, "segment_mismatch", lineage.method, lineage.session_id)
+            return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
         n = policy.min_tail_messages
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style
@@ -269,7 +242,7 @@ class FloorRewriter:
                 return None
             kind = "new" if lineage.method == "fingerprint" else "idle"
             return CarrySource(lineage.predecessor, kind,
-                               summary=_summary_of(self.catalog.get(lineage.predecessor)))
+                               summary=summary_of(self.catalog.get(lineage.predecessor)))
         record = self.catalog.get(lineage.session_id)
         if record is None:
             return None
@@ -286,7 +259,7 @@ class FloorRewriter:
             return None
         if pred.agent_id != record.agent_id and pred.source != "pi":
             return None
-        return CarrySource(pred.session_id, reset_kind(record.link), summary=_summary_of(pred))
+        return CarrySource(pred.session_id, reset_kind(record.link), summary=summary_of(pred))
 
     # ------------------------------------------------------------------ budget
     def _finish(self, ctx: _Request, plan: _Plan) -> Decision:
@@ -295,7 +268,7 @@ class FloorRewriter:
             plan.source
         sid = lineage.session_id
         if not block.units:
-            return _none(chat, "nothing_to_add", lineage.method, sid)
+            return none(chat, "nothing_to_add", lineage.method, sid)
         spec = self.rules.rules.model(chat.model)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, chat) for unit in block.units]
@@ -308,7 +281,7 @@ class FloorRewriter:
         capped = kept_from > 0
         kept = [m for unit in block.units[kept_from:] for m in unit]
         if not kept:
-            return _none(chat, "no_room", lineage.method, sid, capped=True)
+            return none(chat, "no_room", lineage.method, sid, capped=True)
         new_messages = plan.build(kept)
         raw = sum(1 for m in kept if is_counted(m))
         verdict = f"{kind}; {noun}={raw}" + ("; capped" if capped else "")
@@ -362,33 +335,3 @@ class FloorRewriter:
         if decision.kind in ("floor", "carry"):
             metrics.tail_messages_injected.inc(decision.added_raw)
             metrics.tail_tokens_injected.inc(decision.added_tokens)
-
-
-def _none(chat: ChatRequest, reason: str, method: str | None, session_id: str | None = None,
-          *, capped: bool = False) -> Decision:
-    return Decision("none", f"none; reason={reason}", chat.raw, method=method,
-                    session_id=session_id, capped=capped)
-
-
-def _summary_of(record: SessionRecord | None) -> str | None:
-    if record is None or record.compaction is None:
-        return None
-    return record.compaction.summary or None
-
-
-def _annotate(summary: object, note: str) -> Message:
-    """The agent's summary message with the note that the raw tail follows it."""
-    message = dict(summary) if isinstance(summary, Mapping) else {"role": "user"}
-    content = message.get("content")
-    if isinstance(content, str):
-        message["content"] = content + "\n\n" + note
-    elif isinstance(content, list):
-        parts = list(content)
-        at = next((i for i, p in enumerate(parts) if isinstance(p, Mapping)
-                   and "</summary>" in str(p.get("text", ""))), None)
-        if at is None:
-            parts.append({"type": "text", "text": note})
-        else:
-            parts[at] = {**parts[at], "text": str(parts[at]["text"]) + "\n\n" + note}
-        message["content"] = parts
-    return message
