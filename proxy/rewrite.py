@@ -123,7 +123,7 @@ class FloorRewriter:
         messages = chat.body.get("messages")
         if not isinstance(messages, list) or self.catalog is None:
             return none(chat, "no_transcripts" if self.catalog is None else "no_messages",
-                         "unidentified")
+                        "unidentified")
         print_ = self._fingerprint(chat.body)
         lineage = find_session(signals, chat.body, self.catalog, self.prints, print_)
         if lineage.session_id is not None and print_ is not None:
@@ -214,7 +214,7 @@ class FloorRewriter:
             return none(chat, "no_predecessor", lineage.method, lineage.session_id)
         if not policy.carries(source.reason):
             return none(chat, f"{source.reason}_not_carried", lineage.method,
-                         lineage.session_id)
+                        lineage.session_id)
         if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
             return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
         n = policy.min_tail_messages
