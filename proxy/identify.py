@@ -231,6 +231,10 @@ def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, i
     first_raw = i if i < len(messages) else None
     runtime: RuntimeLine | None = None
     summary_index: int | None = None
+    # OpenClaw 2026.7 writes the line into the system prompt, which no user controls; a line
+    # in the first user message must not override it (a user could type one there).
+    for k in range(i):
+        runtime = runtime or _parse_runtime(message_text(messages[k]), "system")
     for j in range(i, min(i + _LEADING_SCAN, len(messages))):
         message = messages[j]
         if _role(message) != "user":
@@ -239,15 +243,10 @@ def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, i
         if "<summary>" in text and SUMMARY_PHRASE in text:
             summary_index = j
             first_raw = j + 1 if j + 1 < len(messages) else None
-            runtime = _parse_runtime(text, "summary")
+            runtime = runtime or _parse_runtime(text, "summary")
             break
         if j == i:
-            runtime = _parse_runtime(text, "first_user")
-    # The system prompt is long (30-40 KB): search it only when the messages had no line.
-    for k in range(i):
-        if runtime is not None:
-            break
-        runtime = _parse_runtime(message_text(messages[k]), "system")
+            runtime = runtime or _parse_runtime(text, "first_user")
     return runtime, summary_index, first_raw
 
 
@@ -277,7 +276,8 @@ def _tail(messages: Sequence[Any], first_raw: int | None
             raw += 1
         elif role == "user":
             content = message.get("content")
-            if content.__class__ is list and _first_text(message).startswith(INTERNAL_CONTEXT):
+            if content.__class__ is list and content and content[0].__class__ is dict \
+                    and str(content[0].get("text", "")).startswith(INTERNAL_CONTEXT):
                 internal = True
                 continue
             raw += 1

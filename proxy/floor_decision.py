@@ -1,0 +1,75 @@
+"""What the floor decided for one request, as a value (the stage returns it, the caller
+records metrics from it, the preview shows it), and the small message edits it makes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.model import ChatRequest, Rewrite, UsageAdjustment
+from proxy.transcripts.records import SessionRecord
+
+__all__ = ["Decision", "annotate", "none", "summary_of"]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the floor decided for one request (the preview shows it as it is)."""
+
+    kind: str  # floor | carry | shadow | none | off
+    verdict: str
+    body: bytes
+    method: str | None = None  # identification outcome (metrics label); None: not tried
+    session_id: str | None = None
+    source_session: str | None = None
+    messages: tuple[Message, ...] | None = None
+    added: tuple[Message, ...] = ()
+    added_raw: int = 0
+    added_tokens: int = 0
+    capped: bool = False
+    window: int | None = None
+    report_client_usage: bool = True
+    would: str | None = None  # shadow: the verdict enforce mode would have given
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_rewrite(self) -> Rewrite:
+        adjust = None
+        if self.kind in ("floor", "carry") and self.report_client_usage:
+            adjust = UsageAdjustment(added=self.added_tokens, removed=0, window=self.window)
+        return Rewrite(body=self.body, verdict=self.verdict, adjust=adjust,
+                       messages=self.messages, session_key=self.session_id)
+
+
+def none(chat: ChatRequest, reason: str, method: str | None, session_id: str | None = None,
+         *, capped: bool = False) -> Decision:
+    """The request goes upstream as the client sent it, and why."""
+    return Decision("none", f"none; reason={reason}", chat.raw, method=method,
+                    session_id=session_id, capped=capped)
+
+
+def summary_of(record: SessionRecord | None) -> str | None:
+    """The summary of a session's last compaction, if it has one."""
+    if record is None or record.compaction is None:
+        return None
+    return record.compaction.summary or None
+
+
+def annotate(summary: object, note: str) -> Message:
+    """The agent's summary message with the note that the raw tail follows it."""
+    message = dict(summary) if isinstance(summary, Mapping) else {"role": "user"}
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = content + "\n\n" + note
+    elif isinstance(content, list):
+        parts = list(content)
+        at = next((i for i, p in enumerate(parts) if isinstance(p, Mapping)
+                   and "</summary>" in str(p.get("text", ""))), None)
+        if at is None:
+            parts.append({"type": "text", "text": note})
+        else:
+            parts[at] = {**parts[at], "text": str(parts[at]["text"]) + "\n\n" + note}
+        message["content"] = parts
+    return message

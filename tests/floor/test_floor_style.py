@@ -1,0 +1,62 @@
+"""The user-text prefix is learned from the request, not assumed from the proxy's timezone."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from proxy.rewrite import FloorRewriter
+from proxy.style import Prefix, learn_prefix, restyle
+from proxy.tokens import TokenCounter
+from proxy.transcripts.catalog import Catalog
+from tests.floor.synthetic import Holder, Transcript, chat, conversation, put, request_for, rules
+
+TS = datetime(2026, 11, 30, 2, 27, 40, tzinfo=UTC).timestamp()
+PREFIX = re.compile(r"^\[(\w{3} \d{4}-\d{2}-\d{2} \d{2}:\d{2})(?: ([^\]]+))?\] ")
+
+
+def test_offset_and_label_are_learned() -> None:
+    shown = {"role": "user", "content": "[Mon 2026-11-30 03:27 GMT+1] hi"}
+    rule = learn_prefix([shown], [TS])
+    assert rule == Prefix(60, "GMT+1")
+    assert rule.render(TS) == "[Mon 2026-11-30 03:27 GMT+1] "
+    assert learn_prefix([{"role": "user", "content": "hi"}], [TS]) == Prefix(None)
+    bare = restyle([{"role": "user", "content": "[Mon 2026-11-30 02:27 UTC] hi"}], [TS],
+                   Prefix(None))
+    assert bare == [{"role": "user", "content": "hi"}]
+
+
+def shift(message: dict[str, Any], hours: int, label: str) -> dict[str, Any]:
+    text = message["content"][0]["text"]
+    found = PREFIX.match(text)
+    if found is None:
+        return message
+    when = datetime.strptime(found.group(1)[4:], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+    moved = datetime.fromtimestamp(when.timestamp() + hours * 3600, UTC)
+    new = moved.strftime(f"[%a %Y-%m-%d %H:%M {label}] ") + text[found.end():]
+    return {**message, "content": [{"type": "text", "text": new}]}
+
+
+def test_restored_messages_take_the_request_timezone() -> None:
+    catalog = Catalog()
+    t = Transcript("tz-session-1")
+    conversation(t, 12)
+    t.compaction("## Goal\nsummary", t.message_ids()[-4])
+    t.user("now")
+    put(catalog, t, source="openclaw-sqlite", agent_id="main", session_key="agent:main:main")
+    body = request_for(catalog, t.session_id)
+    # The agent runs two hours east of the proxy.
+    body["messages"] = [body["messages"][0], body["messages"][1]] + [
+        shift(m, 2, "EET") if m["role"] == "user" else m for m in body["messages"][2:]]
+    rewriter = FloorRewriter(Holder(rules(n=10)), TokenCounter(), catalog)
+    decision = rewriter.decide(chat(body), {})
+    assert decision.kind == "floor"
+    users = [m["content"][0]["text"] for m in decision.added if m["role"] == "user"]
+    assert users and all(PREFIX.match(u) and " EET] " in u for u in users)
+    # Same instants as the catalog's UTC rendering, two hours later on the clock.
+    plain = FloorRewriter(Holder(rules(n=10)), TokenCounter(), catalog).decide(
+        chat(request_for(catalog, t.session_id)), {})
+    utc = [m["content"][0]["text"] for m in plain.added if m["role"] == "user"]
+    assert [shift({"content": [{"text": u}]}, 2, "EET")["content"][0]["text"] for u in utc] \
+        == users
