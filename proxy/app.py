@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy import handlers, logs
 from proxy.metrics import Metrics
+from proxy.rewrite import FloorRewriter
 from proxy.rules_parse import RulesError
 from proxy.rules_watch import RulesHolder, watch_rules
 from proxy.settings import Settings
@@ -47,6 +48,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     app[STATE_KEY] = state
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
     state.transcripts = TranscriptService(roots, metrics)
+    state.rewriter = FloorRewriter(state.rules, state.tokens, state.transcripts.catalog, metrics)
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_upstream_ctx)

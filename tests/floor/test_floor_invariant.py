@@ -1,0 +1,164 @@
+"""Property tests of the invariant (design.md section 2) over generated transcripts.
+
+For a request of session S with policy N and window W, the rewritten request starts with the
+request's own system messages unchanged, has at most one summary (which says the raw tail
+follows), then at least min(N, available) raw messages in transcript order with no gap before
+the request's own, no orphaned tool call or result, and fits W - reserve; when it does not,
+the oldest added messages go first, a whole exchange at a time, and that is counted. The same
+inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.boundary import role_problems
+from proxy.identify import SUMMARY_PHRASE, message_text
+from proxy.restore import is_counted, wire_key
+from proxy.rewrite import Decision, FloorRewriter
+from proxy.tokens import TokenCounter
+from proxy.transcripts.catalog import Catalog
+from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, rules, system
+
+TOKENS = TokenCounter()
+# A turn: how many tool rounds, and how many parallel calls in each.
+turn = st.lists(st.integers(min_value=1, max_value=3), min_size=0, max_size=2)
+turns = st.lists(turn, min_size=1, max_size=14)
+
+
+def write(t: Transcript, script: list[list[int]], words: int) -> None:
+    for i, rounds in enumerate(script):
+        t.user(f"question {i} " + "word " * words)
+        for parallel in rounds:
+            _entry, ids = t.tool_calls(["bash"] * parallel)
+            for call_id in ids:
+                t.tool_result(call_id, f"result of {call_id} " + "out " * words)
+        t.assistant(f"answer {i} " + "word " * words)
+
+
+def rendered(catalog: Catalog, sid: str, before: str | None = None) -> list[dict[str, Any]]:
+    return [m for r in catalog.tail(sid, 10_000, before=before) for m in r.messages]
+
+
+def is_summary(message: Any) -> bool:
+    text = message_text(message)
+    return "<summary>" in text and SUMMARY_PHRASE in text
+
+
+def contiguous_in(part: list[dict[str, Any]], source: list[dict[str, Any]]) -> bool:
+    keys = [wire_key(m) for m in part]
+    want = [wire_key(m) for m in source]
+    return any(want[i:i + len(keys)] == keys for i in range(len(want) - len(keys) + 1))
+
+
+def check_common(decision: Decision, body: dict[str, Any], again: Decision, window: int,
+                 n: int) -> list[dict[str, Any]]:
+    assert decision.body == again.body  # deterministic
+    if decision.kind == "none":
+        return body["messages"]
+    sent = list(decision.messages or ())
+    assert sent[0] == body["messages"][0]
+    assert role_problems(sent) == []
+    assert sum(1 for m in sent if is_summary(m)) <= 1
+    own_cost = TOKENS.request(body, "estimate").total
+    assert own_cost + decision.added_tokens <= window
+    assert decision.added_raw > 0
+    if not decision.capped:
+        assert decision.added_raw <= n + 3 * 2  # a tool exchange may push past N, no more
+    return sent
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=turns, n=st.integers(min_value=1, max_value=40), cut=st.floats(0, 1),
+       extra_turn=st.booleans(), tight=st.booleans(), words=st.integers(1, 30),
+       budget_share=st.floats(0.05, 1.0))
+def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra_turn: bool,
+                           tight: bool, words: int, budget_share: float) -> None:
+    catalog = Catalog()
+    t = Transcript("prop-restore-1")
+    write(t, script, words)
+    # Any legal cut: a user or an assistant message (a summary in the middle of a turn).
+    cuts = [o["id"] for o in t.objs if o["type"] == "message"
+            and o["message"]["role"] != "toolResult"]
+    first_kept = cuts[min(int(cut * len(cuts)), len(cuts) - 1)]
+    t.compaction("## Goal\nthe summary", first_kept)
+    if extra_turn:
+        t.user("a new question after the compaction")
+    put(catalog, t)
+    body = request_for(catalog, t.session_id)
+    available = sum(1 for m in rendered(catalog, t.session_id) if is_counted(m))
+    own = body["messages"][2:]
+    own_raw = sum(1 for m in own if is_counted(m))
+    own_cost = TOKENS.request(body, "estimate").total
+    window = own_cost + int(budget_share * 4000) if tight else 10_000_000
+    holder = Holder(rules(n=n, window=window))
+    decision = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
+    again = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
+    sent = check_common(decision, body, again, window, n)
+    if not any(m["role"] in ("user", "tool") for m in own):
+        # Nothing in the request to recognise its session by: left alone.
+        assert decision.verdict == "none; reason=unidentified"
+        return
+    if own_raw >= n:
+        assert decision.verdict == "none; reason=floor_holds"
+        return
+    if decision.kind == "none":
+        # Only when nothing was swallowed, or nothing fits the window.
+        assert decision.verdict in ("none; reason=nothing_to_add", "none; reason=no_room")
+        assert available == own_raw or decision.capped
+        return
+    assert decision.kind == "floor"
+    assert "follow this summary verbatim" in message_text(sent[1])
+    after = sent[2:]
+    assert after[-len(own):] == own
+    assert contiguous_in(after, rendered(catalog, t.session_id))
+    if not decision.capped:
+        assert sum(1 for m in after if is_counted(m)) >= min(n, available)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(old=turns, n=st.integers(min_value=1, max_value=40), tight=st.booleans(),
+       words=st.integers(1, 30), budget_share=st.floats(0.05, 1.0),
+       with_predecessor=st.booleans())
+def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: int,
+                         budget_share: float, with_predecessor: bool) -> None:
+    catalog = Catalog()
+    prev = Transcript("prop-carry-old")
+    write(prev, old, words)
+    put(catalog, prev, group="dir")
+    rewriter_rules = rules(n=n, window=10_000_000)
+    warm = FloorRewriter(Holder(rewriter_rules), TOKENS, catalog)
+    tools = request_for(catalog, prev.session_id)["tools"]
+    sys = system() if with_predecessor else system(cwd="/another/project")
+    # The old session's own requests are seen first (recording its fingerprint).
+    warm.decide(chat(request_for(catalog, prev.session_id)), {})
+    body = {"model": "fake-model", "messages": [sys, {"role": "user", "content": [
+        {"type": "text", "text": "first question of the new session"}]}], "tools": tools,
+        "max_completion_tokens": 64}
+    own_cost = TOKENS.request(body, "estimate").total
+    window = own_cost + 200 + int(budget_share * 4000) if tight else 10_000_000
+    holder = Holder(rules(n=n, window=window))
+    decision = FloorRewriter(holder, TOKENS, catalog, prints=warm.prints).decide(
+        chat(body), {})
+    again = FloorRewriter(holder, TOKENS, catalog, prints=warm.prints).decide(chat(body), {})
+    sent = check_common(decision, body, again, window, n)
+    if not with_predecessor:
+        assert decision.verdict == "none; reason=no_predecessor"
+        return
+    if n <= 1:
+        assert decision.verdict == "none; reason=floor_holds"
+        return
+    if decision.kind == "none":
+        assert decision.verdict == "none; reason=no_room" and decision.capped
+        return
+    assert decision.kind == "carry" and decision.source_session == prev.session_id
+    assert sent[-1] == body["messages"][-1]
+    carried = sent[2:-2]
+    source = rendered(catalog, prev.session_id)
+    assert [wire_key(m) for m in carried] == [wire_key(m) for m in source[-len(carried):]]
+    available = sum(1 for m in source if is_counted(m))
+    if not decision.capped:
+        assert sum(1 for m in carried if is_counted(m)) >= min(n, available)
