@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy import handlers, logs
 from proxy.metrics import Metrics
+from proxy.overflow import OverflowRecovery
 from proxy.rewrite import FloorRewriter
 from proxy.rules_parse import RulesError
 from proxy.rules_watch import RulesHolder, watch_rules
@@ -43,6 +44,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     tokens = TokenCounter(Encodings(background=True))
     state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules,
                        tokens=tokens)
+    state.recovery = OverflowRecovery(state)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
     app[STATE_KEY] = state
@@ -52,6 +54,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
+    app.cleanup_ctx.append(_recovery_ctx)
     router = app.router
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
@@ -72,6 +75,15 @@ async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     state.ready = False
     await state.upstream.close()
+
+
+async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
+    recovery = app[STATE_KEY].recovery
+    if isinstance(recovery, OverflowRecovery):
+        await asyncio.to_thread(recovery.open)
+    yield
+    if isinstance(recovery, OverflowRecovery):
+        await asyncio.to_thread(recovery.close)
 
 
 async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:

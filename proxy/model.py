@@ -98,7 +98,8 @@ class Rewrite:
 
     ``body`` is what goes upstream (the client's bytes when nothing changed); ``messages`` the
     parsed messages it holds, for a later stage to work from; ``session_key`` the session the
-    request was tied to, when one was.
+    request was tied to, when one was; ``origin`` the rewrite a recovery stage started from, so
+    a retry compacts the original request again rather than its own output.
     """
 
     body: bytes
@@ -106,6 +107,7 @@ class Rewrite:
     adjust: UsageAdjustment | None = None
     messages: tuple[dict[str, Any], ...] | None = None
     session_key: str | None = None
+    origin: Rewrite | None = None
 
 
 @dataclass(frozen=True, slots=True)

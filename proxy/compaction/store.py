@@ -223,6 +223,12 @@ class CompactionStore:
                 raise
             return conn.total_changes - before
 
+    def session_keys(self) -> set[str]:
+        """Every session with a stored compaction (callers skip lookups for the others)."""
+        with self._lock:
+            return {str(r[0]) for r in self._conn.execute(
+                "SELECT DISTINCT session_key FROM compactions")}
+
     def count(self, session_key: str | None = None) -> int:
         with self._lock:
             if session_key is None:
