@@ -10,11 +10,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from proxy import __version__, rules_command, serve_command
+from proxy import __version__, rules_command, serve_command, sessions_command
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-COMMANDS: tuple[Registrar, ...] = (serve_command.register, rules_command.register)
+COMMANDS: tuple[Registrar, ...] = (serve_command.register, rules_command.register,
+                                   sessions_command.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

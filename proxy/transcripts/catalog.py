@@ -13,18 +13,16 @@ lookups whatever the number of sessions.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from proxy.messages import Flavor, RenderOptions, Source, render
 from proxy.transcripts import view
-from proxy.transcripts.entries import Entry, tool_call_keys, user_text_key
+from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
+from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import (
-    CompactionInfo,
-    ResetMark,
     SessionInfo,
     SessionRecord,
     TailMessage,
@@ -34,11 +32,9 @@ from proxy.transcripts.records import (
 
 __all__ = ["Catalog"]
 
-log = logging.getLogger(__name__)
-
-
 class _State:
-    __slots__ = ("by_id", "complete", "entries", "info", "keys", "marks", "record", "store")
+    __slots__ = ("before_count", "by_id", "complete", "entries", "info", "marks",
+                 "marks_known", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
@@ -47,7 +43,9 @@ class _State:
         self.by_id: dict[str, Entry] = {}
         self.marks: dict[str, Entry] = {}
         self.complete = False
-        self.keys: Counter[str] = Counter()
+        self.marks_known = False
+        # raw messages before the window, when known (the window once reached the top)
+        self.before_count: int | None = None
         self.record: SessionRecord | None = None
 
 
@@ -64,23 +62,33 @@ class Catalog:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
         self._states: dict[str, _State] = {}
-        self._index: dict[str, set[str]] = {}
+        self._index = ContentIndex()
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
         self._key_scopes: dict[str, set[str]] = {}
+        self._relink: set[tuple[int, str]] = set()  # (table, name) whose links may change
+        self._deferred: set[str] = set()
+        self._ordered: dict[str, list[str]] = {}  # group -> ids oldest first (cache)
 
     # ----------------------------------------------------------------- mutators
-    def put(self, info: SessionInfo, store: TranscriptStore, window: Window) -> None:
-        """Add or replace a session with the given window of entries."""
+    def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
+            defer: bool = False) -> None:
+        """Add or replace a session with the given window of entries.
+
+        ``defer``: skip computing its record until the next ``relink`` (bulk loading).
+        """
         old = self._states.get(info.session_id)
         if old is not None:
-            self._unindex(old, old.keys)
+            self._index.drop(info.session_id, old.entries, keep=())
         st = _State(info, store)
         self._states[info.session_id] = st
         st.marks = {m.id: m for m in window.marks}
         self._set_window(st, list(window.entries), window.complete)
         self._link_key(info)
-        self._refresh(st)
+        if defer:
+            self._deferred.add(info.session_id)
+        else:
+            self._refresh(st)
 
     def append(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Entries appended to a session's transcript, in order."""
@@ -88,11 +96,13 @@ class Catalog:
         if st is None or not entries:
             return
         for e in entries:
+            if e.id in st.by_id:
+                continue  # already read by an on-demand re-read of the transcript
             st.entries.append(e)
             st.by_id[e.id] = e
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-            self._index_keys(st, e.keys)
+            self._index.add(st.info.session_id, e.keys)
         self._trim(st)
         self._refresh(st)
 
@@ -109,10 +119,13 @@ class Catalog:
         st = self._states.pop(session_id, None)
         if st is None:
             return
-        self._unindex(st, st.keys)
-        for table, name in ((self._by_key, _scoped(st.info)), (self._by_group, st.info.group)):
+        self._index.drop(session_id, st.entries, keep=())
+        for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
+                                           (self._by_group, st.info.group))):
             if name and session_id in table.get(name, []):
                 table[name].remove(session_id)
+                self._relink.add((n, name))
+                self._ordered.pop(name, None)
         self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -126,9 +139,23 @@ class Catalog:
         return dict(Counter(st.info.source for st in self._states.values()))
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """The session with this id."""
+        """The session with this id.
+
+        The first lookup of a session whose kept window does not reach the top of its
+        transcript searches the older part once for compaction and reset entries, so the
+        record's ``compaction`` and ``resets`` are exact.
+        """
         st = self._states.get(session_id)
-        return st.record if st is not None else None
+        if st is None:
+            return None
+        if not st.marks_known and not st.complete and st.entries:
+            st.marks_known = True
+            reader = getattr(st.store, "read_marks", None)
+            if reader is not None:
+                for mark in reader(st.entries[0].pos):
+                    st.marks.setdefault(mark.id, mark)
+                self._refresh(st)
+        return st.record
 
     def info(self, session_id: str) -> SessionInfo | None:
         st = self._states.get(session_id)
@@ -178,16 +205,14 @@ class Catalog:
         return view.active_branch(st.entries, st.by_id).missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
-        """Sessions whose kept tail holds this tool-call id (any wire form)."""
-        found: set[str] = set()
-        for key in tool_call_keys(call_id):
-            found |= self._index.get(key, set())
-        return frozenset(found)
+        """Sessions whose kept tail holds this tool-call id (verbatim, normalised or with
+        ``_`` stripped: all forms share one key)."""
+        return self._index.lookup(tool_call_key(call_id))
 
     def find_user_text(self, text: str) -> frozenset[str]:
-        """Sessions whose kept tail holds a user message with this text (normalised)."""
-        key = user_text_key(text)
-        return frozenset(self._index.get(key, set())) if key else frozenset()
+        """Sessions whose kept tail holds a user message with this text (normalised, so
+        OpenClaw's timestamp prefix and Runtime line do not matter)."""
+        return self._index.lookup(user_text_key(text))
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages of the active branch, oldest first.
@@ -203,8 +228,15 @@ class Catalog:
         path, rooted = self._path(st)
         picked = view.tail_of(path, k, before)
         if len(picked) < k and not rooted:
-            full = st.store.read_window(max(k, self.tail_limit) if before is None else None)
-            path = list(view.active_branch(full.entries).entries)
+            if before is None and k <= self.tail_limit:
+                # Keep the longer window: the next request for this session is served
+                # from memory (bounded by tail_limit like any window).
+                window = st.store.read_window(self.tail_limit)
+                self._set_window(st, list(window.entries), window.complete, reread=True)
+                path, _rooted = self._path(st)
+            else:
+                full = st.store.read_window(None)
+                path = list(view.active_branch(full.entries).entries)
             picked = view.tail_of(path, k, before)
         return self._tail_records(st, picked)
 
@@ -215,7 +247,7 @@ class Catalog:
             return None
         path, rooted = self._path(st)
         plan = view.context_plan(path)
-        if not rooted and not _plan_is_local(path, plan):
+        if not rooted and not view.plan_is_local(path, plan):
             full = st.store.read_window(None)
             plan = view.context_plan(view.active_branch(full.entries).entries)
         return self.render_plan(st.store, plan, self._flavour(st))
@@ -262,16 +294,23 @@ class Catalog:
                                    tuple(msgs)))
         return out
 
-    def _set_window(self, st: _State, entries: list[Entry], complete: bool) -> None:
+    def _set_window(self, st: _State, entries: list[Entry], complete: bool, *,
+                     reread: bool = False) -> None:
+        old = st.entries
+        if reread and old and entries:
+            # keep what was appended since the store's view (it may lag the file by a line)
+            known = {e.id for e in entries}
+            entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
         st.entries = entries
         st.by_id = {e.id: e for e in entries}
         st.complete = complete
+        st.before_count = 0 if complete else None
         for e in entries:
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-        self._unindex(st, st.keys)
+        self._index.drop(st.info.session_id, old, keep=entries)
         for e in entries:
-            self._index_keys(st, e.keys)
+            self._index.add(st.info.session_id, e.keys)
         self._trim(st)
 
     def _trim(self, st: _State) -> None:
@@ -287,44 +326,37 @@ class Catalog:
             if e.is_raw_message:
                 raw -= 1
         gone, st.entries = st.entries[:drop], st.entries[drop:]
+        if st.before_count is not None:
+            st.before_count += sum(1 for e in gone if e.is_raw_message)
         for e in gone:
             st.by_id.pop(e.id, None)
-            self._unindex(st, Counter(e.keys))
+        self._index.drop(st.info.session_id, gone, keep=st.entries)
         st.complete = False
-
-    def _index_keys(self, st: _State, keys: Iterable[str]) -> None:
-        sid = st.info.session_id
-        for key in keys:
-            st.keys[key] += 1
-            self._index.setdefault(key, set()).add(sid)
-
-    def _unindex(self, st: _State, keys: Mapping[str, int]) -> None:
-        sid = st.info.session_id
-        for key, n in list(keys.items()):
-            left = st.keys[key] - n
-            if left > 0:
-                st.keys[key] = left
-                continue
-            st.keys.pop(key, None)
-            holders = self._index.get(key)
-            if holders is not None:
-                holders.discard(sid)
-                if not holders:
-                    del self._index[key]
 
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:
             self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
-        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
+        for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
+                                           (self._by_group, info.group))):
             if name:
                 ids = table.setdefault(name, [])
                 if info.session_id not in ids:
                     ids.append(info.session_id)
+                    self._relink.add((n, name))
+                    self._ordered.pop(name, None)
 
     def relink(self) -> None:
-        """Recompute every record (predecessors may have appeared after their successors)."""
-        for st in self._states.values():
-            self._refresh(st)
+        """Recompute the records of sessions whose key or directory gained or lost a session
+        (a predecessor may have appeared after its successor)."""
+        pending, self._relink = self._relink, set()
+        todo, self._deferred = self._deferred, set()
+        for n, name in pending:
+            table = self._by_key if n == 0 else self._by_group
+            todo.update(table.get(name, []))
+        for sid in todo:
+            st = self._states.get(sid)
+            if st is not None:
+                self._refresh(st)
 
     def _refresh_dependents(self, session_id: str) -> None:
         for st in self._states.values():
@@ -332,29 +364,16 @@ class Catalog:
                 self._refresh(st)
 
     def _refresh(self, st: _State) -> None:
-        path, _rooted = self._path(st)
-        start, _reset = view.segment_start(path)
-        comp: CompactionInfo | None = None
-        for e in reversed(path[start:]):
-            if e.kind == "compaction":
-                comp = CompactionInfo(e.id, e.summary or "", e.first_kept_id, e.timestamp)
-                break
-        if comp is None and not _rooted and not any(e.kind == "reset" for e in path):
-            older = [m for m in st.marks.values() if m.kind == "compaction"]
-            if older:
-                last = max(older, key=lambda m: m.pos)
-                comp = CompactionInfo(last.id, last.summary or "", last.first_kept_id,
-                                      last.timestamp)
-        resets = tuple(ResetMark(m.id, m.timestamp, m.reason)
-                       for m in sorted(st.marks.values(), key=lambda m: m.pos)
-                       if m.kind == "reset")
+        path, rooted = self._path(st)
+        comp, resets = view.boundaries(path, rooted, st.marks.values())
         times = [e.timestamp for e in st.entries if e.timestamp is not None]
         updated = max(times) if times else st.info.created
         predecessor, link = self._predecessor(st)
         st.record = SessionRecord(
             info=st.info, updated=updated,
-            message_count=sum(1 for e in st.entries if e.is_raw_message),
-            count_complete=st.complete, compaction=comp, resets=resets,
+            message_count=(st.before_count or 0) + sum(1 for e in st.entries
+                                                        if e.is_raw_message),
+            count_complete=st.before_count is not None, compaction=comp, resets=resets,
             predecessor=predecessor, link=link)
 
     def _predecessor(self, st: _State) -> tuple[str | None, Any]:
@@ -367,23 +386,15 @@ class Catalog:
             if older:
                 return max(older, key=self._order), "key_history"
         if info.group is not None:
-            mine = self._order(info.session_id)
-            same = [i for i in self._by_group.get(info.group, [])
-                    if i != info.session_id and self._order(i) < mine]
-            if same:
-                return max(same, key=self._order), "pi_directory"
+            ordered = self._ordered.get(info.group)
+            if ordered is None:
+                ordered = sorted(self._by_group.get(info.group, []), key=self._order)
+                self._ordered[info.group] = ordered
+            at = ordered.index(info.session_id) if info.session_id in ordered else 0
+            if at > 0:
+                return ordered[at - 1], "pi_directory"
         return None, None
 
 
 def _scoped(info: SessionInfo) -> str | None:
     return f"{info.scope or ''}\x00{info.session_key}" if info.session_key else None
-
-
-def _plan_is_local(path: Sequence[Entry], plan: view.ContextPlan) -> bool:
-    """Whether a plan computed from a partial branch starts inside that branch."""
-    ids = {e.id for e in path}
-    if plan.compaction is not None:
-        return plan.compaction.first_kept_id in ids
-    if plan.reset is not None:
-        return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
-    return False

@@ -99,6 +99,12 @@ def walk(roots: Sequence[Path], on_error: Callable[[str, str, str], None]
     for root in roots:
         if not root.exists():
             continue
+        if root.is_file():  # a single transcript or database named directly
+            kind = classify(root)
+            if kind.role != "ignored" and root not in seen:
+                seen.add(root)
+                yield root, kind
+            continue
 
         def failed(exc: OSError) -> None:
             kind = "permission" if isinstance(exc, PermissionError) else "io"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +29,7 @@ __all__ = [
     "parse_header",
     "parse_timestamp",
     "tool_call_id_forms",
-    "tool_call_keys",
+    "tool_call_key",
     "user_text_key",
 ]
 
@@ -43,6 +44,7 @@ SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 _OPENCLAW_PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?: [^\]]{1,40})?\] ")
 _RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
 class EntryError(ValueError):
@@ -85,7 +87,7 @@ class Entry:
     summary: str | None = None
     first_kept_id: str | None = None
     reason: str | None = None
-    keys: tuple[str, ...] = ()
+    keys: tuple[int, ...] = ()
 
     @property
     def is_raw_message(self) -> bool:
@@ -162,9 +164,12 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         parent = _str(obj, "parentId")
     if not entry_id:
         raise EntryError("malformed", "entry has no id")
+    # A parent id repeats the previous entry's id: share one string object between them.
+    entry_id = sys.intern(entry_id)
+    parent = sys.intern(parent) if parent else None
     ts = parse_timestamp(obj.get("timestamp"))
     role = stop = summary = first_kept = reason = None
-    keys: tuple[str, ...] = ()
+    keys: tuple[int, ...] = ()
     if kind == "message":
         msg = obj.get("message")
         if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
@@ -212,13 +217,15 @@ def normalise_user_text(text: str) -> str:
     return " ".join(text.split())
 
 
-def user_text_key(text: str) -> str | None:
+def _digest(tag: bytes, text: str) -> int:
+    raw = hashlib.blake2b(tag + text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(raw, "big")
+
+
+def user_text_key(text: str) -> int | None:
     """Index key of a user message's text (None for empty text)."""
     norm = normalise_user_text(text)
-    if not norm:
-        return None
-    return "u:" + hashlib.blake2b(norm.encode("utf-8", "surrogatepass"),
-                                  digest_size=10).hexdigest()
+    return _digest(b"u", norm) if norm else None
 
 
 def normalise_tool_call_id(call_id: str) -> str:
@@ -234,28 +241,32 @@ def tool_call_id_forms(call_id: str) -> tuple[str, ...]:
     return tuple(f for f in forms if f)
 
 
-def tool_call_keys(call_id: str) -> tuple[str, ...]:
-    """Index keys of a tool-call id (all its wire forms)."""
-    return tuple("t:" + form for form in tool_call_id_forms(call_id))
+def tool_call_key(call_id: str) -> int | None:
+    """Index key of a tool-call id, the same for each of its wire forms.
+
+    Every form reduces to the letters and digits of the part before ``|`` (at most 40):
+    verbatim, Pi-normalised and OpenClaw's underscore-free ids all land on one key.
+    """
+    core = _NOT_ALNUM.sub("", call_id.split("|", 1)[0][:40])
+    return _digest(b"t", core) if core else None
 
 
-def _user_keys(content: object) -> tuple[str, ...]:
+def _user_keys(content: object) -> tuple[int, ...]:
     key = user_text_key(message_text(content))
     return (key,) if key else ()
 
 
-def _message_keys(msg: Mapping[str, Any]) -> tuple[str, ...]:
+def _message_keys(msg: Mapping[str, Any]) -> tuple[int, ...]:
     role = msg.get("role")
     if role == "user":
         return _user_keys(msg.get("content"))
-    keys: list[str] = []
+    ids: list[object] = []
     if role == "assistant":
-        for block in _blocks(msg.get("content")):
-            if block.get("type") == "toolCall" and isinstance(block.get("id"), str):
-                keys.extend(tool_call_keys(block["id"]))
-    elif role == "toolResult" and isinstance(msg.get("toolCallId"), str):
-        keys.extend(tool_call_keys(msg["toolCallId"]))
-    return tuple(dict.fromkeys(keys))
+        ids = [b.get("id") for b in _blocks(msg.get("content")) if b.get("type") == "toolCall"]
+    elif role == "toolResult":
+        ids = [msg.get("toolCallId")]
+    keys = (tool_call_key(i) for i in ids if isinstance(i, str))
+    return tuple(dict.fromkeys(k for k in keys if k is not None))
 
 
 def _blocks(content: object) -> Iterable[Mapping[str, Any]]:

@@ -14,6 +14,7 @@ The file is only ever opened with mode ``rb``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from proxy.transcripts.records import Window
 __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
 
 MAX_LINE = 16 * 1024 * 1024
+_MARK = re.compile(rb'"type": ?"(?:compaction|reset)"')
 CHUNK = 64 * 1024
+WHOLE_BELOW = 64 * 1024
 ErrorSink = Callable[[str, str, str], None]
 
 
@@ -83,11 +86,25 @@ class JsonlTranscript:
         return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino))
 
     # ----------------------------------------------------------------- reading
-    def read_window(self, min_messages: int | None) -> Window:
-        """The last entries holding ``min_messages`` raw messages (None: the whole file).
+    def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
+        """``read_window``, then follow the file from the end of what was read.
 
-        Also sets the follow offset to the end of the last complete line.
+        Files under ``whole_below`` bytes are read whole (exact counts and boundaries at a
+        cost that is still bounded per file).
         """
+        if min_messages is not None:
+            try:
+                if self.path.stat().st_size <= whole_below:
+                    min_messages = None
+            except OSError:
+                pass
+        window = self.read_window(min_messages)
+        if window.end >= 0:
+            self.offset = window.end
+        return window
+
+    def read_window(self, min_messages: int | None) -> Window:
+        """The last entries holding ``min_messages`` raw messages (None: the whole file)."""
         try:
             with self.path.open("rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -100,40 +117,64 @@ class JsonlTranscript:
 
     def _read_backwards(self, f: Any, size: int, want: int) -> Window:
         # Only lines ending in a newline count: the last one may still be being written.
-        f.seek(max(self.header_end, size - CHUNK))
-        block = f.read(size - f.tell())
+        block_at = max(self.header_end, size - CHUNK)
+        f.seek(block_at)
+        block = f.read(size - block_at)
         nl = block.rfind(b"\n")
         if nl < 0:
             return self._whole(f, size)
-        end = size - len(block) + nl + 1
-        self.offset = end
+        end = block_at + nl + 1
         start, step = end, CHUNK
         found: list[Entry] = []
+        raw = 0
         while start > self.header_end:
             new_start = max(self.header_end, start - step)
-            f.seek(new_start)
-            data = f.read(start - new_start)
+            if new_start >= block_at:  # the first chunk is already in memory
+                data = block[new_start - block_at:start - block_at]
+            else:
+                f.seek(new_start)
+                data = f.read(start - new_start)
             if new_start > self.header_end:
                 cut = data.find(b"\n")
-                if cut < 0:
+                if cut < 0 or cut + 1 == len(data):
+                    # no whole line inside the chunk: a line longer than it, widen the read
                     if step > MAX_LINE:
                         return self._whole(f, size)
-                    step *= 2  # a line longer than the chunk: widen the read
+                    step *= 2
                     continue
                 data = data[cut + 1:]
                 new_start += cut + 1
-            found = self._parse_bytes(data, new_start, from_top=False) + found
-            start = new_start
-            if sum(1 for e in found if e.is_raw_message) >= want:
+            # Parse from the newest line back and stop as soon as enough are found:
+            # start-up cost follows the wanted tail, not the chunk or file size.
+            batch: list[Entry] = []
+            enough = False
+            line_end = len(data)
+            while line_end > 0:
+                line_start = data.rfind(b"\n", 0, line_end - 1) + 1
+                entry = self._parse_line(data[line_start:line_end], new_start + line_start,
+                                         v1_index=None)
+                line_end = line_start
+                if entry is not None:
+                    batch.append(entry)
+                    if entry.is_raw_message:
+                        raw += 1
+                        if raw >= want:
+                            enough = True
+                            break
+            batch.reverse()
+            found = batch + found
+            start = new_start + line_end
+            if enough:
                 break
             step = CHUNK * 4
-        return Window(found, start <= self.header_end)
+        return Window(found, start <= self.header_end, end=end)
 
     def _whole(self, f: Any, size: int) -> Window:
         self._v1_count, self._last_id = 0, None
+        skipping = self._skipping
         entries, end = self._parse_range(f, self.header_end, size, from_top=True)
-        self.offset = end
-        return Window(entries, True)
+        self._skipping = skipping  # only the follower's own reads change its state
+        return Window(entries, True, end=end)
 
     def _parse_range(self, f: Any, start: int, size: int, *, from_top: bool
                      ) -> tuple[list[Entry], int]:
@@ -173,6 +214,7 @@ class JsonlTranscript:
         if skipping:
             self._skipping = True
             return entries, pos
+        self._skipping = False
         return entries, pending_at
 
     def _parse_bytes(self, data: bytes, base: int, *, from_top: bool) -> list[Entry]:
@@ -186,28 +228,32 @@ class JsonlTranscript:
             line = data[pos:nl + 1]
             at = base + pos
             pos = nl + 1
-            if not line.strip():
-                continue
-            if len(line) > MAX_LINE:
-                self._on_error("line_too_long", f"{self.path} @byte {at}",
-                               f"line longer than {MAX_LINE} bytes skipped")
-                continue
-            obj, err = _decode(line)
-            if err is not None:
-                self._on_error(err, f"{self.path} @byte {at}", "line skipped")
-                continue
-            try:
-                # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
-                entry = parse_entry(obj, at, len(line),
-                                    v1_index=self._v1_count + 1 if v1 and from_top else None,
-                                    v1_parent=self._last_id if v1 else None)
-            except EntryError as exc:
-                self._on_error(exc.kind, f"{self.path} @byte {at}", str(exc))
-                continue
-            self._last_id = entry.id
-            self._v1_count += 1
-            entries.append(entry)
+            # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
+            entry = self._parse_line(line, at, v1_index=self._v1_count + 1
+                                     if v1 and from_top else None)
+            if entry is not None:
+                self._last_id = entry.id
+                self._v1_count += 1
+                entries.append(entry)
         return entries
+
+    def _parse_line(self, line: bytes, at: int, v1_index: int | None) -> Entry | None:
+        if not line.strip():
+            return None
+        if len(line) > MAX_LINE:
+            self._on_error("line_too_long", f"{self.path} @byte {at}",
+                           f"line longer than {MAX_LINE} bytes skipped")
+            return None
+        obj, err = _decode(line)
+        if err is not None:
+            self._on_error(err, f"{self.path} @byte {at}", "line skipped")
+            return None
+        try:
+            return parse_entry(obj, at, len(line), v1_index=v1_index,
+                               v1_parent=self._last_id if v1_index is not None else None)
+        except EntryError as exc:
+            self._on_error(exc.kind, f"{self.path} @byte {at}", str(exc))
+            return None
 
     # --------------------------------------------------------------- following
     def poll(self) -> list[Entry] | None:
@@ -238,6 +284,37 @@ class JsonlTranscript:
             self._on_error("permission" if isinstance(exc, PermissionError) else "io",
                            str(self.path), str(exc.strerror or exc))
             return []
+
+    def read_marks(self, before: int) -> list[Entry]:
+        """Compaction and reset entries in the file before byte ``before``.
+
+        Bytes are searched for the entry type without parsing every line, so finding the
+        last compaction of a long transcript stays cheap.
+        """
+        found: list[Entry] = []
+        try:
+            with self.path.open("rb") as f:
+                pos = self.header_end
+                f.seek(pos)
+                carry = b""
+                while pos < before:
+                    chunk = f.read(min(4 * 1024 * 1024, before - pos))
+                    if not chunk:
+                        break
+                    base = pos - len(carry)
+                    data = carry + chunk
+                    pos += len(chunk)
+                    cut = data.rfind(b"\n") + 1
+                    data, carry = data[:cut], data[cut:]
+                    for m in _MARK.finditer(data):
+                        start = data.rfind(b"\n", 0, m.start()) + 1
+                        end = data.find(b"\n", m.end()) + 1
+                        entry = self._parse_line(data[start:end], base + start, v1_index=None)
+                        if entry is not None and entry.kind in ("compaction", "reset"):
+                            found.append(entry)
+        except OSError:
+            return found
+        return list({e.id: e for e in found}.values())
 
     def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
         """Re-read the raw objects of entries (one read spanning them)."""

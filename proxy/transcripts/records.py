@@ -135,6 +135,7 @@ class Window:
     entries: Sequence[Entry]
     complete: bool
     marks: Sequence[Entry] = field(default_factory=tuple)
+    end: int = -1  # where following continues: byte offset (JSONL) or last seq (SQLite)
 
 
 class TranscriptStore(Protocol):
@@ -147,3 +148,7 @@ class TranscriptStore(Protocol):
     def read_window(self, min_messages: int | None) -> Window:
         """The last entries holding at least ``min_messages`` raw messages (None: all)."""
         ...
+
+    # Optional: ``read_marks(before: int) -> Sequence[Entry]``, the compaction and reset
+    # entries positioned before ``before``; used once per session whose window does not
+    # reach the top, so its record knows the last compaction.

@@ -62,7 +62,8 @@ class TranscriptService:
     """
 
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,
-                 startup_messages: int | None = 64, tz: tzinfo | None = None,
+                 startup_messages: int | None = 8, small_whole: bool = True,
+                 tz: tzinfo | None = None,
                  debounce_ms: int = 50, step_ms: int = 10) -> None:
         self.roots = [Path(r) for r in roots]
         self.metrics = metrics
@@ -71,32 +72,35 @@ class TranscriptService:
             tz=_local_tz())
         self.catalog = Catalog(tail_limit, opts)
         self._tracker = Tracker(self.roots, self.catalog, self.errors,
-                                startup_messages=startup_messages)
+                                startup_messages=startup_messages, small_whole=small_whole)
         self._debounce = debounce_ms
         self._step = step_ms
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
-        self._ready = asyncio.Event()
-        self._watching = asyncio.Event()
+        self._scanned = False
+        self._early: set[Path] = set()  # changes seen while the scan ran
         self.generation = 0
         self._lines_seen: dict[SourceKind, int] = {}
 
     async def start(self) -> None:
-        """Scan the roots (a worker thread reads the files), then start following them."""
-        found = [str(r) for r in self.roots if r.exists()]
+        """Start watching, scan the roots (in a worker thread), then apply what changed
+        during the scan. Nothing written after the watch began is missed."""
+        # Directories are watched, never single files: a file root is watched through
+        # its directory (renames and replacements are seen that way).
+        found = sorted({str(r.parent if r.is_file() else r) for r in self.roots if r.exists()})
         log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots], found)
         began = time.monotonic()
+        self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")
+        for _ in range(3):  # let the task install its directory watches before the scan
+            await asyncio.sleep(0)
         await asyncio.to_thread(self._tracker.scan)
+        self._scanned = True
+        early, self._early = self._early, set()
+        self._apply(sorted(early))
         self._publish()
         log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
                  time.monotonic() - began)
-        self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")
-        self._ready.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._watching.wait(), 2.0)
-        # Catch what changed between the scan and the watcher's start.
-        self._apply([p for p in self._tracker.files] + list(self._tracker.dbs))
 
     async def stop(self) -> None:
         self._stop.set()
@@ -137,13 +141,15 @@ class TranscriptService:
 
     async def _follow(self, paths: list[str]) -> None:
         if not paths:
-            self._watching.set()
             await self._stop.wait()
             return
         try:
             async for batch in watch_batches(paths, self._stop, debounce_ms=self._debounce,
-                                             step_ms=self._step, started=self._watching):
-                self._apply([Path(p) for p in batch])
+                                             step_ms=self._step):
+                if self._scanned:
+                    self._apply([Path(p) for p in batch])
+                else:
+                    self._early.update(Path(p) for p in batch)
         except Exception:  # the watcher must never take the server down
             log.exception("transcript watcher stopped; views will no longer update")
 

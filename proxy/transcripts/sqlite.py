@@ -33,6 +33,7 @@ from proxy.transcripts.records import Window
 __all__ = ["AgentDatabase", "SessionRow", "SqliteTranscript"]
 
 PAGE = 64
+WHOLE_BELOW = 128  # rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,23 +174,39 @@ class SqliteTranscript:
                                str(exc))
         return out
 
+    def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
+        """``read_window``, then follow rows after the last one read. Sessions with fewer
+        than ``whole_below`` rows are read whole."""
+        if min_messages is not None:
+            try:
+                (rows,) = self.db.connect().execute(
+                    "SELECT count(*) FROM transcript_events WHERE session_id = ?",
+                    (self.session_id,)).fetchone()
+                if rows <= whole_below:
+                    min_messages = None
+            except sqlite3.Error:
+                pass
+        window = self.read_window(min_messages)
+        self.last_seq = max(self.last_seq, window.end)
+        return window
+
     def read_window(self, min_messages: int | None) -> Window:
         try:
             if min_messages is None:
                 rows = self.db.rows(self.session_id, "ORDER BY seq", ())
-                if rows:
-                    self.last_seq = max(self.last_seq, rows[-1][0])
-                return Window(self._entries(rows), True)
+                end = rows[-1][0] if rows else -1
+                return Window(self._entries(rows), True, end=end)
             found: list[Entry] = []
             upper: int | None = None
             complete = False
+            end = -1
             while True:
                 cond = "AND seq < ? " if upper is not None else ""
                 params = (upper,) if upper is not None else ()
                 rows = self.db.rows(self.session_id, cond + f"ORDER BY seq DESC LIMIT {PAGE}",
                                     params)
                 if upper is None and rows:
-                    self.last_seq = max(self.last_seq, rows[0][0])
+                    end = rows[0][0]
                 rows.reverse()
                 found = self._entries(rows) + found
                 if len(rows) < PAGE:
@@ -198,10 +215,29 @@ class SqliteTranscript:
                 upper = rows[0][0]
                 if sum(1 for e in found if e.is_raw_message) >= min_messages:
                     break
-            return Window(found, complete)
+            return Window(found, complete, end=end)
         except sqlite3.Error as exc:
             self._on_error("sqlite", f"{self.db.path} session {self.session_id}", str(exc))
             return Window((), False)
+
+    def read_marks(self, before: int) -> list[Entry]:
+        """Compaction and reset entries with ``seq`` below ``before`` (OpenClaw indexes
+        event types in ``transcript_event_identities``; without it, every row is read)."""
+        try:
+            conn = self.db.connect()
+            try:
+                seqs = [seq for (seq,) in conn.execute(
+                    "SELECT seq FROM transcript_event_identities WHERE session_id = ? AND "
+                    "event_type IN ('compaction', 'reset') AND seq < ? ORDER BY seq",
+                    (self.session_id, before))]
+                rows = [r for seq in seqs for r in self.db.rows(
+                    self.session_id, "AND seq = ?", (seq,))]
+            except sqlite3.OperationalError:
+                rows = self.db.rows(self.session_id, "AND seq < ? ORDER BY seq", (before,))
+        except sqlite3.Error as exc:
+            self._on_error("sqlite", f"{self.db.path} session {self.session_id}", str(exc))
+            return []
+        return [e for e in self._entries(rows) if e.kind in ("compaction", "reset")]
 
     def poll(self) -> list[Entry]:
         """Rows added since the last read (``seq`` above the last seen)."""

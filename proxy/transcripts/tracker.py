@@ -39,19 +39,37 @@ class Tracker:
     """Reads transcripts into a Catalog and keeps it current. Never writes anything."""
 
     def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
-                 startup_messages: int | None = 64, full: bool = False) -> None:
+                 startup_messages: int | None = 8, full: bool = False,
+                 small_whole: bool = True) -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
+        self._absolute = [r.absolute() for r in roots]
         self.catalog = catalog
         self._on_error = on_error
         self._startup = None if full else startup_messages
+        # Small transcripts (JSONL under 64 KiB, SQLite sessions under 128 rows) are read
+        # whole at start: exact counts at a cost still bounded per session.
+        self._small_whole = small_whole
         self.files: dict[Path, tuple[JsonlTranscript, FileKind]] = {}
+        self._paths: dict[str, Path] = {}  # session id -> file currently read for it
+        self._folders: dict[Path, set[Path]] = {}  # sessions dir -> tracked files in it
         self.dbs: dict[Path, _Db] = {}
         self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
         self.lines: dict[SourceKind, int] = {}
+        self._bulk = False
 
     # -------------------------------------------------------------------- scan
     def scan(self) -> None:
+        self._bulk = True
+        try:
+            self._scan()
+        finally:
+            self._bulk = False
+        self.catalog.relink()
+        for sid in list(self._paths):
+            self._check_links(sid, str(self._paths[sid]))
+
+    def _scan(self) -> None:
         found = list(walk(self.roots, self._on_error))
         for path, kind in found:
             if kind.role == "sessions-json":
@@ -61,8 +79,9 @@ class Tracker:
                 self._open_jsonl(path, kind)
             elif kind.role == "sqlite":
                 self._open_db(path, kind)
-        self._link_archives({p.parent for p in self.files})
         self.catalog.relink()
+        self._link_archives([f for f, paths in self._folders.items()
+                             if any(self.files[p][1].role == "reset-archive" for p in paths)])
 
     # ------------------------------------------------------------------ update
     def changed(self, paths: Iterable[Path]) -> set[str]:
@@ -77,6 +96,9 @@ class Tracker:
             if not path.exists():
                 later.append(path)  # deletions last: a rename shows up as delete + add
                 continue
+            if not (inside(path.absolute(), self._absolute)
+                    or inside(path.absolute(), self._resolved)):
+                continue  # a neighbour of a file root: not ours
             if not inside(path.resolve(), self._resolved):
                 self._on_error("outside_root", str(path), "symlink leads outside the roots")
                 continue
@@ -118,7 +140,7 @@ class Tracker:
         if existing is not None and Path(existing.location) != path and \
                 Path(existing.location).exists() and archive:
             return None  # the live file wins over an archive of the same session
-        window = t.read_window(self._startup)
+        window = t.begin(self._startup) if self._small_whole else t.begin(self._startup, 0)
         self._count(self._source(kind), len(window.entries))
         source = self._source(kind)
         info = SessionInfo(
@@ -133,19 +155,27 @@ class Tracker:
             parent = self._session_at(Path(t.header.parent_session).name, path.parent)
             if parent:
                 info = replace(info, predecessor=parent, link="parent_session")
-        for old, (other, _k) in list(self.files.items()):
-            if other.header.session_id == sid and old != path:
-                del self.files[old]
+        old = self._paths.get(sid)
+        if old is not None and old != path:
+            self._forget(old)
         self.files[path] = (t, kind)
-        self.catalog.put(info, t, window)
-        self._check_links(sid, str(path))
+        self._paths[sid] = path
+        self._folders.setdefault(path.parent, set()).add(path)
+        self.catalog.put(info, t, window, defer=self._bulk)
+        if not self._bulk:
+            self._check_links(sid, str(path))
         return sid
 
+    def _forget(self, path: Path) -> tuple[JsonlTranscript, FileKind] | None:
+        tracked = self.files.pop(path, None)
+        self._folders.get(path.parent, set()).discard(path)
+        if tracked is not None and self._paths.get(tracked[0].header.session_id) == path:
+            del self._paths[tracked[0].header.session_id]
+        return tracked
+
     def _session_at(self, name: str, folder: Path) -> str | None:
-        for path, (t, _kind) in self.files.items():
-            if path.parent == folder and path.name == name:
-                return t.header.session_id
-        return None
+        tracked = self.files.get(folder / name)
+        return tracked[0].header.session_id if tracked else None
 
     def _jsonl_changed(self, path: Path, kind: FileKind) -> set[str]:
         tracked = self.files.get(path)
@@ -154,9 +184,13 @@ class Tracker:
             return {sid} if sid else set()
         t, _kind = tracked
         entries = t.poll()
-        if entries is None:
+        if entries is None:  # shrunk or replaced: read it again from the top
+            before = t.header.session_id
             sid = self._open_jsonl(path, kind)
-            return {sid} if sid else set()
+            if sid != before and self._paths.get(before) == path:
+                del self._paths[before]  # the file now holds another session
+                self.catalog.remove(before)
+            return {s for s in (sid, before) if s}
         if entries:
             self._count(self._source(kind), len(entries))
             self.catalog.append(t.header.session_id, entries)
@@ -165,7 +199,7 @@ class Tracker:
         return set()
 
     def _gone(self, path: Path) -> set[str]:
-        tracked = self.files.pop(path, None)
+        tracked = self._forget(path)
         if tracked is not None:
             sid = tracked[0].header.session_id
             info = self.catalog.info(sid)
@@ -201,7 +235,7 @@ class Tracker:
     def _link_archives(self, folders: Iterable[Path]) -> None:
         """Era A: a new session's predecessor is the archive renamed when it was created."""
         for folder in folders:
-            here = [(t, k) for p, (t, k) in self.files.items() if p.parent == folder]
+            here = [self.files[p] for p in self._folders.get(folder, ()) if p in self.files]
             archives = [(t, k) for t, k in here if k.role == "reset-archive" and k.archive_time]
             live = [t for t, k in here if k.role == "openclaw-jsonl"]
             for t in live:
@@ -259,7 +293,8 @@ class Tracker:
                 header = t.read_header()
                 if header is None:
                     continue
-                window = t.read_window(self._startup)
+                window = (t.begin(self._startup) if self._small_whole
+                          else t.begin(self._startup, 0))
                 self._count("openclaw-sqlite", len(window.entries))
                 info = SessionInfo(
                     session_id=sid, source="openclaw-sqlite", era="openclaw-2026.9",
@@ -270,7 +305,7 @@ class Tracker:
                     link="session_windows" if row and row.previous_session_id else None,
                     scope=str(state.db.path.parent.parent))
                 state.sessions[sid] = t
-                self.catalog.put(info, t, window)
+                self.catalog.put(info, t, window, defer=self._bulk)
                 touched.add(sid)
             elif seq > t.last_seq:
                 entries = t.poll()

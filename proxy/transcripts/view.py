@@ -12,12 +12,14 @@ The rules follow Pi's ``buildSessionContext`` plus OpenClaw's ``reset`` entries:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.transcripts.entries import MESSAGE_KINDS, Entry
+from proxy.transcripts.records import CompactionInfo, ResetMark
 
-__all__ = ["Branch", "ContextPlan", "active_branch", "context_plan", "segment_start", "tail_of"]
+__all__ = ["Branch", "ContextPlan", "active_branch", "boundaries", "context_plan",
+           "plan_is_local", "segment_start", "tail_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +135,39 @@ def tail_of(path: Sequence[Entry], k: int, before: str | None = None) -> list[En
                 break
     picked.reverse()
     return picked
+
+
+def boundaries(path: Sequence[Entry], rooted: bool, marks: Iterable[Entry]
+               ) -> tuple[CompactionInfo | None, tuple[ResetMark, ...]]:
+    """The last compaction in force on the branch, and every reset entry seen.
+
+    ``path`` may be the newest part of the branch only (``rooted`` False); then a
+    compaction older than it (from ``marks``, the compaction/reset entries kept aside)
+    counts as long as no reset came after it.
+    """
+    ordered = sorted(marks, key=lambda m: m.pos)
+    resets = tuple(ResetMark(m.id, m.timestamp, m.reason) for m in ordered if m.kind == "reset")
+    start, _reset = segment_start(path)
+    for e in reversed(path[start:]):
+        if e.kind == "compaction":
+            return CompactionInfo(e.id, e.summary or "", e.first_kept_id, e.timestamp), resets
+    if rooted or any(e.kind == "reset" for e in path):
+        return None, resets
+    first = path[0].pos if path else None
+    for m in reversed(ordered):
+        if first is not None and m.pos >= first:
+            continue
+        if m.kind == "reset":
+            break
+        return CompactionInfo(m.id, m.summary or "", m.first_kept_id, m.timestamp), resets
+    return None, resets
+
+
+def plan_is_local(path: Sequence[Entry], plan: ContextPlan) -> bool:
+    """Whether a plan computed from a partial branch starts inside that branch."""
+    ids = {e.id for e in path}
+    if plan.compaction is not None:
+        return plan.compaction.first_kept_id in ids
+    if plan.reset is not None:
+        return plan.reset.first_kept_id is None or plan.reset.first_kept_id in ids
+    return False

@@ -18,16 +18,12 @@ __all__ = ["watch_batches"]
 
 
 async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_ms: int = 50,
-                        step_ms: int = 10, started: asyncio.Event | None = None,
-                        rust_timeout_ms: int = 200) -> AsyncIterator[set[str]]:
+                        step_ms: int = 10, rust_timeout_ms: int = 200
+                        ) -> AsyncIterator[set[str]]:
     """Yield the set of changed paths per batch until ``stop`` is set."""
     watcher = awatch(*paths, watch_filter=None, debounce=debounce_ms, step=step_ms,
                      stop_event=stop, rust_timeout=rust_timeout_ms, yield_on_timeout=True,
                      recursive=True, ignore_permission_denied=True)
-    first = True
     async for changes in watcher:
-        if first and started is not None:
-            started.set()
-            first = False
         if changes:
             yield {path for _change, path in changes}

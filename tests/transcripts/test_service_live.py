@@ -29,7 +29,10 @@ PI_ID = "01a22a42-1ed4-778c-a542-c559c46de9e7"
 async def service(roots: dict[str, Path]) -> AsyncIterator[TranscriptService]:
     from datetime import UTC
 
-    svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=50, tz=UTC)
+    # small_whole=False: the recorded transcripts are small; follow them the way large
+    # ones are followed (only the newest messages read at start).
+    svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=50, tz=UTC,
+                            small_whole=False)
     await svc.start()
     yield svc
     await svc.stop()
@@ -75,8 +78,13 @@ async def test_scan_sees_every_source_and_link(service: TranscriptService) -> No
         OC9_NEXT, OC9_MAIN]
     assert old7.predecessor is None  # never linked across installations
     assert {r.session_id for r in cat.sessions("main")} >= {OC9_MAIN, OC9_NEXT, OC7_LIVE}
-    # Identification indexes: the sanitised wire form of a transcript tool-call id.
-    assert OC9_MAIN in cat.find_tool_call("callee6852ba1db54570")
+    # Identification indexes cover the kept tail (16 raw messages after start-up)...
+    assert cat.find_tool_call("callee6852ba1db54570") == frozenset()
+    # ...which grows to tail_limit on demand; then the sanitised wire form of an older
+    # transcript tool-call id ("call_ee68...") finds the session.
+    assert len(cat.tail(OC9_MAIN, 30)) == 12  # the segment after the reset is shorter
+    assert cat.find_tool_call("callee6852ba1db54570") == {OC9_MAIN}
+    assert cat.find_tool_call("call_ee6852ba1db54570") == {OC9_MAIN}
     # A user text as the request carries it (OpenClaw prefix) finds the raw transcript text.
     assert cat.find_user_text("[Mon 2026-11-30 02:31 UTC] Gateway turn twenty-two: after idle"
                               " expiry (idleMinutes=1)") == {OC9_NEXT}
@@ -93,7 +101,9 @@ async def test_tail_and_reset_segments(service: TranscriptService) -> None:
     assert [t.role for t in after] == ["user", "assistant", "user", "assistant"]
     assert after[-2].messages[0]["content"].startswith("[Mon 2026-11-30 02:30 UTC] resetnow")
     before = cat.tail(OC9_MAIN, 2, before=main.resets[-1].entry_id)
-    assert next(t.raw["message"]["content"] for t in before) == "/new"  # type: ignore[index]
+    # the segment the reset closed ends with the refused "/new" exchange
+    assert [t.role for t in before] == ["user", "assistant"]
+    assert before[0].raw["message"]["content"] == "/new"  # type: ignore[index]
     ctx = cat.context(OC9_MAIN)
     assert ctx is not None and ctx[0]["content"][0]["text"].startswith(
         "The conversation history before this point was compacted")
@@ -172,8 +182,96 @@ async def test_files_untouched(roots: dict[str, Path]) -> None:
     before = snapshot(list(roots.values()))
     svc = TranscriptService(list(roots.values()), Metrics(), tail_limit=5)
     await svc.start()
+    # by default small transcripts are read whole at start: exact counts
+    pi = svc.catalog.get(PI_ID)
+    assert pi is not None and pi.count_complete and pi.message_count == 34
     for record in svc.catalog.sessions():
         svc.catalog.context(record.session_id)
         svc.catalog.tail(record.session_id, 10)
     await svc.stop()
     assert snapshot(list(roots.values())) == before
+
+
+async def test_old_compaction_found_beyond_the_startup_window(tmp_path: Path) -> None:
+    from datetime import UTC
+
+    folder = tmp_path / "pi" / "--w--"
+    folder.mkdir(parents=True)
+    lines = [_line({"type": "session", "version": 3, "id": "long", "cwd": "/w",
+                    "timestamp": "2026-11-30T03:00:00.000Z"}),
+             _line(_user("u0", None, "before")),  # type: ignore[arg-type]
+             _line({"type": "compaction", "id": "c0", "parentId": "u0", "summary": "S",
+                    "firstKeptEntryId": "u0", "tokensBefore": 1})]
+    parent = "c0"
+    for i in range(30):
+        lines.append(_line(_user(f"m{i}", parent, f"turn {i}")))
+        parent = f"m{i}"
+    (folder / "2026-11-30T03-00-00-000Z_long.jsonl").write_bytes(b"".join(lines))
+    svc = TranscriptService([tmp_path / "pi"], Metrics(), tz=UTC, small_whole=False)
+    await svc.start()
+    try:
+        record = svc.catalog.get("long")
+        assert record is not None and not record.count_complete
+        assert record.compaction is not None and record.compaction.entry_id == "c0"
+        ctx = svc.catalog.context("long")
+        assert ctx is not None and len(ctx) == 1 + 1 + 30  # summary, kept u0, 30 turns
+    finally:
+        await svc.stop()
+
+
+async def test_a_single_file_root(roots: dict[str, Path]) -> None:
+    from datetime import UTC
+
+    path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
+    metrics = Metrics()
+    svc = TranscriptService([path], metrics, tz=UTC)
+    await svc.start()
+    try:
+        assert [r.session_id for r in svc.catalog.sessions()] == [PI_ID]
+        (path.parent / "neighbour.jsonl").write_bytes(b"not ours\n")
+        with path.open("ab") as f:
+            f.write(_line(_user("dddd0001", "a92efea1", "file root append")))
+        assert await svc.wait_for(
+            lambda: svc.catalog.tail(PI_ID, 1)[0].entry_id == "dddd0001", 1.0)
+        assert len(svc.catalog) == 1
+        assert metrics.registry.get_sample_value(
+            "tailfloor_transcript_errors_total", {"kind": "outside_root"}) is None
+    finally:
+        await svc.stop()
+
+
+async def test_shrunk_or_replaced_file_is_read_again(service: TranscriptService,
+                                                     roots: dict[str, Path]) -> None:
+    path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    path.write_bytes(_line(header) + _line(_user("e1", None, "rewritten")))  # shrinks
+    assert await service.wait_for(
+        lambda: [t.entry_id for t in service.catalog.tail(PI_ID, 5)] == ["e1"], 1.0)
+    other = {**header, "id": "another-session"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(_line(other) + _line(_user("x1", None, "replaced")))
+    tmp.replace(path)  # atomic replace: same name, another session
+    assert await service.wait_for(lambda: service.catalog.get("another-session") is not None
+                                  and service.catalog.get(PI_ID) is None, 1.0)
+
+
+async def test_metrics_and_successor_transcript(service: TranscriptService,
+                                                roots: dict[str, Path]) -> None:
+    reg = service.metrics.registry
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-sqlite"}) == 3
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "pi"}) == 1
+    lines = reg.get_sample_value("tailfloor_transcript_lines_total", {"source": "pi"}) or 0
+    assert lines > 0
+    # OpenClaw (truncateAfterCompaction): a successor file names the old one in its header.
+    folder = roots["oc7"] / "agents" / "main" / "sessions"
+    header = {"type": "session", "version": 3, "id": "succ-1", "cwd": "/w",
+              "timestamp": "2026-11-30T03:20:00.000Z",
+              "parentSession": str(folder / f"{OC7_LIVE}.jsonl")}
+    (folder / "2026-11-30T03-20-00-000Z_succ-1.jsonl").write_bytes(
+        _line(header) + _line(_user("s1", None, "continued")))  # type: ignore[arg-type]
+    assert await service.wait_for(lambda: (r := service.catalog.get("succ-1")) is not None
+                                  and r.predecessor == OC7_LIVE, 1.0)
+    rec = service.catalog.get("succ-1")
+    assert rec is not None and rec.link == "parent_session" and rec.agent_id == "main"
+    assert reg.get_sample_value("tailfloor_transcript_lag_seconds_count") >= 1  # type: ignore[operator]
+    assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-jsonl"}) == 3
