@@ -29,11 +29,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
-from proxy.rewrite import FloorRewriter
+from proxy.rewrite import Decision, FloorRewriter
 from proxy.rules_parse import parse_rules
 from proxy.rules_watch import read_rule_files
 from proxy.tokens import TokenCounter
@@ -49,6 +49,8 @@ SMALL_MODEL = "fake-small"  # a window that holds only part of what the floor re
 OVERFLOW_MODEL = "fake-overflow"
 FOLLOWED_RUN = "pi-01-print-continue"
 HELD_BACK = 6  # lines of the followed transcript written during the load
+# No transcript holds the overflow conversations: the floor passes them on as unidentified.
+UNIDENTIFIED = "none; reason=unidentified"
 RULES = """[defaults]
 min_tail_messages = {n}
 
@@ -74,6 +76,12 @@ context_window = 200000
 encoding = "estimate"
 margin = 0.0
 """
+
+
+class Scripted(Protocol):
+    """The fake upstream: ``push`` queues the reply to the next chat request."""
+
+    def push(self, reply: fake_upstream.Reply) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +145,7 @@ class FeatureLoad:
         body = recorded("pi-02-rpc-main", 11, model=SMALL_MODEL)
         catalog = catalog_at(sessions("pi-02-rpc-main"), float("inf"))
 
-        def decide(window: int) -> Any:
+        def decide(window: int) -> Decision:
             self.rules_file.write_text(RULES.format(n=N, overflow=OVERFLOW_MODEL,
                                                     small=SMALL_MODEL, window=window))
             ruleset = parse_rules(read_rule_files(self.rules_file.parent))
@@ -150,7 +158,7 @@ class FeatureLoad:
         assert capped.kind == "floor" and capped.capped, capped.verdict
         return window
 
-    def round(self, base: str, fake: Any, number: int) -> None:
+    def round(self, base: str, fake: Scripted, number: int) -> None:
         """Every feature once; called once per round, so each counter moves between scrapes."""
         self._grow_transcript(number)
         for step in self.steps:
@@ -165,21 +173,21 @@ class FeatureLoad:
                 out.write(self.held_back[number - 1])
             out.write(b'{"type":"message","id":"broken-%d",\n' % number)
 
-    def _overflows(self, base: str, fake: Any, number: int) -> None:
+    def _overflows(self, base: str, fake: Scripted, number: int) -> None:
         messages: list[Any] = history(f"r{number}", 8, 700)
         fake.push(fake_upstream.Reply(status=400, error=overflow_error(50000)))
         fake.push(fake_upstream.Reply(text=SUMMARY_TEXT))
         raw, verdict = post(base, overflow_body(messages), {}, "overflow recovered")
-        assert verdict.endswith("+compacted:overflow"), verdict
+        assert verdict == f"{UNIDENTIFIED}+compacted:overflow", verdict
         answer = json.loads(raw)["choices"][0]["message"]
         messages += [answer, {"role": "user", "content": "and then?"}]
         verdict = post(base, overflow_body(messages), {}, "stored summary reused")[1]
-        assert verdict.endswith("+reused"), verdict
+        assert verdict == f"{UNIDENTIFIED}+reused", verdict
         fake.push(fake_upstream.Reply(status=400, error=overflow_error(50000)))
         fake.push(fake_upstream.Reply(status=503, error={"message": "summarizer down"}))
         verdict = post(base, overflow_body(history(f"f{number}", 8, 700)), {},
                        "summarizer failure")[1]
-        assert verdict.endswith("+dropped:overflow"), verdict
+        assert verdict == f"{UNIDENTIFIED}+dropped:overflow", verdict
 
 
 def overflow_body(messages: list[Any]) -> dict[str, Any]:

@@ -29,7 +29,10 @@ from tests.deploy.feature_load import FeatureLoad
 from tests.deploy.tools import ROOT, find_tool
 
 MIN_ROUNDS = 4
-ROUND_SECONDS = 1.3  # longer than a scrape interval: each round lands in its own scrape
+ROUND_SECONDS = 1.3
+# Longer than the 1 s scrape interval: Prometheus scrapes between two rounds, so a counter
+# that one step creates and the next round's same step raises has a rate above zero.
+ROUND_PAUSE = 1.1
 
 
 def free_port() -> int:
@@ -235,7 +238,7 @@ def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None =
             features.round(base, fake, rounds)
         if rules is not None:
             edit_rules(rules, rounds)
-        time.sleep(max(0.3, ROUND_SECONDS - (time.monotonic() - began)))
+        time.sleep(max(ROUND_PAUSE, ROUND_SECONDS - (time.monotonic() - began)))
 
 
 def edit_rules(rules: Path, round_number: int) -> None:
