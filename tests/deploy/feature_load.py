@@ -12,8 +12,8 @@ and gets the very requests Pi sent in those runs, replayed as the floor tests re
   a model whose window is too small for all of it: the floor is capped;
 - long conversations of a model the fake upstream answers with context_length_exceeded:
   recovered by a summary (compactions trigger=overflow), the next turn reuses the stored
-  summary (trigger=reused), and once the summarizer fails (fallback used). No transcript holds
-  them: identification counts them as unidentified;
+  summary (trigger=reused), and once the summarizer fails (fallback used);
+- a conversation no transcript holds: identification fails (method=unidentified);
 - a third transcript (pi-01) grows during the load by one real line and one malformed line a
   round (transcript lines, lag and errors).
 
@@ -49,8 +49,6 @@ SMALL_MODEL = "fake-small"  # a window that holds only part of what the floor re
 OVERFLOW_MODEL = "fake-overflow"
 FOLLOWED_RUN = "pi-01-print-continue"
 HELD_BACK = 6  # lines of the followed transcript written during the load
-# No transcript holds the overflow conversations: the floor passes them on as unidentified.
-UNIDENTIFIED = "none; reason=unidentified"
 RULES = """[defaults]
 min_tail_messages = {n}
 
@@ -130,6 +128,9 @@ class FeatureLoad:
             Step(f"restore capped by a {window}-token window (pi-02 #11)",
                  recorded("pi-02-rpc-main", 11, model=SMALL_MODEL), {}, "floor; restored=",
                  capped=True),
+            Step("a conversation no transcript holds",
+                 {"model": "fake-model", "messages": history("nowhere", 2)}, {},
+                 "none; reason=unidentified"),
         ]
 
     @property
@@ -178,16 +179,16 @@ class FeatureLoad:
         fake.push(fake_upstream.Reply(status=400, error=overflow_error(50000)))
         fake.push(fake_upstream.Reply(text=SUMMARY_TEXT))
         raw, verdict = post(base, overflow_body(messages), {}, "overflow recovered")
-        assert verdict == f"{UNIDENTIFIED}+compacted:overflow", verdict
+        assert verdict == "compacted:overflow", verdict
         answer = json.loads(raw)["choices"][0]["message"]
         messages += [answer, {"role": "user", "content": "and then?"}]
         verdict = post(base, overflow_body(messages), {}, "stored summary reused")[1]
-        assert verdict == f"{UNIDENTIFIED}+reused", verdict
+        assert verdict == "reused", verdict
         fake.push(fake_upstream.Reply(status=400, error=overflow_error(50000)))
         fake.push(fake_upstream.Reply(status=503, error={"message": "summarizer down"}))
         verdict = post(base, overflow_body(history(f"f{number}", 8, 700)), {},
                        "summarizer failure")[1]
-        assert verdict == f"{UNIDENTIFIED}+dropped:overflow", verdict
+        assert verdict == "dropped:overflow", verdict
 
 
 def overflow_body(messages: list[Any]) -> dict[str, Any]:
