@@ -310,7 +310,9 @@ class OverflowRecovery:
                      extra={"verdict": verdict, "reason": why, "session": request.session,
                             "replaced": covered, "kept": kept, "tokens_removed": removed,
                             "window": request.window})
-        label = verdict if base.verdict == "none" else f"{base.verdict}+{verdict}"
+        # the floor's pass-through verdicts ("none; reason=...") mean it added nothing
+        floor_added = base.verdict.split(";", 1)[0] not in ("none", "")
+        label = f"{base.verdict}+{verdict}" if floor_added else verdict
         return Rewrite(body=orjson.dumps({**request.chat.body, "messages": messages}),
                        verdict=label, adjust=adjust, messages=tuple(messages),
                        session_key=base.session_key, origin=base)

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import fake_upstream
+from tests.deploy.feature_load import FeatureLoad
 from tests.deploy.tools import ROOT, find_tool
+
+MIN_ROUNDS = 4
+ROUND_SECONDS = 1.3
+# Longer than the 1 s scrape interval: Prometheus scrapes between two rounds, so a counter
+# that one step creates and the next round's same step raises has a rate above zero.
+ROUND_PAUSE = 1.1
 
 
 def free_port() -> int:
@@ -99,10 +106,12 @@ class Process:
         self._out.close()
 
 
-def start_tailfloor(upstream: str, tmp: Path, rules: Path | None = None) -> tuple[Process, str]:
+def start_tailfloor(upstream: str, tmp: Path, rules: Path | None = None,
+                    args: Sequence[str] = ()) -> tuple[Process, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     extra = ["--rules", str(rules)] if rules is not None else []
+    extra += args
     process = Process(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
          "--upstream", upstream, "--log-format", "json", *extra],
@@ -185,11 +194,13 @@ def families(exposition: str) -> dict[str, Family]:
     return result
 
 
-def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None = None) -> None:
-    """A mixed load spread over ``seconds``, so several scrapes see the counters move:
-    streamed and plain answers for two models and two agents, an upstream 500, a stream the
-    upstream breaks, an answer without usage, a client that hangs up, bad JSON, /v1/models;
-    with ``rules``, a good and then a bad edit of the rules directory."""
+def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None = None,
+             features: FeatureLoad | None = None) -> None:
+    """A mixed load spread over ``seconds`` in rounds of at least ``ROUND_SECONDS``, so that
+    several scrapes see every counter move: streamed and plain answers for two models and two
+    agents, an upstream 500, a stream the upstream breaks, an answer without usage, a client
+    that hangs up, bad JSON, /v1/models; with ``rules``, two good and then two bad edits of the
+    rules directory; with ``features``, its round of transcript, floor and overflow requests."""
     clients = {agent: openai.OpenAI(base_url=f"{base}/agents/{agent}/v1", api_key="sk-test",
                                     max_retries=0, timeout=10)
                for agent in ("planner", "coder")}
@@ -197,7 +208,8 @@ def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None =
     messages: Any = [{"role": "user", "content": "hello"}]
     deadline = time.monotonic() + seconds
     rounds = 0
-    while time.monotonic() < deadline or rounds < 3:
+    while time.monotonic() < deadline or rounds < MIN_ROUNDS:
+        began = time.monotonic()
         rounds += 1
         for agent, client in clients.items():
             model = "fake-model" if agent == "planner" else "fake-model-mini"
@@ -222,11 +234,21 @@ def run_load(base: str, fake: FakeUpstream, seconds: float, rules: Path | None =
         plain.models.list()
         fake.push(fake_upstream.Reply(delay_between_chunks=0.2, pieces=5))
         hang_up_mid_stream(base)
-        if rules is not None and rounds == 1:
-            (rules / "50-load.toml").write_text("[defaults]\nmin_tail_messages = 12\n")
-        if rules is not None and rounds == 2:
-            (rules / "60-broken.toml").write_text("[defaults]\nno_such_field = 1\n")
-        time.sleep(0.3)
+        if features is not None:
+            features.round(base, fake, rounds)
+        if rules is not None:
+            edit_rules(rules, rounds)
+        time.sleep(max(ROUND_PAUSE, ROUND_SECONDS - (time.monotonic() - began)))
+
+
+def edit_rules(rules: Path, round_number: int) -> None:
+    """Rounds 1 and 2 reload good rules, 3 and 4 bad ones (each outcome twice, in different
+    scrapes, so its increase is above zero). None of them changes what the floor does."""
+    if round_number in (1, 2):
+        (rules / "50-load.toml").write_text(
+            f"[defaults]\nsummary_max_tokens = {4096 - round_number}\n")
+    if round_number in (3, 4):
+        (rules / "60-broken.toml").write_text(f"[defaults]\nno_such_field = {round_number}\n")
 
 
 def hang_up_mid_stream(base: str) -> None:
