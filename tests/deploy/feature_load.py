@@ -28,6 +28,7 @@ import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +55,7 @@ min_tail_messages = {n}
 
 [[rules]]
 name = "overflow recovery keeps a short raw tail"
-model = "{overflow}"
+model = "{overflow}*"
 min_tail_messages = 2
 
 [[rules]]
@@ -102,6 +103,23 @@ def recorded(run: str, number: int, **changes: Any) -> dict[str, Any]:
     return {**body, **changes}
 
 
+def recorded_at(run: str, number: int) -> float:
+    return next(ts for n, ts, _b in bodies(run) if n == number)
+
+
+def keep_before(path: Path, ts: float) -> None:
+    """Cut a transcript copy back to what was written before ``ts``: the floor only restores
+    into a request that is current for its session, as the recorded one was then."""
+    kept = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        entry = json.loads(line)
+        stamp = entry.get("timestamp")
+        if entry.get("type") == "session" or (
+                isinstance(stamp, str) and datetime.fromisoformat(stamp).timestamp() < ts):
+            kept.append(line)
+    path.write_bytes(b"".join(kept))
+
+
 class FeatureLoad:
     """Transcript copies, state and rules for tailfloor, then one round of requests at a time."""
 
@@ -110,10 +128,17 @@ class FeatureLoad:
         self.state = tmp / "state"
         for run in ("pi-02-rpc-main", "pi-04-affinity-headers", FOLLOWED_RUN):
             shutil.copytree(CAPTURES / run / "sessions", self.sessions / run)
+        (pi02,) = (self.sessions / "pi-02-rpc-main").rglob("*.jsonl")
+        keep_before(pi02, recorded_at("pi-02-rpc-main", 11))
+        for path in (self.sessions / "pi-04-affinity-headers").rglob("*.jsonl"):
+            keep_before(path, recorded_at("pi-04-affinity-headers", 8))
+            if len(path.read_bytes().splitlines()) <= 1:
+                path.unlink()  # Pi writes a new session's file only with its first answer
         (self.followed,) = (self.sessions / FOLLOWED_RUN).rglob("*.jsonl")
         lines = self.followed.read_bytes().splitlines(keepends=True)
         self.followed.write_bytes(b"".join(lines[:-HELD_BACK]))
         self.held_back = lines[-HELD_BACK:]
+        # Session ids from the whole recording (the second file is gone from the copy).
         pi04 = sorted(sessions("pi-04-affinity-headers"), key=lambda s: s.created)
         first, second = (s.info.session_id for s in pi04)
         self.rules_file = rules / "00-live.toml"
@@ -144,7 +169,7 @@ class FeatureLoad:
         """A window holding the request and about half of what the floor would restore,
         found by running the floor in-process on the same transcripts and rules."""
         body = recorded("pi-02-rpc-main", 11, model=SMALL_MODEL)
-        catalog = catalog_at(sessions("pi-02-rpc-main"), float("inf"))
+        catalog = catalog_at(sessions("pi-02-rpc-main"), recorded_at("pi-02-rpc-main", 11))
 
         def decide(window: int) -> Decision:
             self.rules_file.write_text(RULES.format(n=N, overflow=OVERFLOW_MODEL,
@@ -186,8 +211,11 @@ class FeatureLoad:
         assert verdict == "reused", verdict
         fake.push(fake_upstream.Reply(status=400, error=overflow_error(50000)))
         fake.push(fake_upstream.Reply(status=503, error={"message": "summarizer down"}))
-        verdict = post(base, overflow_body(history(f"f{number}", 8, 700)), {},
-                       "summarizer failure")[1]
+        # A failing summarizer rests per model, so each round fails on a model of its own
+        # and the next round's recovery still gets a summary.
+        failing = {**overflow_body(history(f"f{number}", 8, 700)),
+                   "model": f"{OVERFLOW_MODEL}-down-{number}"}
+        verdict = post(base, failing, {}, "summarizer failure")[1]
         assert verdict == "dropped:overflow", verdict
 
 
