@@ -40,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                          help="session id (or a unique prefix of one) or OpenClaw session key")
     inspect.add_argument("--last", type=int, default=10, metavar="N",
                          help="raw messages to show at the end (default 10)")
+    inspect.add_argument("--request", type=Path, default=None, metavar="FILE",
+                         help="instead: show the rewrite this request (a chat body, or "
+                              '{"path", "headers", "body"}) would get as a request of SESSION')
+    inspect.add_argument("--rules", type=Path, default=None, metavar="DIR",
+                         help="with --request: the rules directory (default: built-in rules)")
     _common(inspect)
     inspect.set_defaults(run=run_inspect)
 
@@ -136,6 +141,8 @@ def run_inspect(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         detail = f" (candidates: {', '.join(found)})" if found else ""
         print(f"tailfloor: no single session matches {ns.session!r}{detail}", file=sys.stderr)
         return 1
+    if ns.request is not None:
+        return _preview(ns, catalog, found, out)
     context = catalog.context(found.session_id) or []
     last = catalog.tail(found.session_id, max(ns.last, 0))
     if ns.json:
@@ -158,4 +165,32 @@ def run_inspect(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     for t in last:
         shown = "; ".join(_show(m) for m in t.messages) or f"{t.role}: (not sent)"
         out.write(f"{_when(t.timestamp)} {t.entry_id} {shown}\n")
+    return 0
+
+
+def _preview(ns: argparse.Namespace, catalog: Catalog, found: SessionRecord,
+             out: TextIO) -> int:
+    from proxy.rewrite_preview import preview_request
+    from proxy.rules_parse import RulesError
+    from proxy.rules_watch import RulesHolder
+    from proxy.tokens import TokenCounter
+
+    try:
+        request = json.loads(Path(ns.request).read_text())
+        rules = RulesHolder.open(ns.rules).rules
+    except (OSError, ValueError) as exc:
+        print(f"tailfloor: cannot read {ns.request}: {exc}", file=sys.stderr)
+        return 2
+    except RulesError as exc:
+        print(f"tailfloor: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(request, dict):
+        print(f"tailfloor: {ns.request} does not hold a JSON object", file=sys.stderr)
+        return 2
+    data, text = preview_request(catalog, rules, TokenCounter(), found.session_id, request)
+    if ns.json:
+        json.dump(data, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(text if text.endswith("\n") else text + "\n")
     return 0

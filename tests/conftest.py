@@ -52,7 +52,12 @@ class ProxyProcess:
     def __init__(self, upstream: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(tempfile.mkdtemp(prefix="tailfloor-test-")) / "proxy.log"
+        work = Path(tempfile.mkdtemp(prefix="tailfloor-test-"))
+        self.log_path = work / "proxy.log"
+        if "--sessions" not in extra:
+            # Never the real ~/.openclaw or ~/.pi of whoever runs the tests.
+            (work / "no-sessions").mkdir()
+            extra = (*extra, "--sessions", str(work / "no-sessions"))
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{self.port}",

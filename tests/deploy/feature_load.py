@@ -28,7 +28,6 @@ import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,7 +39,14 @@ from proxy.rules_watch import read_rule_files
 from proxy.tokens import TokenCounter
 from tests import fake_upstream
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
-from tests.floor.replay import bodies, catalog_at, chat, sessions
+from tests.floor.replay import (
+    catalog_at,
+    chat,
+    keep_before,
+    recorded,
+    recorded_at,
+    sessions,
+)
 from tests.floor.synthetic import Holder
 from tests.overflow.conversation import history
 from tests.transcripts.capture_replay import CAPTURES
@@ -96,28 +102,6 @@ def affinity(session_id: str) -> dict[str, str]:
     """The headers Pi sends with compat.sendSessionAffinityHeaders."""
     return {"session_id": session_id, "x-session-affinity": session_id,
             "x-client-request-id": session_id}
-
-
-def recorded(run: str, number: int, **changes: Any) -> dict[str, Any]:
-    body = next(b for n, _ts, b in bodies(run) if n == number)
-    return {**body, **changes}
-
-
-def recorded_at(run: str, number: int) -> float:
-    return next(ts for n, ts, _b in bodies(run) if n == number)
-
-
-def keep_before(path: Path, ts: float) -> None:
-    """Cut a transcript copy back to what was written before ``ts``: the floor only restores
-    into a request that is current for its session, as the recorded one was then."""
-    kept = []
-    for line in path.read_bytes().splitlines(keepends=True):
-        entry = json.loads(line)
-        stamp = entry.get("timestamp")
-        if entry.get("type") == "session" or (
-                isinstance(stamp, str) and datetime.fromisoformat(stamp).timestamp() < ts):
-            kept.append(line)
-    path.write_bytes(b"".join(kept))
 
 
 class FeatureLoad:

@@ -8,8 +8,10 @@ the tracker finds in the final state (reset archives, session windows, Pi direct
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,25 @@ def expected_tail(catalog: Catalog, session_id: str, n: int, before: str | None 
                   ) -> list[dict[str, Any]]:
     """The last ``n`` raw messages of a session segment, rendered."""
     return [m for r in catalog.tail(session_id, n, before=before) for m in r.messages]
+
+
+def recorded(run: str, number: int, **changes: Any) -> dict[str, Any]:
+    body = next(b for n, _ts, b in bodies(run) if n == number)
+    return {**body, **changes}
+
+
+def recorded_at(run: str, number: int) -> float:
+    return next(ts for n, ts, _b in bodies(run) if n == number)
+
+
+def keep_before(path: Path, ts: float) -> None:
+    """Cut a transcript copy back to what was written before ``ts``: the floor only restores
+    into a request that is current for its session, as the recorded one was then."""
+    kept = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        entry = json.loads(line)
+        stamp = entry.get("timestamp")
+        if entry.get("type") == "session" or (
+                isinstance(stamp, str) and datetime.fromisoformat(stamp).timestamp() < ts):
+            kept.append(line)
+    path.write_bytes(b"".join(kept))
