@@ -24,7 +24,7 @@ from proxy.model import (
     with_stream_usage,
 )
 from proxy.relay import relay_stream
-from proxy.sse import StreamScanner, finish_reason_of, read_body_usage
+from proxy.sse import StreamScanner, read_body_usage
 from proxy.state import ProxyState
 from proxy.upstream import Replayed as _Replayed
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
@@ -143,10 +143,10 @@ class ChatExchange:
                       rewrite: Rewrite) -> web.Response:
         after = time.perf_counter()
         if upstream.status == 200:
-            usage, answer = read_body_usage(answer, self.adjust)
+            usage, answer, finish_reason = read_body_usage(answer, self.adjust)
             self._count_usage(usage)
             self.state.recovery.after_answer(self.chat, rewrite, Outcome(
-                upstream.status, usage, finish_reason_of(answer), None))
+                upstream.status, usage, finish_reason, None))
         headers = self._client_headers(upstream)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)

@@ -173,6 +173,8 @@ class Metrics:
         self.duration_by = Children(self.request_duration)
         self.ttft_by = Children(self.time_to_first_token)
         self.overhead_by = Children(self.overhead)
+        self.identification_by = Children(self.identification)
+        self.rewrites_by = Children(self.rewrites)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

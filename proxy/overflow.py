@@ -53,7 +53,7 @@ from proxy.rules import Policy
 from proxy.state import ProxyState
 from proxy.summaries import Summaries
 from proxy.summary_transport import UpstreamSummaryTransport
-from proxy.tokens import with_margin
+from proxy.tokens import requested_output, with_margin
 
 __all__ = ["OverflowRecovery"]
 
@@ -136,6 +136,8 @@ class OverflowRecovery:
 
     async def _before_send(self, chat: ChatRequest, rewrite: Rewrite,
                            headers: Mapping[str, str]) -> Rewrite:
+        if self._surely_fits(chat, rewrite):
+            return rewrite
         request = self._request(chat, rewrite)
         if request is None or request.policy.mode != "enforce":
             return rewrite
@@ -326,6 +328,19 @@ class OverflowRecovery:
         policy = rules.resolve(chat.agent_id, chat.model, base.session_key)
         return RecoveryRequest.of(chat, base, policy, rules.model(chat.model),
                                   self._window(chat.model))
+
+    def _surely_fits(self, chat: ChatRequest, rewrite: Rewrite) -> bool:
+        """Nothing stored or marked anywhere and the body smaller in bytes than the budget in
+        tokens: a text token covers at least one byte, so the request cannot need compacting,
+        and the per-request cost of a small request stays a few microseconds. Images and audio
+        cost tokens their bytes do not show, so those requests take the full path."""
+        if self._sessions or len(self._marked) or self._store is None:
+            return False
+        body = rewrite.body
+        if b'"image_url"' in body or b'"input_audio"' in body:
+            return False
+        policy = self._policy(chat, rewrite)
+        return len(body) + requested_output(chat.body) < policy.budget(self._window(chat.model))
 
     def _policy(self, chat: ChatRequest, rewrite: Rewrite) -> Policy:
         return self._state.rules.rules.resolve(chat.agent_id, chat.model, rewrite.session_key)

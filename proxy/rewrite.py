@@ -328,8 +328,8 @@ class FloorRewriter:
         if metrics is None:
             return
         if decision.method is not None:
-            metrics.identification.labels(method=decision.method).inc()
-        metrics.rewrites.labels(kind="none" if decision.kind == "off" else decision.kind).inc()
+            metrics.identification_by(decision.method).inc()
+        metrics.rewrites_by("none" if decision.kind == "off" else decision.kind).inc()
         if decision.capped:
             metrics.floor_capped.inc()
         if decision.kind in ("floor", "carry"):

@@ -131,28 +131,28 @@ class StreamScanner:
 
 
 def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
-                    ) -> tuple[Usage | None, bytes]:
-    """Usage of a non-streaming chat completion body, and the body the client gets: the same
-    bytes, or the body with its usage adjusted when tailfloor changed the prompt."""
+                    ) -> tuple[Usage | None, bytes, str | None]:
+    """Usage and finish reason of a non-streaming chat completion body (parsed once), and the
+    body the client gets: the same bytes, or the body with its usage adjusted when tailfloor
+    changed the prompt."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return None, body
-    usage = parsed.get("usage") if isinstance(parsed, dict) else None
-    if not isinstance(usage, dict) or not isinstance(parsed, dict):
-        return None, body
+        return None, body, None
+    if not isinstance(parsed, dict):
+        return None, body, None
+    reason = _finish_reason(parsed)
+    usage = parsed.get("usage")
+    if not isinstance(usage, dict):
+        return None, body, reason
     if adjust is not None:
         body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
-    return Usage.from_dict(usage), body
+    return Usage.from_dict(usage), body, reason
 
 
-def finish_reason_of(body: bytes) -> str | None:
-    """The first choice's finish_reason of a non-streaming body."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+def _finish_reason(parsed: dict[str, Any]) -> str | None:
+    """The first choice's finish_reason."""
+    choices = parsed.get("choices")
     if choices and isinstance(choices, list) and isinstance(choices[0], dict):
         reason = choices[0].get("finish_reason")
         return reason if isinstance(reason, str) else None

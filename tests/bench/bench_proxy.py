@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -33,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.loadgen import (
+    API_KEY,
     BODY,
     StreamResult,
     measure_latency,
@@ -144,7 +144,7 @@ def start_litellm(services: Services, upstream_port: int) -> int:
         f"      api_base: http://127.0.0.1:{upstream_port}/v1\n      api_key: dummy\n")
     services.start([str(venv / "bin" / "litellm"), "--config", str(config), "--host",
                     "127.0.0.1", "--port", str(port)], "litellm",
-                   env={"LITELLM_MASTER_KEY": "sk-" + secrets.token_hex(24),
+                   env={"LITELLM_MASTER_KEY": API_KEY,
                         "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     wait_http(f"http://127.0.0.1:{port}/health/liveliness", 180)
     return port
@@ -198,7 +198,8 @@ async def run(args: argparse.Namespace, targets: dict[str, int], upstream_port: 
     out["tailfloor"]["cpu_us_per_request"] = (
         (cpu_seconds(tailfloor_pid) - before) / cpu_requests * 1e6)
     for name, port in targets.items():
-        out[name]["rps_c64"] = await measure_throughput(port, BODY, 64, seconds)
+        rps, dropped = await measure_throughput(port, BODY, 64, seconds)
+        out[name].update({"rps_c64": rps, "dropped_connections_c64": dropped})
     streams = 10 if args.quick else 40
     for name, port in targets.items():
         script_stream_replies(upstream_port, streams, events=20, gap=0.005)
@@ -255,7 +256,8 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     rows = [
         ("c1 p50 ms", "c1_p50_ms"), ("c1 p99 ms", "c1_p99_ms"),
         ("c32 p50 ms", "c32_p50_ms"), ("c32 p99 ms", "c32_p99_ms"),
-        ("rps at c64", "rps_c64"), ("stream TTFC p50 ms", "ttfc_p50_ms"),
+        ("rps at c64", "rps_c64"), ("dropped conns at c64", "dropped_connections_c64"),
+        ("stream TTFC p50 ms", "ttfc_p50_ms"),
         ("stream TTFC p99 ms", "ttfc_p99_ms"), ("per-chunk delay mean us", "chunk_delay_mean_us"),
         ("events received", "events"), ("merged reads", "merged_reads"),
     ]
@@ -265,7 +267,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         print(f"{label:<26}" + "".join(f"{results[n].get(key, float('nan')):>14.3f}"
                                        for n in names))
     print("\nadded over direct (the part each proxy costs):")
-    for label, key in rows[:4] + rows[5:8]:
+    for label, key in rows[:4] + rows[6:9]:
         print(f"{label:<26}" + "".join(
             f"{results[n].get(key, float('nan')) - direct.get(key, float('nan')):>14.3f}"
             for n in names))

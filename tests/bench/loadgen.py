@@ -17,9 +17,14 @@ STREAM_BODY = orjson.dumps({"model": "fake-model", "stream": True,
                             "messages": [{"role": "user", "content": "stream please"}]})
 
 
+# One key for every target: the fake upstream ignores it, LiteLLM's proxy requires its master key.
+API_KEY = "sk-" + "7" * 48
+
+
 def request_bytes(body: bytes) -> bytes:
     return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
-            b"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer " + API_KEY.encode() +
+            b"\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
 
 
@@ -71,23 +76,31 @@ async def measure_latency(port: int, body: bytes, concurrency: int, total: int) 
     return latencies
 
 
-async def measure_throughput(port: int, body: bytes, concurrency: int, seconds: float) -> float:
+async def measure_throughput(port: int, body: bytes, concurrency: int, seconds: float,
+                             ) -> tuple[float, int]:
+    """Completed requests per second, and how many connections the target dropped."""
     payload = request_bytes(body)
     done = 0
+    dropped = 0
     deadline = time.perf_counter() + seconds
 
     async def worker() -> None:
-        nonlocal done
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        nonlocal done, dropped
         while time.perf_counter() < deadline:
-            writer.write(payload)
-            await _read_response(reader)
-            done += 1
-        writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                while time.perf_counter() < deadline:
+                    writer.write(payload)
+                    await _read_response(reader)
+                    done += 1
+            except (asyncio.IncompleteReadError, ConnectionError):
+                dropped += 1
+            finally:
+                writer.close()
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.perf_counter() - started)
+    return done / (time.perf_counter() - started), dropped
 
 
 @dataclass

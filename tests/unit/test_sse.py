@@ -71,14 +71,16 @@ def test_error_event_is_noticed() -> None:
 
 def test_usage_from_body() -> None:
     body = orjson.dumps({"usage": USAGE})
-    assert read_body_usage(body) == (Usage(100, 20, 120, 40, 5), body)
-    assert read_body_usage(b'{"choices":[]}') == (None, b'{"choices":[]}')
-    assert read_body_usage(b"not json") == (None, b"not json")
+    assert read_body_usage(body) == (Usage(100, 20, 120, 40, 5), body, None)
+    assert read_body_usage(b'{"choices":[]}') == (None, b'{"choices":[]}', None)
+    assert read_body_usage(b"not json") == (None, b"not json", None)
+    stopped = b'{"choices":[{"finish_reason":"length"}]}'
+    assert read_body_usage(stopped) == (None, stopped, "length")
 
 
 def test_adjusted_usage_in_body_and_stream() -> None:
     adjust = UsageAdjustment(added=30, removed=0, window=75)
-    usage, body = read_body_usage(orjson.dumps({"id": "x", "usage": USAGE}), adjust)
+    usage, body, _ = read_body_usage(orjson.dumps({"id": "x", "usage": USAGE}), adjust)
     assert usage == Usage(100, 20, 120, 40, 5)  # metrics keep the real figures
     assert orjson.loads(body)["usage"]["prompt_tokens"] == 70
     assert orjson.loads(body)["usage"]["total_tokens"] == 90
