@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.boundary import legal_starts, units
+from proxy.boundary import legal_starts, tail_start, units
 from proxy.identify import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, message_text
 from proxy.style import Prefix, learn_prefix, restyle
 from proxy.transcripts.entries import normalise_user_text
@@ -202,18 +202,8 @@ def legal_block(before: Sequence[Message], own: Sequence[Any], n: int) -> int:
     ``before + own`` (``len(before)``: nothing to add)."""
     if n <= 0 or not before:
         return len(before)
-    combined = [*before, *own]
-    starts = [s for s in legal_starts(combined) if s < len(before)]
-    if not starts:
-        return len(before)
-    seen = 0
-    position = len(before)
-    for s in reversed(starts):
-        seen += sum(1 for m in before[s:position] if is_counted(m))
-        position = s
-        if seen >= n:
-            return s
-    return starts[0]
+    starts = [s for s in legal_starts([*before, *own]) if s < len(before)]
+    return tail_start(before, n, counts=is_counted, starts=starts)
 
 
 def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Message, ...], ...]:
