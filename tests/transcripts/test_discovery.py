@@ -6,12 +6,12 @@ from pathlib import Path
 
 from proxy.transcripts.discovery import classify, default_roots, reset_time
 
-OC = Path("/h/.openclaw/agents/work/sessions")
+OC = Path("/h/.openclaw/agents/ops/sessions")
 
 
 def test_classify_openclaw_and_pi_files() -> None:
     assert classify(OC / "abc.jsonl").role == "openclaw-jsonl"
-    assert classify(OC / "abc.jsonl").agent_id == "work"
+    assert classify(OC / "abc.jsonl").agent_id == "ops"
     archive = classify(OC / "abc.jsonl.reset.2026-11-30T02-39-17.494Z")
     assert archive.role == "reset-archive"
     assert archive.archive_time == reset_time("2026-11-30T02-39-17.494Z")
