@@ -46,6 +46,17 @@ def free_port() -> int:
         return port
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (tailfloor drains), then SIGKILL if it is still there after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class ProxyProcess:
     """A real ``tailfloor serve`` process on a free loopback port."""
 
@@ -99,13 +110,7 @@ class ProxyProcess:
         return total
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._log.close()
 
 

@@ -25,6 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import fake_upstream
+from tests.conftest import stop_process
 from tests.deploy.feature_load import FeatureLoad
 from tests.deploy.tools import ROOT, find_tool
 
@@ -96,13 +97,7 @@ class Process:
         return f"--- {self.log.name} ---\n" + self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._out.close()
 
 
