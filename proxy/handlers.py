@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -132,6 +133,16 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         state.metrics.duration_by(route, "none").observe(time.perf_counter() - started)
 
 
+async def _limited(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The body as it streams in, cut off (and the upstream request with it) past ``limit``."""
+    seen = 0
+    async for piece in pieces:
+        seen += len(piece)
+        if seen > limit:
+            raise BodyTooLarge(f"request body is over the {limit}-byte limit")
+        yield piece
+
+
 async def _forward(state: ProxyState, request: web.Request, path: str, route: str, *,
                    request_id: str, started: float) -> web.StreamResponse:
     length = request.content_length
@@ -143,13 +154,16 @@ async def _forward(state: ProxyState, request: web.Request, path: str, route: st
     headers = forward_headers(request.headers)
     data: Any = None
     if request.body_exists:
-        data = request.content.iter_any()
+        data = _limited(request.content.iter_any(), limit)
         if length is not None:
             headers["Content-Length"] = str(length)
     overhead = time.perf_counter() - started
     try:
         upstream = await state.upstream.send(request.method, path, request.query_string,
                                              headers, data)
+    except BodyTooLarge as exc:  # a body without a length grew past the limit on the way
+        state.metrics.rejected.labels(reason=exc.reason).inc()
+        return error_response(exc, request_id)
     except ProxyError as exc:
         state.metrics.upstream_errors.labels(kind=exc.reason).inc()
         return error_response(exc, request_id)

@@ -67,6 +67,29 @@ def test_oversized_body_is_413_for_chat_and_passthrough(
     assert small_proxy.sample("tailfloor_rejected_requests_total", reason="too_large") >= 2
 
 
+def test_chunked_upload_growing_past_the_limit_is_413(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = small_proxy.sample("tailfloor_rejected_requests_total", reason="too_large")
+    connection = http.client.HTTPConnection("127.0.0.1", small_proxy.port, timeout=10)
+    connection.request("POST", "/v1/files", body=(b"x" * 400 for _ in range(5)),
+                       encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+    response = connection.getresponse()
+    assert response.status == 413
+    assert error_of(response.read())["code"] == "request_too_large"
+    connection.close()
+    assert small_proxy.sample("tailfloor_rejected_requests_total",
+                              reason="too_large") == before + 1
+    assert not any(r.completed for r in clean_fake.received)
+    # Under the limit, the same kind of upload goes through whole.
+    connection = http.client.HTTPConnection("127.0.0.1", small_proxy.port, timeout=10)
+    connection.request("POST", "/v1/files", body=(b"y" * 300 for _ in range(3)),
+                       encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+    response = connection.getresponse()
+    assert response.status == 200
+    assert orjson.loads(response.read())["echo"] == "y" * 900
+    connection.close()
+
+
 def test_upstream_refusing_connections_gives_502() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     process = ProxyProcess(dead)
