@@ -68,6 +68,7 @@ class ChatExchange:
         # What tailfloor did to the request, for the x-tailfloor header and the access log.
         self.verdict = "none"
         self.adjust: UsageAdjustment | None = None
+        self.client_gone = False
 
     async def run(self) -> web.StreamResponse:
         state, chat, headers = self.state, self.chat, self.request.headers
@@ -163,6 +164,11 @@ class ChatExchange:
         try:
             outcome = await relay_stream(self.request, response, upstream, scanner,
                                          state.settings.keepalive_interval)
+        except ConnectionError:
+            # A write found the client gone: nothing more to send, nothing wrong on our side.
+            upstream.close()
+            self.client_gone = True
+            return response
         except BaseException:
             upstream.close()
             raise

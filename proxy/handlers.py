@@ -26,6 +26,7 @@ from proxy.upstream import forward_headers, response_headers
 ACCESS_LOG = logging.getLogger("tailfloor.access")
 # nginx's convention for "the client closed the connection before the answer was complete".
 CLIENT_CLOSED = 499
+CLIENT_GONE = "tailfloor_client_gone"  # response mark: a write found the client gone
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
     "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
@@ -72,6 +73,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         exchange = ChatExchange(state, request, chat, request_id, started)
         response = await exchange.run()
         code = response.status
+        if exchange.client_gone:
+            code = CLIENT_CLOSED
+            state.metrics.client_disconnects.inc()
         if ACCESS_LOG.isEnabledFor(logging.INFO):
             ACCESS_LOG.info("%s %s %d %s", request.method, request.path, code, exchange.verdict,
                             extra={"status": code, "model": model, "verdict": exchange.verdict,
@@ -123,6 +127,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     finally:
         state.metrics.in_flight.dec()
         code = str(response.status) if response is not None else "500"
+        if response is not None and response.get(CLIENT_GONE):
+            disconnected = True
+            state.metrics.client_disconnects.inc()
         if disconnected:
             code = str(CLIENT_CLOSED)
         if ACCESS_LOG.isEnabledFor(logging.INFO):
@@ -176,6 +183,10 @@ async def _forward(state: ProxyState, request: web.Request, path: str, route: st
     try:
         async for chunk in upstream.chunks():
             await response.write(chunk)
+    except ConnectionError:
+        upstream.close()  # the client is gone; nothing more to send
+        response[CLIENT_GONE] = True
+        return response
     except ProxyError as exc:
         upstream.close()
         state.metrics.upstream_errors.labels(kind="mid_stream").inc()

@@ -198,6 +198,37 @@ def test_client_leaving_between_events_is_a_499_not_a_500(
                         code="500") == errors_before
 
 
+def test_clients_leaving_early_are_counted_without_error_logs(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url)
+    try:
+        for index in range(20):
+            # Half leave before any byte came back, half after the first event while the
+            # upstream keeps sending: a write, not a cancellation, then finds them gone.
+            clean_fake.script.append(Reply(delay_before_headers=0.03) if index % 2 else
+                                     Reply(text="z" * 400, pieces=100, delay_between_chunks=0.005))
+        for index in range(20):
+            with socket.create_connection(("127.0.0.1", process.port), timeout=5) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(STREAM_CHAT) + STREAM_CHAT)
+                if index % 2 == 0:
+                    sock.recv(100)
+        # The ten that left mid-stream are always noticed; the others only when tailfloor
+        # still had something to write after they closed.
+        deadline = time.monotonic() + 5
+        while process.sample("tailfloor_client_disconnects_total") < 10:
+            assert time.monotonic() < deadline, "disconnects not counted"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        errors = [line for line in process.logs().splitlines() if '"level":"error"' in line]
+        assert errors == []
+        assert process.sample("tailfloor_requests_total", code="500") == 0
+        assert process.sample("tailfloor_requests_total", code="499") == process.sample(
+            "tailfloor_client_disconnects_total")
+    finally:
+        process.stop()
+
+
 def test_upstream_rejecting_stream_options_is_retried_without_and_remembered(
         fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     process = ProxyProcess(fake.url)
