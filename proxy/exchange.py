@@ -30,6 +30,8 @@ from proxy.upstream import Replayed as _Replayed
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
 JSON = "application/json"
+# Marks a response whose client a write found gone (a 499 and a disconnect, not an error).
+CLIENT_GONE = "tailfloor_client_gone"
 
 
 def client_path(request: web.Request) -> str:
@@ -68,7 +70,6 @@ class ChatExchange:
         # What tailfloor did to the request, for the x-tailfloor header and the access log.
         self.verdict = "none"
         self.adjust: UsageAdjustment | None = None
-        self.client_gone = False
 
     async def run(self) -> web.StreamResponse:
         state, chat, headers = self.state, self.chat, self.request.headers
@@ -167,7 +168,7 @@ class ChatExchange:
         except ConnectionError:
             # A write found the client gone: nothing more to send, nothing wrong on our side.
             upstream.close()
-            self.client_gone = True
+            response[CLIENT_GONE] = True
             return response
         except BaseException:
             upstream.close()

@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body
-from proxy.exchange import JSON, ChatExchange, client_path, error_response
+from proxy.exchange import CLIENT_GONE, JSON, ChatExchange, client_path, error_response
 from proxy.logs import REQUEST_ID
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.model import ChatRequest
@@ -26,7 +26,6 @@ from proxy.upstream import forward_headers, response_headers
 ACCESS_LOG = logging.getLogger("tailfloor.access")
 # nginx's convention for "the client closed the connection before the answer was complete".
 CLIENT_CLOSED = 499
-CLIENT_GONE = "tailfloor_client_gone"  # response mark: a write found the client gone
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
     "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
@@ -50,11 +49,17 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         raise BodyTooLarge(f"request body is over the {limit}-byte limit") from exc
 
 
+def _request_id(state: ProxyState, request: web.Request) -> str:
+    """The client's x-request-id, or ours; every log line of the request carries it."""
+    request_id = request.headers.get("x-request-id") or state.next_request_id()
+    REQUEST_ID.set(request_id)
+    return request_id
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or state.next_request_id()
-    REQUEST_ID.set(request_id)
+    request_id = _request_id(state, request)
     if state.draining:
         return _draining(request_id)
     state.metrics.in_flight.inc()
@@ -73,7 +78,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         exchange = ChatExchange(state, request, chat, request_id, started)
         response = await exchange.run()
         code = response.status
-        if exchange.client_gone:
+        if response.get(CLIENT_GONE):
             code = CLIENT_CLOSED
             state.metrics.client_disconnects.inc()
         if ACCESS_LOG.isEnabledFor(logging.INFO):
@@ -107,8 +112,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other method and path: forwarded as is, bodies streamed both ways."""
     state = request.app[STATE_KEY]
     started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or state.next_request_id()
-    REQUEST_ID.set(request_id)
+    request_id = _request_id(state, request)
     path = client_path(request)
     route = route_label(path)
     if state.draining:
