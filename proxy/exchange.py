@@ -169,9 +169,11 @@ class ChatExchange:
             # A write found the client gone: nothing more to send, nothing wrong on our side.
             upstream.close()
             response[CLIENT_GONE] = True
+            self._stream_seen(rewrite, upstream.status, scanner)
             return response
         except BaseException:
             upstream.close()
+            self._stream_seen(rewrite, upstream.status, scanner)
             raise
         if outcome.keepalives:
             state.metrics.keepalives.inc(outcome.keepalives)
@@ -190,6 +192,14 @@ class ChatExchange:
             upstream.status, scanner.usage, scanner.finish_reason, scanner.error))
         self._observe_overhead(prepared + outcome.proxy_seconds)
         return response
+
+    def _stream_seen(self, rewrite: Rewrite, status: int, scanner: StreamScanner) -> None:
+        """A stream cut short by the client: what was read still counts (tokens used, an
+        overflow error event the client got before it left)."""
+        if scanner.usage is not None:
+            self._count_usage(scanner.usage)
+        self.state.recovery.after_answer(self.chat, rewrite, Outcome(
+            status, scanner.usage, scanner.finish_reason, scanner.error))
 
     def _count_usage(self, usage: Usage | None) -> None:
         metrics = self.state.metrics
