@@ -32,9 +32,6 @@ from proxy.upstream import Upstream
 
 log = logging.getLogger("tailfloor")
 
-CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-
-
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     """The application; raises ``RulesError`` when the rules directory is invalid."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
@@ -46,26 +43,47 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
                        tokens=tokens)
     state.recovery = OverflowRecovery(state)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
-    app = web.Application(client_max_size=settings.max_body_bytes + 1, handler_args={})
+    # Bodies arrive as sent: proxy/body.py decodes compressed ones under one rule.
+    app = web.Application(client_max_size=settings.max_body_bytes + 1,
+                          handler_args={"auto_decompress": False})
     app[STATE_KEY] = state
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
     state.transcripts = TranscriptService(roots, metrics)
-    state.rewriter = FloorRewriter(state.rules, state.tokens, state.transcripts.catalog, metrics)
+    # Each --sessions root is a tenant; the default roots are one user's two agent homes.
+    state.rewriter = FloorRewriter(
+        state.rules, state.tokens, state.transcripts.catalog, metrics,
+        single_tenant=len(settings.sessions) <= 1, resolve_root=_resolved_root)
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_recovery_ctx)
     router = app.router
+    # Probes and scrapes keep working on the proxy port; introspection is admin-only.
+    router.add_get("/healthz", handlers.healthz)
+    router.add_get("/readyz", handlers.readyz)
+    router.add_get("/metrics", handlers.metrics)
+    router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
+    router.add_route("*", "/{tail:.*}", handlers.route)
+    return app
+
+
+def _resolved_root(root: str) -> str:
+    """A root named in ``[[agents]]``, in the form the tracker records (resolved once)."""
+    return str(Path(root).expanduser().resolve())
+
+
+def build_admin_app(state: ProxyState) -> web.Application:
+    """The admin listener: health, readiness, metrics and ``/tailfloor/*`` introspection.
+
+    It shares the proxy's state but none of its life cycle (the proxy app owns that)."""
+    admin = web.Application(client_max_size=64 * 1024)
+    admin[STATE_KEY] = state
+    router = admin.router
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
     router.add_get("/tailfloor/sessions", handlers.sessions)
-    for path in CHAT_PATHS:
-        router.add_post(path, handlers.chat_completions)
-        router.add_post("/agents/{agent}" + path, handlers.chat_completions)
-    router.add_route("*", "/agents/{agent}/{tail:.*}", handlers.passthrough)
-    router.add_route("*", "/{tail:.*}", handlers.passthrough)
-    return app
+    return admin
 
 
 async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -126,25 +144,44 @@ async def _serve(settings: Settings) -> int:
     state = app[STATE_KEY]
     runner = web.AppRunner(app, handle_signals=False, access_log=None,
                            handler_cancellation=True, shutdown_timeout=settings.shutdown_grace)
+    admin = web.AppRunner(build_admin_app(state), handle_signals=False, access_log=None,
+                          handler_cancellation=True, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, settings.listen_host, settings.listen_port, backlog=1024,
-                       reuse_address=True)
-    try:
-        await site.start()
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc.strerror or exc)
-        await runner.cleanup()
-        return 1
+    await admin.setup()
+    for where, site in ((settings.listen, web.TCPSite(
+                            runner, settings.listen_host, settings.listen_port, backlog=1024,
+                            reuse_address=True)),
+                        (settings.admin_listen, web.TCPSite(
+                            admin, settings.admin_host, settings.admin_port,
+                            reuse_address=True))):
+        try:
+            await site.start()
+        except OSError as exc:
+            log.error("cannot listen on %s: %s", where, exc.strerror or exc)
+            await admin.cleanup()
+            await runner.cleanup()
+            return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    log.info("listening on http://%s, upstream %s", settings.listen, settings.upstream,
-             extra={"listen": settings.listen, "upstream": settings.upstream})
+    log.info("listening on http://%s, upstream %s; admin on http://%s", settings.listen,
+             settings.upstream, _bound(admin, settings.admin_listen),
+             extra={"listen": settings.listen, "upstream": settings.upstream,
+                    "admin": _bound(admin, settings.admin_listen)})
     await stop.wait()
     state.draining = True
     log.info("draining: in-flight requests have %.0f s to finish", settings.shutdown_grace)
     await runner.cleanup()
+    await admin.cleanup()
     log.info("stopped")
     return 0
+
+
+def _bound(runner: web.AppRunner, configured: str) -> str:
+    """Where a runner really listens (port 0 in the settings picks a free one)."""
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return f"{address[0]}:{address[1]}"
+    return configured

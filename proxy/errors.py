@@ -1,8 +1,14 @@
 """The exceptions the request path raises, and the one place they become HTTP answers.
 
     ProxyError                    an answer the client gets instead of the upstream's
-    +-- BadRequest                400: the body is not a JSON object
-    +-- BodyTooLarge              413: over --max-body-bytes
+    +-- Rejected                  4xx: the client's request is refused, never sent upstream
+    |   +-- BadRequest            400 invalid_json: the body is not a JSON object
+    |   +-- InvalidBody           400 invalid_body: a compressed body that does not decompress
+    |   +-- InvalidTarget         400 invalid_request_target: a path or query that cannot be
+    |   |                         forwarded safely (control characters, dot segments, "*")
+    |   +-- InvalidHeader         400 invalid_header: a header value with CR, LF or NUL
+    |   +-- BodyTooLarge          413: over --max-body-bytes (compressed or decompressed)
+    |   +-- UnsupportedEncoding   415: a chat body in an encoding tailfloor cannot read
     +-- UpstreamUnavailable       502: could not connect, or the connection broke before an answer
     +-- UpstreamTimeout           504: no answer within the timeouts
 
@@ -26,18 +32,43 @@ class ProxyError(Exception):
         self.message = message
 
 
-class BadRequest(ProxyError):
+class Rejected(ProxyError):
+    """The client's request is refused before anything reaches the upstream."""
+
     status = 400
     error_type = "invalid_request_error"
+
+
+class BadRequest(Rejected):
     code = "invalid_json"
     reason = "invalid_json"
 
 
-class BodyTooLarge(ProxyError):
+class InvalidBody(Rejected):
+    code = "invalid_body"
+    reason = "invalid_body"
+
+
+class InvalidTarget(Rejected):
+    code = "invalid_request_target"
+    reason = "invalid_target"
+
+
+class InvalidHeader(Rejected):
+    code = "invalid_header"
+    reason = "invalid_header"
+
+
+class BodyTooLarge(Rejected):
     status = 413
-    error_type = "invalid_request_error"
     code = "request_too_large"
     reason = "too_large"
+
+
+class UnsupportedEncoding(Rejected):
+    status = 415
+    code = "unsupported_encoding"
+    reason = "unsupported_encoding"
 
 
 class UpstreamUnavailable(ProxyError):

@@ -12,7 +12,7 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.errors import ProxyError, to_response_parts
+from proxy.errors import ProxyError, Rejected, to_response_parts
 from proxy.model import (
     ChatRequest,
     ErrorReply,
@@ -26,21 +26,13 @@ from proxy.model import (
 from proxy.relay import relay_stream
 from proxy.sse import StreamScanner, read_body_usage
 from proxy.state import ProxyState
+from proxy.target import Target
 from proxy.upstream import Replayed as _Replayed
 from proxy.upstream import UpstreamResponse, forward_headers, response_headers
 
 JSON = "application/json"
 # Marks a response whose client a write found gone (a 499 and a disconnect, not an error).
 CLIENT_GONE = "tailfloor_client_gone"
-
-
-def client_path(request: web.Request) -> str:
-    """The path as the upstream should see it: without the /agents/<id> prefix."""
-    path = request.raw_path.split("?", 1)[0]
-    if "agent" not in request.match_info:
-        return path
-    rest = path.split("/", 3)
-    return "/" + rest[3] if len(rest) > 3 else "/"
 
 
 def error_response(exc: ProxyError, request_id: str) -> web.Response:
@@ -59,10 +51,11 @@ class _CoalescedStream(web.StreamResponse):
 class ChatExchange:
     """One chat request from the moment it is parsed until the client has its answer."""
 
-    def __init__(self, state: ProxyState, request: web.Request, chat: ChatRequest,
-                 request_id: str, started: float) -> None:
+    def __init__(self, state: ProxyState, request: web.Request, target: Target,
+                 chat: ChatRequest, *, request_id: str, started: float) -> None:
         self.state = state
         self.request = request
+        self.target = target
         self.chat = chat
         self.request_id = request_id
         self.started = started
@@ -84,6 +77,9 @@ class ChatExchange:
                 if upstream.status < 400:
                     break
                 answer = await upstream.read()
+            except Rejected as exc:  # a header the upstream head cannot carry
+                state.metrics.rejected.labels(reason=exc.reason).inc()
+                return error_response(exc, self.request_id)
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 state.log.warning("upstream failed before answering: %s", exc.message)
@@ -119,9 +115,10 @@ class ChatExchange:
         hide_usage = (chat.stream and not chat.include_usage
                       and state.settings.inject_stream_usage and not state.stream_options_rejected)
         body = with_stream_usage(rewrite.body, chat.body) if hide_usage else rewrite.body
-        headers = forward_headers(self.request.headers, identity_encoding=True)
-        path = client_path(self.request)
-        query = self.request.query_string
+        # The body goes upstream decoded (proxy/body.py), so never with the client's coding.
+        headers = forward_headers(self.request.headers, identity_encoding=True,
+                                  decoded_body=True)
+        path, query = self.target.path, self.target.query
         upstream = await state.upstream.send("POST", path, query, headers, body)
         if hide_usage and upstream.status == 400:
             answer = await upstream.read()

@@ -15,17 +15,30 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import BadRequest, BodyTooLarge, ProxyError, error_body
-from proxy.exchange import CLIENT_GONE, JSON, ChatExchange, client_path, error_response
+from proxy.body import body_encoding, decodable, decode, decode_stream
+from proxy.errors import (
+    BadRequest,
+    BodyTooLarge,
+    InvalidTarget,
+    ProxyError,
+    Rejected,
+    UnsupportedEncoding,
+    error_body,
+)
+from proxy.exchange import CLIENT_GONE, JSON, ChatExchange, error_response
 from proxy.logs import REQUEST_ID
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.model import ChatRequest
 from proxy.state import STATE_KEY, ProxyState
+from proxy.target import Target, parse_target
 from proxy.upstream import forward_headers, response_headers
 
 ACCESS_LOG = logging.getLogger("tailfloor.access")
 # nginx's convention for "the client closed the connection before the answer was complete".
 CLIENT_CLOSED = 499
+CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+# Compressed chat bodies above this size are decoded in a worker thread.
+_DECODE_INLINE = 256 * 1024
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
     "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
@@ -40,13 +53,23 @@ def route_label(client_path: str) -> str:
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The body as the chat route reads it: decoded, within ``limit`` both ways."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(
             f"request body of {request.content_length} bytes is over the {limit}-byte limit")
     try:
-        return await request.read()
+        raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise BodyTooLarge(f"request body is over the {limit}-byte limit") from exc
+    encoding = body_encoding(request.headers)
+    if encoding is None:
+        return raw
+    if not decodable(encoding):
+        raise UnsupportedEncoding(f"chat request bodies in {encoding!r} are not supported; "
+                                  "send gzip, deflate or an uncompressed body")
+    if len(raw) > _DECODE_INLINE:
+        return await asyncio.to_thread(decode, raw, encoding, limit)
+    return decode(raw, encoding, limit)
 
 
 def _request_id(state: ProxyState, request: web.Request) -> str:
@@ -56,7 +79,31 @@ def _request_id(state: ProxyState, request: web.Request) -> str:
     return request_id
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
+async def route(request: web.Request) -> web.StreamResponse:
+    """Every request that is not one of tailfloor's own routes: the chat route or the
+    passthrough, chosen from the raw target (never aiohttp's decoded path)."""
+    try:
+        target = parse_target(request.raw_path)
+    except InvalidTarget as exc:
+        state = request.app[STATE_KEY]
+        request_id = _request_id(state, request)
+        state.metrics.rejected.labels(reason=exc.reason).inc()
+        state.metrics.requests_by("other", "none", str(exc.status)).inc()
+        return error_response(exc, request_id)
+    if request.method == "POST" and target.path in CHAT_PATHS:
+        return await chat_completions(request, target)
+    return await passthrough(request, target)
+
+
+async def not_here(request: web.Request) -> web.Response:
+    """``/tailfloor/*`` on the proxy port: introspection lives on the admin listener only."""
+    return web.Response(
+        body=error_body("tailfloor's introspection routes are served on the admin listener "
+                        "(--admin-listen)", "invalid_request_error", "not_found"),
+        status=404, content_type=JSON)
+
+
+async def chat_completions(request: web.Request, target: Target) -> web.StreamResponse:
     state = request.app[STATE_KEY]
     started = time.perf_counter()
     request_id = _request_id(state, request)
@@ -73,9 +120,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             state.metrics.rejected.labels(reason=exc.reason).inc()
             code = exc.status
             return error_response(exc, request_id)
-        chat = ChatRequest.parse(raw, body, request.match_info.get("agent"))
+        chat = ChatRequest.parse(raw, body, target.agent)
         model = chat.model
-        exchange = ChatExchange(state, request, chat, request_id, started)
+        exchange = ChatExchange(state, request, target, chat, request_id=request_id,
+                                started=started)
         response = await exchange.run()
         code = response.status
         if response.get(CLIENT_GONE):
@@ -108,20 +156,19 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-async def passthrough(request: web.Request) -> web.StreamResponse:
+async def passthrough(request: web.Request, target: Target) -> web.StreamResponse:
     """Any other method and path: forwarded as is, bodies streamed both ways."""
     state = request.app[STATE_KEY]
     started = time.perf_counter()
     request_id = _request_id(state, request)
-    path = client_path(request)
-    route = route_label(path)
+    route = route_label(target.path)
     if state.draining:
         return _draining(request_id)
     state.metrics.in_flight.inc()
     response: web.StreamResponse | None = None
     disconnected = False
     try:
-        response = await _forward(state, request, path, route, request_id=request_id,
+        response = await _forward(state, request, target, route, request_id=request_id,
                                   started=started)
         return response
     except (asyncio.CancelledError, ConnectionError):
@@ -154,7 +201,7 @@ async def _limited(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[by
         yield piece
 
 
-async def _forward(state: ProxyState, request: web.Request, path: str, route: str, *,
+async def _forward(state: ProxyState, request: web.Request, target: Target, route: str, *,
                    request_id: str, started: float) -> web.StreamResponse:
     length = request.content_length
     limit = state.settings.max_body_bytes
@@ -162,17 +209,22 @@ async def _forward(state: ProxyState, request: web.Request, path: str, route: st
         too_large = BodyTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
         state.metrics.rejected.labels(reason=too_large.reason).inc()
         return error_response(too_large, request_id)
-    headers = forward_headers(request.headers)
+    encoding = body_encoding(request.headers) if request.body_exists else None
+    decoded = decodable(encoding)
+    headers = forward_headers(request.headers, decoded_body=decoded)
     data: Any = None
     if request.body_exists:
         data = _limited(request.content.iter_any(), limit)
-        if length is not None:
+        if decoded:
+            assert encoding is not None
+            data = decode_stream(data, encoding, limit)  # sent chunked: its length is unknown
+        elif length is not None:
             headers["Content-Length"] = str(length)
     overhead = time.perf_counter() - started
     try:
-        upstream = await state.upstream.send(request.method, path, request.query_string,
+        upstream = await state.upstream.send(request.method, target.path, target.query,
                                              headers, data)
-    except BodyTooLarge as exc:  # a body without a length grew past the limit on the way
+    except Rejected as exc:  # a body past the limit or not decodable, a bad header
         state.metrics.rejected.labels(reason=exc.reason).inc()
         return error_response(exc, request_id)
     except ProxyError as exc:

@@ -10,11 +10,17 @@ sessions) and applies the certainty rules of the floor:
   catalog's indexes; the session matching the most signals wins, a tie is ambiguous;
 - a request that names a session the catalog does not know yet (a new session has no
   transcript until its first reply) gets a predecessor only through a recorded link: the
-  same agent and OpenClaw session key (the key's current session), or, for an agent that
-  sends no identity at all, exactly one candidate whose recorded request fingerprint
-  (system prompt and tools, volatile parts normalised) matches this request's.
+  same agent and OpenClaw session key (the key's current session), or the fingerprint rule;
+- the fingerprint rule: exactly one candidate whose recorded request fingerprint (system
+  prompt and tools, volatile parts normalised) matches this request's, and only when the
+  request's tenant is certain (``Tenant``): one transcript root watched, or an agent prefix
+  the rules bind to a root. A system prompt is no secret (Pi's is public), so across tenants
+  a matching fingerprint proves nothing and the request is ``untrusted``.
 
-Anything else is not identified, and the caller passes the request through unchanged.
+An id a request names is a claim: it picks among sessions its content fits and never
+authorises a carry alone. Fingerprints are recorded only for sessions the request's content
+vouched for, so a claimed id cannot plant one. Anything else is not identified, and the
+caller passes the request through unchanged.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import orjson
 from proxy.identify import RequestSignals, message_text
 from proxy.transcripts.records import SessionRecord
 
-__all__ = ["Fingerprints", "Lineage", "SessionIndex", "find_session", "fingerprint"]
+__all__ = ["Fingerprints", "Lineage", "SessionIndex", "Tenant", "find_session", "fingerprint"]
 
 # Volatile parts of system prompts: dates and times (Pi's "Current date:"), uuids and
 # OpenClaw's per-session Runtime fields (2026.7 puts the Runtime line in the system prompt).
@@ -56,6 +62,27 @@ class SessionIndex(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Tenant:
+    """The transcript root a request may draw on without content proof.
+
+    ``certain`` with ``root`` None: every tracked session is the tenant's (one root)."""
+
+    certain: bool
+    root: str | None = None
+
+    def admits(self, record: SessionRecord) -> bool:
+        """Whether content-free evidence may tie the request to this session."""
+        return self.certain and (self.root is None or record.info.root == self.root)
+
+    def excludes(self, record: SessionRecord) -> bool:
+        """Whether the session lies in another tenant than the request's known one."""
+        return self.root is not None and record.info.root != self.root
+
+
+ONE_TENANT = Tenant(True)
+
+
+@dataclass(frozen=True, slots=True)
 class Lineage:
     """The outcome of identification.
 
@@ -69,6 +96,7 @@ class Lineage:
     session_id: str | None = None
     predecessor: str | None = None
     explicit: bool = False  # identified by an id the request carries, not by content
+    vouched: bool = False  # the request's own messages are found in the session
 
     @property
     def identified(self) -> bool:
@@ -157,29 +185,31 @@ def _has_assistant(messages: Sequence[Any]) -> bool:
     return any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
 
 
-def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex,
-                 prints: Fingerprints, print_: str | None) -> Lineage:
+def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex, *,
+                 prints: Fingerprints, print_: str | None,
+                 tenant: Tenant = ONE_TENANT) -> Lineage:
     """Identify the request's session and, for a brand-new session, its certain predecessor."""
     if signals.is_summarization:
         return Lineage("summarization")
     if signals.session_id:
         record = catalog.get(signals.session_id)
         method = _SOURCE_METHOD.get(signals.session_source or "", "header")
-        if record is not None:
+        if record is not None and not tenant.excludes(record):
             if _agent_conflict(record, signals):
                 return Lineage("agent_mismatch")
             seen = _content_scores(signals, catalog)
             if seen and record.session_id not in seen:
                 # The id says one session, the messages another: trust neither.
                 return Lineage("content_mismatch")
-            return Lineage(method, session_id=record.session_id, explicit=True)
-        return _new_session(signals, body, catalog, prints, print_)
-    found = _by_content(signals, catalog)
+            return Lineage(method, session_id=record.session_id, explicit=True,
+                           vouched=bool(seen))
+        return _new_session(signals, body, catalog, prints=prints, print_=print_, tenant=tenant)
+    found = _by_content(signals, catalog, tenant)
     if isinstance(found, Lineage):
         return found
     if found is not None:
-        return Lineage(found[1], session_id=found[0])
-    return _new_session(signals, body, catalog, prints, print_)
+        return Lineage(found[1], session_id=found[0], vouched=True)
+    return _new_session(signals, body, catalog, prints=prints, print_=print_, tenant=tenant)
 
 
 def _content_scores(signals: RequestSignals, catalog: SessionIndex,
@@ -198,7 +228,7 @@ def _content_scores(signals: RequestSignals, catalog: SessionIndex,
     return scores
 
 
-def _by_content(signals: RequestSignals, catalog: SessionIndex
+def _by_content(signals: RequestSignals, catalog: SessionIndex, tenant: Tenant
                 ) -> tuple[str, str] | Lineage | None:
     kinds: dict[str, str] = {}
     scores = _content_scores(signals, catalog, kinds)
@@ -207,7 +237,8 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex
     candidates = []
     for sid, score in scores.items():
         record = catalog.get(sid)
-        if record is not None and not _agent_conflict(record, signals):
+        if record is not None and not _agent_conflict(record, signals) \
+                and not tenant.excludes(record):
             candidates.append((score, sid))
     if not candidates:
         return Lineage("agent_mismatch")
@@ -218,8 +249,8 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex
     return sid, kinds[sid]
 
 
-def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex,
-                 prints: Fingerprints, print_: str | None) -> Lineage:
+def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex, *,
+                 prints: Fingerprints, print_: str | None, tenant: Tenant) -> Lineage:
     """A request no tracked transcript holds: the first requests of a new session."""
     messages = body.get("messages")
     listed: Sequence[Any] = messages if isinstance(messages, list) else ()
@@ -230,7 +261,7 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
         record = catalog.by_key(signals.session_key)
         if record is None or record.session_id == signals.session_id:
             return Lineage("no_predecessor")
-        if record.agent_id != signals.agent_id:
+        if record.agent_id != signals.agent_id or tenant.excludes(record):
             return Lineage("agent_mismatch")
         recorded = prints.get(record.session_id)
         if recorded is not None and print_ is not None and recorded != print_:
@@ -243,6 +274,10 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
     holders = [r for r in (catalog.get(s) for s in prints.sessions(print_)) if r is not None]
     if signals.agent_id is not None:
         holders = [r for r in holders if not _agent_conflict(r, signals)]
+    if holders and not tenant.certain:
+        # A system prompt and tools are no secret: across tenants they prove nothing.
+        return Lineage("untrusted")
+    holders = [r for r in holders if tenant.admits(r)]
     superseded = {r.predecessor for r in holders}
     heads = [r for r in holders if r.session_id not in superseded]
     if not heads:

@@ -25,7 +25,15 @@ import orjson
 from proxy.carry import CarrySource, frame, plan_carry, reset_kind
 from proxy.floor_decision import Decision, annotate, none, summary_of
 from proxy.identify import RequestSignals, identify, message_text
-from proxy.lineage import Fingerprints, Lineage, SessionIndex, find_session, fingerprint
+from proxy.lineage import (
+    ONE_TENANT,
+    Fingerprints,
+    Lineage,
+    SessionIndex,
+    Tenant,
+    find_session,
+    fingerprint,
+)
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite
 from proxy.restore import Block, is_counted, plan_restore, prefix_of, wire_key
@@ -63,6 +71,7 @@ class _Request:
     signals: RequestSignals
     policy: Policy
     lineage: Lineage
+    tenant: Tenant
     print_: str | None
     messages: list[Any]
     first: int  # index of the first raw message after the system prompt and summary
@@ -87,8 +96,14 @@ class FloorRewriter:
 
     def __init__(self, rules: RulesSource, tokens: TokenCounter, catalog: TailSource | None,
                  metrics: Metrics | None = None, *, prints: Fingerprints | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, single_tenant: bool = True,
+                 resolve_root: Callable[[str], str] = lambda root: root) -> None:
         self.rules = rules
+        # One transcript tenant (one root, or the default roots of one user): content-free
+        # identification is trusted for any request. Else only through a bound agent prefix.
+        self.single_tenant = single_tenant
+        self._resolve_root = resolve_root
+        self._bound: dict[str, str] = {}
         self.tokens = tokens
         self.catalog = catalog
         self.metrics = metrics
@@ -125,20 +140,33 @@ class FloorRewriter:
             return none(chat, "no_transcripts" if self.catalog is None else "no_messages",
                         "unidentified")
         print_ = self._fingerprint(chat.body)
-        lineage = find_session(signals, chat.body, self.catalog, self.prints, print_)
-        if lineage.session_id is not None and print_ is not None:
+        tenant = self._tenant(signals, rules)
+        lineage = find_session(signals, chat.body, self.catalog, prints=self.prints,
+                               print_=print_, tenant=tenant)
+        if lineage.session_id is not None and print_ is not None and lineage.vouched:
+            # Only a session the request's content vouched for: a claimed id plants nothing.
             self.prints.record(lineage.session_id, print_)
         if not lineage.identified:
             return none(chat, lineage.method, lineage.method)
         if signals.raw_after_summary >= policy.min_tail_messages:
             return none(chat, "floor_holds", lineage.method, lineage.session_id)
         first = signals.first_raw_index if signals.first_raw_index is not None else len(messages)
-        ctx = _Request(chat, signals, policy, lineage, print_, messages, first)
+        ctx = _Request(chat, signals, policy, lineage, tenant, print_, messages, first)
         if signals.summary_index is not None:
             if lineage.session_id is None:
                 return none(chat, "unidentified", lineage.method)
             return self._restore(ctx)
         return self._carry(ctx)
+
+    def _tenant(self, signals: RequestSignals, rules: RuleSet) -> Tenant:
+        """The transcript root the request may draw on without content proof."""
+        bound = rules.agent_root(signals.agent_id) if signals.agent_source == "path" else None
+        if bound is not None:
+            resolved = self._bound.get(bound)
+            if resolved is None:
+                resolved = self._bound[bound] = self._resolve_root(bound)
+            return Tenant(True, resolved)
+        return ONE_TENANT if self.single_tenant else Tenant(False)
 
     def _restore(self, ctx: _Request) -> Decision:
         chat, signals, lineage, messages = ctx.chat, ctx.signals, ctx.lineage, ctx.messages
@@ -170,18 +198,30 @@ class FloorRewriter:
         extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
 
-    def _holds_segment(self, ctx: _Request, session_id: str) -> bool:
+    def _holds_segment(self, ctx: _Request, session_id: str) -> bool | None:
         """Whether the request carries its session's whole current segment (what follows the
         reset or the session start): a request that only shares a message or two with a
-        session (a common "hi") is not that session's, and gets nothing carried into it."""
+        session (a common "hi") is not that session's, and gets nothing carried into it.
+        None: the segment is still empty, so the request's content proves nothing."""
         assert self.catalog is not None
         mine = [m for m in ctx.own if is_counted(m)]
         segment = [m for r in self.catalog.tail(session_id, len(mine) + 1) for m in r.messages
                    if is_counted(m)]
         if len(segment) > len(mine):
             return False
+        if not segment:
+            return None
         # The transcript may lag the request by its newest messages, never the other way.
         return [wire_key(m) for m in segment] == [wire_key(m) for m in mine[:len(segment)]]
+
+    def _claim_trusted(self, ctx: _Request, session_id: str) -> bool:
+        """A carry into a session the request only names (its content proves nothing yet):
+        trusted within a certain tenant, or when the session's recorded fingerprint (made
+        from requests its content vouched for) is this request's."""
+        if ctx.tenant.certain:
+            return True
+        recorded = self.prints.get(session_id)
+        return recorded is not None and recorded == ctx.print_
 
     def _prefix(self, ctx: _Request, session_id: str | None, source: str) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
@@ -215,8 +255,13 @@ class FloorRewriter:
         if not policy.carries(source.reason):
             return none(chat, f"{source.reason}_not_carried", lineage.method,
                         lineage.session_id)
-        if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
-            return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
+        if lineage.session_id is not None:
+            holds = self._holds_segment(ctx, lineage.session_id)
+            if holds is False:
+                return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
+            if holds is None and not lineage.vouched and not self._claim_trusted(
+                    ctx, lineage.session_id):
+                return none(chat, "untrusted", "untrusted", lineage.session_id)
         n = policy.min_tail_messages
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style

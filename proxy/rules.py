@@ -23,6 +23,7 @@ __all__ = [
     "ON_OVERFLOW",
     "REPORT_USAGE",
     "RESET_KINDS",
+    "AgentRoot",
     "Identification",
     "Match",
     "ModelSpec",
@@ -124,6 +125,17 @@ class Identification:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentRoot:
+    """``[[agents]]``: requests through ``/agents/<id>/`` belong to this transcript root.
+
+    Each ``--sessions`` root is a tenant; with several, content-free identification (the
+    request fingerprint) is only trusted for a request whose agent prefix is bound here."""
+
+    agent_id: str
+    root: str
+
+
+@dataclass(frozen=True, slots=True)
 class StoreLimits:
     max_entries_per_session: int = 8
     max_entries_total: int = 10000
@@ -175,6 +187,7 @@ class RuleSet:
     unknown_model: ModelSpec = _BUILTIN_UNKNOWN
     identification: Identification = field(default_factory=Identification)
     store: StoreLimits = field(default_factory=StoreLimits)
+    agents: tuple[AgentRoot, ...] = ()
     files: tuple[str, ...] = ()
     # Derived state, never passed in (so dataclasses.replace cannot share a cache).
     _model_patterns: tuple[Pattern, ...] = field(init=False, compare=False, repr=False)
@@ -200,6 +213,12 @@ class RuleSet:
                 self._policies.clear()
             self._policies[key] = found
         return found
+
+    def agent_root(self, agent_id: str | None) -> str | None:
+        """The transcript root an ``[[agents]]`` entry binds this agent id to."""
+        if agent_id is None:
+            return None
+        return next((a.root for a in self.agents if a.agent_id == agent_id), None)
 
     def resolve(self, agent: str | None, model: str | None, session_key: str | None) -> Policy:
         return self.explain(agent, model, session_key).policy

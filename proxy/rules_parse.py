@@ -2,7 +2,8 @@
 
 Files are read in name order and act as one: keys of ``[defaults]``, ``[defaults.notes]``,
 ``[identification]``, ``[store]`` and ``[unknown_model]`` in a later file override the same
-keys of an earlier one; ``[[rules]]`` and ``[[models]]`` lists are concatenated in file order
+keys of an earlier one; ``[[rules]]``, ``[[models]]`` and ``[[agents]]`` lists are concatenated
+in file order
 (first match wins, so lower-named files are tried first). When no file has a ``[[models]]``
 entry, the built-in model table is used. Unknown keys are errors: a typo must not silently
 fall back to a default.
@@ -25,6 +26,7 @@ from proxy.rules import (
     ON_OVERFLOW,
     REPORT_USAGE,
     RESET_KINDS,
+    AgentRoot,
     Identification,
     ModelSpec,
     Notes,
@@ -38,7 +40,9 @@ from proxy.tokens import ENCODINGS
 
 __all__ = ["RulesError", "parse_rules"]
 
-_TOP_LEVEL = ("defaults", "rules", "models", "unknown_model", "identification", "store")
+_TOP_LEVEL = ("defaults", "rules", "models", "unknown_model", "identification", "store",
+              "agents")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _MATCH_KEYS = ("agent", "model", "session_key")
 
 
@@ -168,6 +172,19 @@ _IDENTIFICATION: Mapping[str, Callable[[object], Any]] = {
     "session_headers": _header_names, "agent_header": _optional_text}
 _STORE: Mapping[str, Callable[[object], Any]] = {
     "max_entries_per_session": _whole(1), "max_entries_total": _whole(1)}
+def _agent_id(value: object) -> str:
+    if not isinstance(value, str) or not _AGENT_ID.match(value):
+        raise _Bad("expected an agent id (1-128 letters, digits or ._:@-)")
+    return value
+
+
+def _absolute_path(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(("/", "~")):
+        raise _Bad("expected an absolute path (the --sessions root it binds to)")
+    return value
+
+
+_AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path}
 _RULE_MATCH: Mapping[str, Callable[[object], Any]] = {
     "name": _text, "agent": _glob, "model": _glob, "session_key": _glob}
 
@@ -205,6 +222,7 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
     merged: dict[str, dict[str, Any]] = {"identification": {}, "store": {}, "unknown_model": {}}
     raw_rules: list[tuple[str, int, dict[str, Any]]] = []
     models: list[ModelSpec] = []
+    agents: list[AgentRoot] = []
     for file, text in sources:
         try:
             doc = tomllib.loads(text)
@@ -224,6 +242,7 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
             if section in doc:
                 merged[section].update(c.table(f"{file}: [{section}]", doc[section], schema))
         models.extend(_models(c, file, doc.get("models", [])))
+        agents.extend(_agents(c, file, doc.get("agents", [])))
         rules = doc.get("rules", [])
         if not isinstance(rules, list):
             c.problems.append(f"{file}: rules must be an array of tables ([[rules]])")
@@ -241,7 +260,21 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
         unknown_model=unknown_spec,
         identification=dataclasses.replace(Identification(), **merged["identification"]),
         store=dataclasses.replace(StoreLimits(), **merged["store"]),
-        files=tuple(file for file, _ in sources))
+        agents=tuple(agents), files=tuple(file for file, _ in sources))
+
+
+def _agents(c: _Collector, file: str, raw: object) -> list[AgentRoot]:
+    if not isinstance(raw, list):
+        c.problems.append(f"{file}: agents must be an array of tables ([[agents]])")
+        return []
+    bound = []
+    for i, entry in enumerate(raw):
+        values = c.table(f"{file}: agents[{i}]", entry, _AGENTS)
+        if isinstance(entry, dict) and not {"id", "root"} <= entry.keys():
+            c.problems.append(f"{file}: agents[{i}]: needs both 'id' and 'root'")
+        elif values.keys() >= {"id", "root"}:
+            bound.append(AgentRoot(values["id"], values["root"]))
+    return bound
 
 
 def _models(c: _Collector, file: str, raw: object) -> list[ModelSpec]:

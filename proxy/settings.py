@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
+DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"
 DEFAULT_UPSTREAM = "https://api.openai.com"
 ENV_PREFIX = "TAILFLOOR_"
 
@@ -31,6 +32,8 @@ class SettingsError(ValueError):
 class Settings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8787
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 8788
     upstream: str = DEFAULT_UPSTREAM
     sessions: tuple[Path, ...] = ()
     upstream_ca: Path | None = None
@@ -53,10 +56,17 @@ class Settings:
     def listen(self) -> str:
         return f"{self.listen_host}:{self.listen_port}"
 
+    @property
+    def admin_listen(self) -> str:
+        return f"{self.admin_host}:{self.admin_port}"
+
 
 # name, type, default, help. The flag is --name with '_' -> '-'; the variable TAILFLOOR_NAME.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("listen", "str", DEFAULT_LISTEN, "HOST:PORT to listen on"),
+    ("admin_listen", "str", DEFAULT_ADMIN_LISTEN,
+     "HOST:PORT of the admin listener (/metrics, /healthz, /readyz, /tailfloor/*; 0 = any "
+     "free port)"),
     ("upstream", "str", DEFAULT_UPSTREAM,
      "model API base URL; a path such as /v1 or /api/v1 is kept (see README)"),
     ("upstream_ca", "path", None,
@@ -129,6 +139,10 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         sessions_raw = [p for p in environ[ENV_PREFIX + "SESSIONS"].split(os.pathsep) if p]
 
     host, port = _parse_listen(str(values.pop("listen")), problems)
+    admin_host, admin_port = _parse_listen(str(values.pop("admin_listen")), problems,
+                                           "admin-listen")
+    if (admin_host, admin_port) == (host, port) and port != 0:
+        problems.append("admin-listen: must differ from listen")
     upstream = str(values["upstream"]).rstrip("/")
     parts = urlsplit(upstream)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -156,7 +170,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         raise SettingsError(problems)
     values["upstream"] = upstream
     return Settings(
-        listen_host=host, listen_port=port,
+        listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         sessions=tuple(Path(p).expanduser() for p in sessions_raw),
         **values,  # type: ignore[arg-type]
     )
@@ -195,9 +209,9 @@ def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]
     return text
 
 
-def _parse_listen(raw: str, problems: list[str]) -> tuple[str, int]:
+def _parse_listen(raw: str, problems: list[str], name: str = "listen") -> tuple[str, int]:
     host, sep, port_text = raw.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        problems.append(f"listen: {raw!r} is not HOST:PORT with a port from 0 to 65535")
+        problems.append(f"{name}: {raw!r} is not HOST:PORT with a port from 0 to 65535")
         return "127.0.0.1", 0
     return host.strip("[]") or "0.0.0.0", int(port_text)

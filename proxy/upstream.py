@@ -9,6 +9,7 @@ by the upstream's base path, which defaults to ``/v1`` when the upstream URL has
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import InvalidHeader, InvalidTarget, UpstreamTimeout, UpstreamUnavailable
 from proxy.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
 
 # RFC 9110 section 7.6.1 connection-specific fields, plus the framing fields aiohttp recomputes.
@@ -24,6 +25,37 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
 })
+
+
+# What must never reach an upstream head: a line break would end the head or start another
+# request on a pooled connection; a space or control character would split the request line.
+_BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
+
+
+def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
+               framing: str) -> bytes:
+    """The request head for the upstream, refused (``InvalidTarget`` / ``InvalidHeader``)
+    when a part would put CR, LF or NUL into it. Every request to the upstream is framed
+    here, so no route can bypass the check.
+
+    Header values travel as their original bytes (aiohttp decodes them as UTF-8 with
+    ``surrogateescape``, which this reverses), so a non-ASCII value is forwarded unchanged.
+    """
+    if not _METHOD.match(method):
+        raise InvalidTarget("the request method is not an HTTP token")
+    if _BAD_TARGET.search(target):
+        raise InvalidTarget("the request target holds a control character or space")
+    lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
+    block = "".join(lines)
+    # Each line ends in exactly one CR LF: any other CR or LF came from a name or value.
+    if block.count("\r") != len(lines) or block.count("\n") != len(lines) or "\x00" in block:
+        bad = next(name for name, value in headers.items()
+                   if any(c in name or c in value for c in "\r\n\x00"))
+        # Only the name: a value may be a credential.
+        raise InvalidHeader(f"the value of header {bad!r} holds CR, LF or NUL")
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
+    return head.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +70,7 @@ class UpstreamTarget:
         return cls(origin=f"{parts.scheme}://{parts.netloc}", base_path=base)
 
     def path_for(self, client_path: str) -> str:
+        """The upstream path for a client path (percent-encoded, dot segments refused)."""
         if client_path == "/v1" or client_path.startswith("/v1/"):
             client_path = client_path[3:]
         return self.base_path + client_path
@@ -45,11 +78,15 @@ class UpstreamTarget:
 
 def forward_headers(
     headers: Mapping[str, str], *, identity_encoding: bool = False,
+    decoded_body: bool = False,
 ) -> CIMultiDict[str]:
-    """Request headers for the upstream: everything but hop-by-hop fields."""
+    """Request headers for the upstream: everything but hop-by-hop fields (and the body's
+    ``Content-Encoding`` when tailfloor sends the body decoded)."""
     named_in_connection = {
         token.strip().lower() for token in headers.get("Connection", "").split(",") if token
     }
+    if decoded_body:
+        named_in_connection.add("content-encoding")
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lowered = name.lower()
@@ -179,21 +216,23 @@ class Upstream:
         self, method: str, client_path: str, query: str, headers: CIMultiDict[str],
         body: bytes | AsyncIterator[bytes] | None,
     ) -> UpstreamResponse:
-        """Send a request and wait for the response head."""
+        """Send a request and wait for the response head.
+
+        ``client_path`` and ``query`` are raw (percent-encoded) as ``proxy.target`` made
+        them; never aiohttp's decoded forms."""
         path = self.target.path_for(client_path)
         if query:
             path += "?" + query
-        lines = [f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         streamed = body is not None and not isinstance(body, bytes)
         if isinstance(body, bytes):
-            lines.append(f"Content-Length: {len(body)}\r\n")
+            framing = f"Content-Length: {len(body)}\r\n"
         elif streamed and "Content-Length" not in headers:
-            lines.append("Transfer-Encoding: chunked\r\n")
+            framing = "Transfer-Encoding: chunked\r\n"
         elif body is None and method in ("POST", "PUT", "PATCH"):
-            lines.append("Content-Length: 0\r\n")
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
+            framing = "Content-Length: 0\r\n"
+        else:
+            framing = ""
+        head = build_head(method, path, self._host_header, headers, framing)
         fixed = body if isinstance(body, bytes) else None
         for attempt in (0, 1):
             connection, reused = await self._acquire()

@@ -63,6 +63,8 @@ class ProxyProcess:
     def __init__(self, upstream: str, *extra: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_port = free_port()
+        self.admin_url = f"http://127.0.0.1:{self.admin_port}"
         work = Path(tempfile.mkdtemp(prefix="tailfloor-test-"))
         self.log_path = work / "proxy.log"
         if "--sessions" not in extra:
@@ -72,6 +74,7 @@ class ProxyProcess:
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{self.port}",
+             "--admin-listen", f"127.0.0.1:{self.admin_port}",
              "--upstream", upstream, "--log-format", "json", *extra],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})

@@ -61,6 +61,8 @@ class Reply:
 
 @dataclass
 class Received:
+    """One request as the fake parsed it; every request parsed on a connection is one."""
+
     method: str
     path: str
     query: str
@@ -68,6 +70,8 @@ class Received:
     body: bytes
     disconnected: bool = False
     completed: bool = False
+    raw_path: str = ""  # the request target exactly as it arrived
+    peer: int = 0  # the client port: requests with the same peer shared a connection
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -82,7 +86,9 @@ class FakeUpstream:
         self.behaviour: fb.AgentBehaviour | None = None
         self._calls = 0
         self._replies = 0
-        self.app = web.Application(client_max_size=256 * 1024 * 1024)
+        # Bodies are recorded as they arrived (compressed ones too): what a proxy really sent.
+        self.app = web.Application(client_max_size=256 * 1024 * 1024,
+                                   handler_args={"auto_decompress": False})
         self.app.router.add_post("/_control/script", self._control_script)
         self.app.router.add_get("/_control/log", self._control_log)
         self.app.router.add_get("/v1/models", self._models)
@@ -131,8 +137,10 @@ class FakeUpstream:
             {"id": "fake-model", "object": "model", "created": 0, "owned_by": "tests"}]})
 
     def _record(self, request: web.Request, body: bytes) -> Received:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
         received = Received(request.method, request.path, request.query_string,
-                            dict(request.headers), body)
+                            dict(request.headers), body, raw_path=request.raw_path,
+                            peer=peer[1] if peer else 0)
         self.received.append(received)
         return received
 
@@ -140,6 +148,9 @@ class FakeUpstream:
         body = await request.read()
         received = self._record(request, body)
         try:
+            delay = request.query.get("fake_delay_ms", "")
+            if delay.isdigit():
+                await asyncio.sleep(int(delay) / 1000)
             if not request.path.endswith("/chat/completions"):
                 received.completed = True
                 return web.json_response({"path": request.path, "echo": body.decode("utf-8",

@@ -68,6 +68,8 @@ class SessionInfo:
     # OpenClaw: the agent directory (<state>/agents/<id>). Session keys are only unique
     # within one, so key lookups and key-history links never cross scopes.
     scope: str | None = None
+    # The --sessions root (resolved) the transcript lies under: each root is a tenant.
+    root: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,15 @@ class Tracker:
         self.lines: dict[SourceKind, int] = {}
         self._bulk = False
 
+    def _root_of(self, path: Path) -> str | None:
+        """The root (resolved) a tracked path lies under: the session's tenant."""
+        absolute = path.absolute()
+        for given, resolved in zip(self._absolute, self._resolved, strict=True):
+            if inside(absolute, [given]) or inside(absolute, [resolved]):
+                return str(resolved)
+        resolved_path = path.resolve()
+        return next((str(r) for r in self._resolved if inside(resolved_path, [r])), None)
+
     # -------------------------------------------------------------------- scan
     def scan(self) -> None:
         self._bulk = True
@@ -150,7 +159,8 @@ class Tracker:
             session_key=self._keys.get(path.parent, {}).get(sid),
             created=t.header.timestamp, cwd=t.header.cwd, ended=archive,
             group=str(path.parent) if source == "pi" else None,
-            scope=str(path.parent.parent) if source != "pi" else None)
+            scope=str(path.parent.parent) if source != "pi" else None,
+            root=self._root_of(path))
         if t.header.parent_session:
             parent = self._session_at(Path(t.header.parent_session).name, path.parent)
             if parent:
@@ -303,7 +313,7 @@ class Tracker:
                     created=header.timestamp or (row.created if row else None), cwd=header.cwd,
                     predecessor=row.previous_session_id if row else None,
                     link="session_windows" if row and row.previous_session_id else None,
-                    scope=str(state.db.path.parent.parent))
+                    scope=str(state.db.path.parent.parent), root=self._root_of(state.db.path))
                 state.sessions[sid] = t
                 self.catalog.put(info, t, window, defer=self._bulk)
                 touched.add(sid)

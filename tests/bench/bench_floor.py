@@ -114,7 +114,7 @@ def main() -> None:
 
         def identification() -> None:
             signals = identify(None, {}, body)
-            found = find_session(signals, body, catalog, restore.prints, "fp")
+            found = find_session(signals, body, catalog, prints=restore.prints, print_="fp")
             assert found.session_id == TARGET
 
         # The catalog has not seen this compaction yet (it lags the agent by a few ms):

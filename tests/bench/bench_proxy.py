@@ -229,7 +229,7 @@ def main() -> int:
         tailfloor_port = free_port()
         tailfloor = services.start(
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{tailfloor_port}",
-             "--upstream", f"http://127.0.0.1:{upstream_port}"],
+             "--admin-listen", "127.0.0.1:0", "--upstream", f"http://127.0.0.1:{upstream_port}"],
             "tailfloor")
         wait_http(f"http://127.0.0.1:{tailfloor_port}/readyz", 30)
         time.sleep(0.5)

@@ -75,6 +75,7 @@ def main() -> int:
     with log.open("wb") as out:
         proxy = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+             "--admin-listen", "127.0.0.1:0",
              "--upstream", f"http://127.0.0.1:{upstream_port}", "--sessions",
              str(work / "sessions")], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     problems = []

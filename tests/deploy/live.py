@@ -109,6 +109,7 @@ def start_tailfloor(upstream: str, tmp: Path, rules: Path | None = None,
     extra += args
     process = Process(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+         "--admin-listen", f"127.0.0.1:{free_port()}",
          "--upstream", upstream, "--log-format", "json", *extra],
         tmp / "tailfloor.log", env={"PYTHONPATH": str(ROOT)})
 

@@ -130,9 +130,12 @@ def test_probes_security_and_read_only_root(variant: str) -> None:
     tailfloor = container(spec, "tailfloor")
     assert tailfloor["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert tailfloor["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Probes use the admin listener, which the container exposes beside the proxy port.
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        assert tailfloor[probe]["httpGet"]["port"] == "tailfloor"
-    assert tailfloor["ports"][0]["name"] == "tailfloor"
+        assert tailfloor[probe]["httpGet"]["port"] == "admin"
+    ports = {p["name"]: p["containerPort"] for p in tailfloor["ports"]}
+    assert tailfloor["ports"][0]["name"] == "tailfloor" and "admin" in ports
+    assert env_of(tailfloor)["TAILFLOOR_ADMIN_LISTEN"] == f"0.0.0.0:{ports['admin']}"
     assert tailfloor["resources"]["requests"] and tailfloor["resources"]["limits"]["memory"]
 
     sc = tailfloor["securityContext"]
@@ -191,12 +194,17 @@ def test_standalone_has_service_and_disruption_budget() -> None:
 def test_monitoring_objects() -> None:
     docs = render([STANDALONE, MONITORING])
     monitor = one(docs, "ServiceMonitor")
-    service = one(docs, "Service")
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
-        service["metadata"]["labels"].items())
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    selected = [s for s in services.values() if monitor["spec"]["selector"]["matchLabels"]
+                .items() <= s["metadata"]["labels"].items()]
+    # Prometheus scrapes the admin port through its own Service; the agents' Service never
+    # exposes the admin port (session metadata lives there).
+    assert len(selected) == 1 and selected[0]["metadata"]["name"].endswith("-admin")
     endpoint = monitor["spec"]["endpoints"][0]
-    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["port"] == selected[0]["spec"]["ports"][0]["name"] == "admin"
     assert endpoint["path"] == "/metrics"
+    agents = [s for s in services.values() if s is not selected[0]]
+    assert [p["targetPort"] for s in agents for p in s["spec"]["ports"]] == ["tailfloor"]
     rule = one(docs, "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["spec"]["groups"], "PrometheusRule has no groups"

@@ -20,7 +20,8 @@ def test_sessions_route_lists_metadata_only(fake: FakeUpstream, tmp_path: Path) 
     shutil.copytree(FIXTURES / "pi-02-rpc-main" / "sessions", root)
     process = ProxyProcess(fake.url, "--sessions", str(root))
     try:
-        with urllib.request.urlopen(process.url + "/tailfloor/sessions", timeout=5) as response:
+        with urllib.request.urlopen(process.admin_url + "/tailfloor/sessions",
+                                    timeout=5) as response:
             listing = orjson.loads(response.read())["sessions"]
         assert [s["session_id"] for s in listing] == ["01a22a42-1ed4-778c-a542-c559c46de9e7"]
         assert listing[0]["source"] == "pi" and listing[0]["message_count"] > 10

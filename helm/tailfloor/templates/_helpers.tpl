@@ -58,8 +58,13 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- printf "%s:%s" .Values.tailfloor.image.repository (default .Chart.AppVersion .Values.tailfloor.image.tag) -}}
 {{- end -}}
 
+{{/* The admin Service (metrics, probes, introspection): only for monitoring. */}}
+{{- define "tailfloor.adminServiceEnabled" -}}
+{{- if .Values.monitoring.serviceMonitor.enabled -}}true{{- end -}}
+{{- end -}}
+
 {{- define "tailfloor.serviceEnabled" -}}
-{{- if or (eq .Values.mode "standalone") .Values.service.enabled .Values.monitoring.serviceMonitor.enabled -}}true{{- end -}}
+{{- if or (eq .Values.mode "standalone") .Values.service.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* The tailfloor sidecar settings of this chart, in the shape "tailfloor.sidecar" takes. */}}
@@ -74,6 +79,6 @@ app.kubernetes.io/component: {{ .Values.mode }}
 {{- $transcripts = dict "volume" .Values.agent.stateVolume.name "mountPath" $t.transcripts.mountPath "readOnly" $t.transcripts.readOnly -}}
 {{- end -}}
 {{- $rules := dict "enabled" $t.rules.enabled "configMap" (include "tailfloor.rulesConfigMapName" .) "mountPath" $t.rules.mountPath -}}
-{{- $cfg := dict "image" (include "tailfloor.image" .) "pullPolicy" $t.image.pullPolicy "port" $t.port "hostPort" $t.hostPort "hostIP" $t.hostIP "upstream" $t.upstream "logFormat" $t.logFormat "logLevel" $t.logLevel "sessions" $sessions "shutdownGrace" $t.shutdownGrace "extraArgs" $t.extraArgs "env" $t.env "extraVolumeMounts" $t.extraVolumeMounts "resources" $t.resources "securityContext" $t.securityContext "livenessProbe" $t.livenessProbe "readinessProbe" $t.readinessProbe "startupProbe" $t.startupProbe "transcripts" $transcripts "rules" $rules "state" $t.state "tmp" $t.tmp -}}
+{{- $cfg := dict "image" (include "tailfloor.image" .) "pullPolicy" $t.image.pullPolicy "port" $t.port "adminPort" $t.adminPort "hostPort" $t.hostPort "hostIP" $t.hostIP "upstream" $t.upstream "logFormat" $t.logFormat "logLevel" $t.logLevel "sessions" $sessions "shutdownGrace" $t.shutdownGrace "extraArgs" $t.extraArgs "env" $t.env "extraVolumeMounts" $t.extraVolumeMounts "resources" $t.resources "securityContext" $t.securityContext "livenessProbe" $t.livenessProbe "readinessProbe" $t.readinessProbe "startupProbe" $t.startupProbe "transcripts" $transcripts "rules" $rules "state" $t.state "tmp" $t.tmp -}}
 {{- toYaml $cfg -}}
 {{- end -}}

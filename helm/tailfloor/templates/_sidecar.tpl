@@ -16,6 +16,7 @@ where $cfg is a dict; only "image" is required:
   image           tailfloor image reference
   upstream        model API base URL (default https://api.openai.com)
   port            listen port (default 8787)
+  adminPort       admin listener port: /metrics, /healthz, /readyz, /tailfloor/* (default 8788)
   transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
                   mountPath (default /transcripts), readOnly (default false, see values.yaml)
   sessions        list of transcript paths inside the container (default: transcripts.mountPath)
@@ -28,6 +29,7 @@ where $cfg is a dict; only "image" is required:
 {{- define "tailfloor.sidecar" -}}
 {{- $c := .config -}}
 {{- $port := default 8787 $c.port -}}
+{{- $adminPort := default 8788 $c.adminPort -}}
 {{- $t := default dict $c.transcripts -}}
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
@@ -45,6 +47,8 @@ where $cfg is a dict; only "image" is required:
   env:
     - name: TAILFLOOR_LISTEN
       value: {{ printf "0.0.0.0:%v" $port | quote }}
+    - name: TAILFLOOR_ADMIN_LISTEN
+      value: {{ printf "0.0.0.0:%v" $adminPort | quote }}
     - name: TAILFLOOR_UPSTREAM
       value: {{ default "https://api.openai.com" $c.upstream | quote }}
     - name: TAILFLOOR_LOG_FORMAT
@@ -78,6 +82,9 @@ where $cfg is a dict; only "image" is required:
       hostIP: {{ . | quote }}
       {{- end }}
       {{- end }}
+    - name: admin
+      containerPort: {{ $adminPort }}
+      protocol: TCP
   {{- with $c.livenessProbe }}
   livenessProbe:
     {{- toYaml . | nindent 4 }}
