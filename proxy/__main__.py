@@ -2,6 +2,6 @@
 
 import sys
 
-from proxy.cli import main
+from proxy.cli.main import main
 
 sys.exit(main())

@@ -17,18 +17,19 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy import handlers, logs
+from proxy import logs
+from proxy.floor.stage import FloorRewriter
 from proxy.metrics import Metrics
-from proxy.overflow import OverflowRecovery
-from proxy.rewrite import FloorRewriter
-from proxy.rules_parse import RulesError
-from proxy.rules_watch import RulesHolder, watch_rules
+from proxy.policy.files import RulesHolder, watch_rules
+from proxy.policy.parse import RulesError
+from proxy.recovery.stage import OverflowRecovery
+from proxy.server import routes as handlers
+from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
-from proxy.state import STATE_KEY, ProxyState
 from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
-from proxy.upstream import Upstream
+from proxy.upstream.pool import Upstream
 
 log = logging.getLogger("tailfloor")
 

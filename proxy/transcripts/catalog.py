@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from proxy.messages import Flavor, RenderOptions, Source, render
 from proxy.transcripts import view
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
@@ -25,6 +24,7 @@ from proxy.transcripts.records import (
     TranscriptStore,
     Window,
 )
+from proxy.transcripts.render import Flavor, RenderOptions, Source, render
 
 __all__ = ["Catalog"]
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
-from proxy.messages import RenderOptions
 from proxy.metrics import Metrics
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.records import SourceKind
+from proxy.transcripts.render import RenderOptions
 from proxy.transcripts.tracker import Tracker
 from proxy.transcripts.watch import watch_batches
 

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.identify import identify
-from proxy.restore import is_counted
+from proxy.floor.identify import identify
+from proxy.floor.restore import is_counted
 from tests.agents.pi_agent import PiAgent
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour

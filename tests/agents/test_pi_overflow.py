@@ -13,7 +13,7 @@ from tests.agents.pi_agent import PiAgent
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, total_chars
 from tests.fake_upstream import FakeUpstream
-from tests.overflow.conversation import rules_dir
+from tests.recovery.conversation import rules_dir
 
 
 @pytest.fixture

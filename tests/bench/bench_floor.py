@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import orjson
 
-from proxy.identify import identify
-from proxy.lineage import find_session
-from proxy.rewrite import FloorRewriter
+from proxy.floor.identify import identify
+from proxy.floor.lineage import find_session
+from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.jsonl import JsonlTranscript

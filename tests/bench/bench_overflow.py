@@ -31,10 +31,10 @@ from prometheus_client import CollectorRegistry
 
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite, UpstreamAnswer
-from proxy.overflow import OverflowRecovery
+from proxy.recovery.stage import OverflowRecovery
+from proxy.server.state import ProxyState
 from proxy.settings import Settings
-from proxy.state import ProxyState
-from proxy.upstream import Upstream
+from proxy.upstream.pool import Upstream
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
 
 HEADERS = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}

@@ -33,9 +33,9 @@ from typing import Any, Protocol
 
 import pytest
 
-from proxy.rewrite import Decision, FloorRewriter
-from proxy.rules_parse import parse_rules
-from proxy.rules_watch import read_rule_files
+from proxy.floor.stage import Decision, FloorRewriter
+from proxy.policy.files import read_rule_files
+from proxy.policy.parse import parse_rules
 from proxy.tokens import TokenCounter
 from tests import fake_upstream
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
@@ -48,7 +48,7 @@ from tests.floor.replay import (
     sessions,
 )
 from tests.floor.synthetic import Holder
-from tests.overflow.conversation import history
+from tests.recovery.conversation import history
 from tests.transcripts.capture_replay import CAPTURES
 
 N = 8  # min_tail_messages: above the 4 and 6 raw messages the replayed requests keep

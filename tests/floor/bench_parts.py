@@ -6,10 +6,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-from proxy.boundary import fit_start, legal_starts, tail_start
-from proxy.identify import identify
-from proxy.rules import builtin_rules
+from proxy.floor.identify import identify
+from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
+from proxy.wire.boundary import fit_start, legal_starts, tail_start
 from tests.floor.conversation import conversation, openclaw_request
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.model import ChatRequest
-from proxy.rules import ModelSpec, Policy, RuleSet
+from proxy.policy.records import ModelSpec, Policy, RuleSet
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry, parse_entry
 from proxy.transcripts.records import SessionInfo, SourceKind, Window

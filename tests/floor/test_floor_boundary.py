@@ -5,7 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.boundary import (
+from proxy.wire.boundary import (
     fit_start,
     incomplete_tool_calls,
     is_raw,

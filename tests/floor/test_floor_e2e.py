@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from proxy.restore import is_counted
+from proxy.floor.restore import is_counted
 from proxy.transcripts.catalog import Catalog
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, size_usage

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.identify import (
+from proxy.floor.identify import (
     RequestSignals,
     identify,
     is_summarization,
@@ -16,7 +16,7 @@ from proxy.identify import (
     split_agent_path,
     strip_user_prefix,
 )
-from proxy.rules import Identification
+from proxy.policy.records import Identification
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "floor"
 PI_SESSION = "01a22a43-927b-7210-a94c-d5b0cd90c50a"

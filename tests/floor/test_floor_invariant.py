@@ -15,12 +15,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.boundary import role_problems
-from proxy.identify import SUMMARY_PHRASE, message_text
-from proxy.restore import is_counted, wire_key
-from proxy.rewrite import Decision, FloorRewriter
+from proxy.floor.identify import SUMMARY_PHRASE, message_text
+from proxy.floor.restore import is_counted, wire_key
+from proxy.floor.stage import Decision, FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
+from proxy.wire.boundary import role_problems
 from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, rules, system
 
 TOKENS = TokenCounter()

@@ -6,7 +6,7 @@ import json
 
 import orjson
 
-from proxy.rewrite_preview import preview_request
+from proxy.floor.preview import preview_request
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.floor.synthetic import Transcript, conversation, put, request_for, rules

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from proxy.boundary import role_problems
-from proxy.identify import identify
-from proxy.lineage import Fingerprints
-from proxy.restore import is_counted, is_internal, wire_key
-from proxy.rewrite import FloorRewriter
+from proxy.floor.identify import identify
+from proxy.floor.lineage import Fingerprints
+from proxy.floor.restore import is_counted, is_internal, wire_key
+from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
+from proxy.wire.boundary import role_problems
 from tests.floor.replay import bodies, catalog_at, chat, expected_tail, sessions
 from tests.floor.synthetic import Holder, rules
 from tests.transcripts.capture_replay import RUNS

@@ -7,13 +7,13 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
-from proxy.boundary import role_problems
-from proxy.lineage import Fingerprints, fingerprint
+from proxy.floor.lineage import Fingerprints, fingerprint
+from proxy.floor.restore import is_counted
+from proxy.floor.stage import FloorRewriter
 from proxy.metrics import Metrics
-from proxy.restore import is_counted
-from proxy.rewrite import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
+from proxy.wire.boundary import role_problems
 from tests.floor.synthetic import (
     Holder,
     Transcript,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.rules import Notes, Policy, RuleSet, builtin_rules
-from proxy.rules_parse import RulesError, parse_rules
+from proxy.policy.parse import RulesError, parse_rules
+from proxy.policy.records import Notes, Policy, RuleSet, builtin_rules
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main as cli_main
+from proxy.cli.main import main as cli_main
 from proxy.metrics import Metrics
-from proxy.rules_parse import RulesError
-from proxy.rules_watch import RulesHolder, load_rules_dir, watch_rules
+from proxy.policy.files import RulesHolder, load_rules_dir, watch_rules
+from proxy.policy.parse import RulesError
 
 GOOD = ('[defaults]\nmin_tail_messages = {n}\n'
         '[[rules]]\nname = "ops"\nagent = "ops-*"\nmode = "off"\n')
@@ -128,7 +128,7 @@ def test_cli_rules_check_valid_and_explained(tmp_path: Path,
 
 
 def test_cli_rules_check_reports_every_problem(tmp_path: Path) -> None:
-    from proxy import rules_command
+    from proxy.cli import rules as rules_command
     (tmp_path / "a.toml").write_text("[defaults]\nmode = 1\nreserve_tokens = 'x'\n")
     (tmp_path / "b.toml").write_text("[[rules]]\nagent = 3\n")
     out = io.StringIO()
@@ -141,5 +141,5 @@ def test_cli_rules_check_reports_every_problem(tmp_path: Path) -> None:
 
 
 def cli_parse(argv: list[str]) -> argparse.Namespace:
-    from proxy.cli import build_parser
+    from proxy.cli.main import build_parser
     return build_parser().parse_args(argv)

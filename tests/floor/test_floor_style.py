@@ -6,8 +6,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.rewrite import FloorRewriter
-from proxy.style import Prefix, learn_prefix, restyle
+from proxy.floor.stage import FloorRewriter
+from proxy.floor.style import Prefix, learn_prefix, restyle
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.floor.synthetic import Holder, Transcript, chat, conversation, put, request_for, rules

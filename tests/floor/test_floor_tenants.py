@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.rewrite import FloorRewriter
+from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.conftest import ProxyProcess

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.messages import RenderOptions
 from proxy.transcripts import view
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.jsonl import JsonlTranscript
 from proxy.transcripts.records import TranscriptStore
+from proxy.transcripts.render import RenderOptions
 from proxy.transcripts.sqlite import AgentDatabase, SqliteTranscript
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "captures"

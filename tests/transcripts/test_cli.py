@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from proxy.cli import build_parser, main
+from proxy.cli.main import build_parser, main
 from tests.transcripts.conftest import OC9_MAIN, OC9_NEXT
 
 

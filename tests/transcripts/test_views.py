@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from proxy.messages import RenderOptions, Source, openclaw_prefix, render
 from proxy.transcripts import view
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import (
@@ -21,6 +20,7 @@ from proxy.transcripts.entries import (
     user_text_key,
 )
 from proxy.transcripts.records import SessionInfo, Window
+from proxy.transcripts.render import RenderOptions, Source, openclaw_prefix, render
 
 
 class MemStore:

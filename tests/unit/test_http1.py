@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
+from proxy.upstream.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
 
 
 class FakeTransport:

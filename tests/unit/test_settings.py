@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from proxy import settings as settings_mod
-from proxy.cli import build_parser
-from proxy.upstream import UpstreamTarget
+from proxy.cli.main import build_parser
+from proxy.upstream.pool import UpstreamTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import asyncio
 
 from multidict import CIMultiDict
 
-from proxy.upstream import Upstream
+from proxy.upstream.pool import Upstream
 
 
 class RawServer:

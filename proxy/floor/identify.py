@@ -1,0 +1,293 @@
+"""What a chat request says about itself: agent, session, summary, tail, rendering style.
+
+Only the request is read here (path, headers, parsed body); matching it against transcripts
+is the session catalog's job. Signals, in the order they are trusted (docs: wire.md section 2):
+the ``/agents/<id>/`` path prefix, configured headers, ``prompt_cache_key``, OpenClaw's
+``Runtime: agent=... | session=<key> | sessionId=<id>`` line (system prompt in 2026.7, first
+user message in 2026.9, a second text part of the summary after compaction), then content
+(tool-call ids, the latest user text).
+
+Cost matters (every request passes here): only the leading messages and the tail are read,
+plus one role check per message to count the raw tail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from proxy.policy.records import Identification
+from proxy.wire.boundary import call_ids
+
+__all__ = [
+    "RenderStyle",
+    "RequestSignals",
+    "RuntimeLine",
+    "identify",
+    "is_summarization",
+    "message_text",
+    "split_agent_path",
+    "strip_user_prefix",
+]
+
+SUMMARIZER_PROMPT = "You are a context summarization assistant"
+SUMMARY_PHRASE = "was compacted into the following summary"
+INTERNAL_CONTEXT = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
+# OpenClaw's retry after its own overflow compaction adds this user turn; it is not stored in
+# the transcript, so it is no use for matching (but it is a message the model sees).
+OPENCLAW_CONTINUE = "Continue the current task from the existing transcript"
+MAX_TOOL_IDS = 16
+_LEADING_SCAN = 3  # messages after the system prompt searched for the summary / Runtime line
+_MAX_ID_LENGTH = 256
+
+_AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_COUNTER_SUFFIX = re.compile(r":\d+$")
+# OpenClaw's envelope: "[Mon 2026-11-30 02:27 UTC] "; the zone may be a name or an offset.
+_USER_PREFIX = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?"
+    r"(?: [A-Za-z0-9:+\-/_]{1,40})?\] ")
+_RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLine:
+    agent: str | None
+    session_key: str | None
+    session_id: str | None
+    location: str  # "system" | "first_user" | "summary"
+
+
+@dataclass(frozen=True, slots=True)
+class RenderStyle:
+    """How the agent renders history, as far as this request shows it."""
+
+    user_prefix: bool  # user texts start with OpenClaw's "[Mon 2026-11-30 02:27 UTC] "
+    user_parts: bool | None  # user content as parts (Pi) or a string (OpenClaw); None: unseen
+    tool_ids_without_underscore: bool | None  # None: the request has no tool calls
+    internal_context: bool  # OpenClaw's trailing internal-context user message is present
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSignals:
+    agent_id: str | None
+    agent_source: str | None  # "path" | "header" | "runtime"
+    session_id: str | None
+    session_source: str | None  # "header:<name>" | "prompt_cache_key" | "runtime"
+    session_key: str | None  # OpenClaw's session key from the Runtime line
+    header_session_id: str | None
+    prompt_cache_key: str | None
+    runtime: RuntimeLine | None
+    is_summarization: bool  # a compaction call: never rewritten
+    summary_index: int | None  # index of the agent's summary message
+    first_raw_index: int | None  # first message after the system prompt and the summary
+    raw_after_summary: int  # user/assistant/tool messages after it (internal context excluded)
+    tool_call_ids: tuple[str, ...]  # the newest ids (at most MAX_TOOL_IDS), in request order
+    latest_user_text: str | None  # prefix and Runtime suffix stripped
+    style: RenderStyle
+
+
+def split_agent_path(path: str) -> tuple[str | None, str]:
+    """``/agents/<id>/v1/chat/completions`` -> ``("<id>", "/v1/chat/completions")``."""
+    found = _AGENT_PATH.match(path)
+    if found is None:
+        return None, path
+    agent = unquote(found.group(1))
+    if not _AGENT_ID.match(agent):
+        return None, path
+    return agent, found.group(2) or "/"
+
+
+def message_text(message: object) -> str:
+    """The text of a message (string content, or its text parts joined by newlines)."""
+    if not isinstance(message, Mapping):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content
+                         if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _first_text(message: object) -> str:
+    if not isinstance(message, Mapping):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and isinstance(content[0], Mapping):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else ""
+    return ""
+
+
+def strip_user_prefix(text: str) -> str:
+    """User text as the transcript stores it: OpenClaw's time prefix and Runtime suffix removed."""
+    found = _USER_PREFIX.match(text)
+    if found is not None:
+        text = text[found.end():]
+    return _RUNTIME_SUFFIX.sub("", text)
+
+
+def _clean_id(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    value = _COUNTER_SUFFIX.sub("", value.strip())
+    return value if 0 < len(value) <= _MAX_ID_LENGTH else None
+
+
+def _parse_runtime(text: str, location: str) -> RuntimeLine | None:
+    # OpenClaw appends its line after any text it did not write (the user's turn, the model's
+    # summary), so the last occurrence that starts a line is the genuine one.
+    start = text.rfind("Runtime: agent=")
+    while start > 0 and text[start - 1] != "\n":
+        start = text.rfind("Runtime: agent=", 0, start)
+    if start < 0:
+        return None
+    end = text.find("\n", start)
+    line = text[start + len("Runtime: "): end if end >= 0 else len(text)]
+    fields: dict[str, str] = {}
+    for item in line.split(" | "):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if sep and key not in fields:
+            fields[key] = value.strip()
+    return RuntimeLine(agent=fields.get("agent") or None,
+                       session_key=fields.get("session") or None,
+                       session_id=_clean_id(fields.get("sessionId")), location=location)
+
+
+def _role(message: object) -> object:
+    return message.get("role") if isinstance(message, Mapping) else None
+
+
+def is_summarization(body: Mapping[str, Any]) -> bool:
+    """A compaction call (Pi and OpenClaw): summarizer system prompt, one <conversation>."""
+    messages = body.get("messages")
+    if body.get("tools") or not isinstance(messages, list) or len(messages) != 2:
+        return False
+    system, user = messages
+    return (_role(system) in ("system", "developer") and _role(user) == "user"
+            and message_text(system).lstrip().startswith(SUMMARIZER_PROMPT)
+            and message_text(user).lstrip().startswith("<conversation>"))
+
+
+def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[str, Any],
+             config: Identification | None = None) -> RequestSignals:
+    """Read every request-side identification signal; never raises on odd bodies."""
+    config = config or Identification()
+    lowered = {k.lower(): v for k, v in headers.items()}
+    header_session, header_name = None, None
+    for name in config.session_headers:
+        header_session = _clean_id(lowered.get(name))
+        if header_session:
+            header_name = name
+            break
+    cache_key = _clean_id(body.get("prompt_cache_key"))
+    raw_messages = body.get("messages")
+    messages: Sequence[Any] = raw_messages if isinstance(raw_messages, list) else ()
+
+    summarization = is_summarization(body)
+    runtime, summary_index, first_raw = (None, None, None) if summarization else _leading(messages)
+    raw_after, latest, ids, prefix, internal, parts = _tail(messages, first_raw)
+
+    agent, agent_source = None, None
+    header_agent = lowered.get(config.agent_header) if config.agent_header else None
+    for candidate, source in ((path_agent, "path"), (header_agent, "header"),
+                              (runtime.agent if runtime else None, "runtime")):
+        if isinstance(candidate, str) and _AGENT_ID.match(candidate.strip()):
+            agent, agent_source = candidate.strip(), source
+            break
+    session, session_source = None, None
+    for value, source in ((header_session, f"header:{header_name}"),
+                          (cache_key, "prompt_cache_key"),
+                          (runtime.session_id if runtime else None, "runtime")):
+        if value:
+            session, session_source = value, source
+            break
+    return RequestSignals(
+        agent_id=agent, agent_source=agent_source, session_id=session,
+        session_source=session_source, session_key=runtime.session_key if runtime else None,
+        header_session_id=header_session, prompt_cache_key=cache_key, runtime=runtime,
+        is_summarization=summarization, summary_index=summary_index,
+        first_raw_index=first_raw, raw_after_summary=raw_after, tool_call_ids=ids,
+        latest_user_text=latest,
+        style=RenderStyle(user_prefix=prefix, user_parts=parts,
+                          tool_ids_without_underscore=(all("_" not in i for i in ids)
+                                                       if ids else None),
+                          internal_context=internal))
+
+
+def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, int | None]:
+    """Runtime line, summary index and first raw index, from the head of the list."""
+    i = 0
+    while i < len(messages) and _role(messages[i]) in ("system", "developer"):
+        i += 1
+    first_raw = i if i < len(messages) else None
+    runtime: RuntimeLine | None = None
+    summary_index: int | None = None
+    # OpenClaw 2026.7 writes the line into the system prompt, which no user controls; a line
+    # in the first user message must not override it (a user could type one there).
+    for k in range(i):
+        runtime = runtime or _parse_runtime(message_text(messages[k]), "system")
+    for j in range(i, min(i + _LEADING_SCAN, len(messages))):
+        message = messages[j]
+        if _role(message) != "user":
+            continue
+        text = message_text(message)
+        if "<summary>" in text and SUMMARY_PHRASE in text:
+            summary_index = j
+            first_raw = j + 1 if j + 1 < len(messages) else None
+            runtime = runtime or _parse_runtime(text, "summary")
+            break
+        if j == i:
+            runtime = runtime or _parse_runtime(text, "first_user")
+    return runtime, summary_index, first_raw
+
+
+def _tail(messages: Sequence[Any], first_raw: int | None
+          ) -> tuple[int, str | None, tuple[str, ...], bool, bool, bool | None]:
+    """Raw count, latest user text, newest tool-call ids, prefix, internal-context and
+    user-parts flags.
+
+    One tight backward pass: this loop runs over every message of every request.
+    """
+    raw = 0
+    latest: str | None = None
+    ids: list[str] = []
+    prefix = internal = False
+    parts: bool | None = None
+    start = first_raw if first_raw is not None else len(messages)
+    for k in range(len(messages) - 1, start - 1, -1):
+        message = messages[k]
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "assistant":
+            raw += 1
+            if len(ids) < MAX_TOOL_IDS and message.get("tool_calls"):
+                ids[:0] = list(call_ids(message))[: MAX_TOOL_IDS - len(ids)]
+        elif role == "tool":
+            raw += 1
+        elif role == "user":
+            content = message.get("content")
+            if content.__class__ is list and content and content[0].__class__ is dict \
+                    and str(content[0].get("text", "")).startswith(INTERNAL_CONTEXT):
+                internal = True
+                continue
+            raw += 1
+            if parts is None and isinstance(content, str | list):
+                parts = isinstance(content, list)
+            if latest is None:
+                text = content if isinstance(content, str) else message_text(message)
+                prefix = prefix or _USER_PREFIX.match(text) is not None
+                stripped = strip_user_prefix(text)
+                latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
+    if not prefix and first_raw is not None and first_raw < len(messages):
+        prefix = _USER_PREFIX.match(_first_text(messages[first_raw])) is not None
+    return raw, latest, tuple(ids), prefix, internal, parts

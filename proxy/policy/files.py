@@ -1,0 +1,123 @@
+"""Rules from a directory, kept current: the file-reading adapter, the holder and the watcher.
+
+The watcher follows the *directory*, not the files: a Kubernetes ConfigMap volume updates by
+creating a new timestamped directory and swapping the ``..data`` symlink, so the files'
+own inodes never change. Any change triggers a reload of the whole directory; a reload that
+fails keeps the last good rules, logs every problem (file, rule, field) and is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from proxy.policy.parse import RulesError, parse_rules
+from proxy.policy.records import RuleSet, builtin_rules
+
+if TYPE_CHECKING:
+    from proxy.metrics import Metrics
+
+__all__ = ["RulesHolder", "load_rules_dir", "read_rule_files", "watch_rules"]
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_MS = 50
+RETRY_SECONDS = 2.0
+
+
+def read_rule_files(directory: Path) -> list[tuple[str, str]]:
+    """``(file name, text)`` of every ``*.toml`` in ``directory``, sorted by name."""
+    if not directory.is_dir():
+        raise RulesError([f"{directory}: not a directory"])
+    sources: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for path in sorted(directory.glob("*.toml")):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            sources.append((path.name, path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path.name}: cannot read: {exc}")
+    if problems:
+        raise RulesError(problems)
+    return sources
+
+
+def load_rules_dir(directory: Path) -> RuleSet:
+    """Parse a rules directory; raises ``RulesError`` listing every problem."""
+    return parse_rules(read_rule_files(directory))
+
+
+class RulesHolder:
+    """The rules in force. Readers take ``holder.rules`` per request; reloads swap it whole."""
+
+    def __init__(self, directory: Path | None, metrics: Metrics | None = None) -> None:
+        self.directory = directory
+        self._metrics = metrics
+        self._sources: list[tuple[str, str]] = []
+        self.rules: RuleSet = builtin_rules()
+        self.last_error: RulesError | None = None
+
+    @classmethod
+    def open(cls, directory: Path | None, metrics: Metrics | None = None) -> RulesHolder:
+        """Load at start-up; a bad directory raises ``RulesError`` (the server must not start)."""
+        holder = cls(directory, metrics)
+        if directory is not None:
+            holder._sources = read_rule_files(directory)
+            holder.rules = parse_rules(holder._sources)
+            log.info("rules loaded from %s (%d files, %d rules)", directory,
+                     len(holder._sources), len(holder.rules.rules))
+        return holder
+
+    def reload(self) -> bool | None:
+        """Re-read the directory: True = new rules, False = bad edit kept out, None = unchanged."""
+        if self.directory is None:
+            return None
+        try:
+            sources = read_rule_files(self.directory)
+            if sources == self._sources:
+                return None
+            rules = parse_rules(sources)
+        except RulesError as exc:
+            self.last_error = exc
+            for problem in exc.problems:
+                log.error("rules reload rejected, keeping the previous rules: %s", problem)
+            self._count("error")
+            return False
+        self._sources = sources
+        self.rules = rules
+        self.last_error = None
+        log.info("rules reloaded from %s (%d files, %d rules)", self.directory,
+                 len(sources), len(rules.rules))
+        self._count("ok")
+        return True
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.rules_reloads.labels(outcome=outcome).inc()
+
+
+async def watch_rules(holder: RulesHolder, stop_event: asyncio.Event | None = None,
+                      debounce_ms: int = DEBOUNCE_MS) -> None:
+    """Reload ``holder`` whenever its directory changes, until ``stop_event`` is set."""
+    from watchfiles import awatch
+
+    if holder.directory is None:
+        return
+    stop = stop_event or asyncio.Event()
+    while not stop.is_set():
+        try:
+            holder.reload()  # catches edits made while no watch was running
+            async for _changes in awatch(holder.directory, watch_filter=None, debounce=debounce_ms,
+                                         step=10, stop_event=stop, recursive=True):
+                holder.reload()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the directory vanished or the watcher broke: retry
+            log.warning("watching rules directory %s failed (%s); retrying in %.0f s",
+                        holder.directory, exc, RETRY_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), RETRY_SECONDS)

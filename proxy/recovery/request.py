@@ -1,0 +1,119 @@
+"""One chat request as overflow recovery sees it: its parts, its session, its token budget.
+
+Pure: the token counter is handed in; nothing is sent or stored here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.model import ChatRequest, Rewrite
+from proxy.policy.records import ModelSpec, Policy
+from proxy.recovery.fingerprint import message_fingerprint
+from proxy.recovery.plan import Prior, head_length
+from proxy.recovery.summarize.prompt import summary_message
+from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
+
+__all__ = ["RecoveryRequest", "derived_session_key", "sent_tokens"]
+
+Message = dict[str, Any]
+_MIN_SUMMARY_TOKENS = 256
+_MIN_SCALE = 0.25  # never believe our count is off by more than 4x
+
+
+def sent_tokens(tokens: TokenCounter, spec: ModelSpec, chat: ChatRequest,
+                rewrite: Rewrite) -> int:
+    """Our count of what a rewrite sent (margin and requested output included)."""
+    messages = rewrite.messages if rewrite.messages is not None else chat.body.get("messages")
+    body = {**chat.body, "messages": list(messages or [])}
+    return tokens.request(body, spec.encoding, spec.margin).total
+
+
+def derived_session_key(model: str, head: Sequence[Message],
+                        conversation: Sequence[Message]) -> str:
+    """A session key for requests that name no session: model, system prompt and the first
+    conversation message, which an agent repeats in every request until it compacts itself
+    (its own summary then opens the conversation, and the key changes with it)."""
+    digest = hashlib.blake2b(model.encode(), digest_size=12)
+    for message in (*head, *conversation[:1]):
+        digest.update(message_fingerprint(message).encode())
+    return "auto:" + digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRequest:
+    chat: ChatRequest
+    base: Rewrite  # what recovery starts from: the floor's rewrite, never its own output
+    policy: Policy
+    spec: ModelSpec
+    window: int  # learned from the upstream, else the rules' model table
+    session: str
+    head: list[Message]  # leading system/developer messages
+    conversation: list[Message]  # the rest
+
+    @classmethod
+    def of(cls, chat: ChatRequest, base: Rewrite, policy: Policy, spec: ModelSpec,
+           window: int) -> RecoveryRequest | None:
+        """None for a request recovery leaves alone (no usable messages)."""
+        messages: Sequence[Any] | None = base.messages
+        if messages is None:
+            raw = chat.body.get("messages")
+            messages = raw if isinstance(raw, list) else None
+        if not messages or not all(isinstance(m, dict) for m in messages):
+            return None
+        head = list(messages[:head_length(messages)])
+        conversation = list(messages[len(head):])
+        session = base.session_key or derived_session_key(chat.model, head, conversation)
+        return cls(chat, base, policy, spec, window, session, head, conversation)
+
+    @property
+    def budget(self) -> int:
+        """Tokens the whole request may use (window minus the reserve)."""
+        return self.policy.budget(self.window)
+
+    @property
+    def summary_tokens(self) -> int:
+        """Room kept for a summary, and the summarizer's output bound."""
+        cap = max(self.budget // 4, _MIN_SUMMARY_TOKENS)
+        return min(self.policy.summary_max_tokens, cap)
+
+    def costs(self, tokens: TokenCounter) -> list[int]:
+        """Tokens of each conversation message, without margin."""
+        return tokens.per_message(self.conversation, self.spec.encoding)
+
+    def _fixed(self, tokens: TokenCounter) -> int:
+        head = sum(tokens.per_message(self.head, self.spec.encoding))
+        return REPLY_PRIMING + head + tokens.tools(self.chat.body.get("tools"),
+                                                   self.spec.encoding)
+
+    def available(self, tokens: TokenCounter, scale: float = 1.0) -> int:
+        """Conversation tokens (without margin) the budget leaves next to a summary;
+        ``scale`` < 1 when the upstream counts more than we do."""
+        output = requested_output(self.chat.body)
+        room = math.floor((self.budget - output) * scale / (1.0 + self.spec.margin))
+        return room - self._fixed(tokens) - self.summary_tokens
+
+    def estimate(self, tokens: TokenCounter, prior: Prior) -> int:
+        """Tokens of the request once ``prior`` replaces its prefix (margin, output included)."""
+        conversation = sum(tokens.per_message(self.conversation[prior.covered:],
+                                              self.spec.encoding))
+        if prior.covered and prior.summary is not None:
+            wrapped = summary_message(prior.summary, self.policy.notes.summary_followed)
+            conversation += tokens.message(wrapped, self.spec.encoding)
+        return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
+                + requested_output(self.chat.body))
+
+    def undercount(self, tokens: TokenCounter, failed: Rewrite,
+                   upstream_prompt: int | None) -> float:
+        """How much smaller our count is than the upstream's, when a request recovery made
+        itself (so believed to fit) overflowed and the error says how many tokens it had:
+        the retry is then cut to fit by the upstream's measure, not ours."""
+        if failed.origin is None or failed.messages is None or not upstream_prompt:
+            return 1.0
+        body = {"messages": list(failed.messages), "tools": self.chat.body.get("tools")}
+        ours = tokens.request(body, self.spec.encoding, self.spec.margin)
+        return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))

@@ -1,0 +1,101 @@
+"""Copying an upstream answer to the client as it arrives.
+
+Streams are relayed chunk by chunk, never buffered or merged. While a stream is open and idle,
+an SSE comment keeps intermediaries from timing it out; it is written only between events.
+An upstream that breaks mid-stream gets the client stream ended cleanly with an OpenAI-shaped
+error event, so SDKs raise a readable error instead of hanging or reporting a protocol error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from proxy.errors import ProxyError, UpstreamTimeout
+from proxy.server.sse import StreamScanner
+from proxy.upstream.pool import UpstreamResponse
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """What happened while relaying a stream; the handler turns it into metrics."""
+
+    first_chunk_at: float | None = None
+    proxy_seconds: float = 0.0
+    keepalives: int = 0
+    upstream_error: ProxyError | None = None
+
+
+async def relay_stream(
+    request: web.Request, response: web.StreamResponse, upstream: UpstreamResponse,
+    scanner: StreamScanner, keepalive_interval: float,
+) -> StreamOutcome:
+    """Relay an SSE body. The response must already be prepared."""
+    outcome = StreamOutcome()
+    loop = asyncio.get_running_loop()
+    state = _IdleState(loop.time())
+    keeper = (
+        asyncio.create_task(_keep_alive(response, scanner, state, keepalive_interval, outcome))
+        if keepalive_interval > 0 else None
+    )
+    clock = time.perf_counter
+    try:
+        async for chunk in upstream.chunks():
+            started = clock()
+            if outcome.first_chunk_at is None:
+                outcome.first_chunk_at = started
+            data = scanner.feed(chunk)
+            state.writing = True
+            if data:
+                await response.write(data)
+            state.writing = False
+            state.last_write = loop.time()
+            outcome.proxy_seconds += clock() - started
+        rest = scanner.flush()
+        if rest:
+            await response.write(rest)
+    except ProxyError as exc:
+        outcome.upstream_error = exc
+        kind = "timeout" if isinstance(exc, UpstreamTimeout) else "mid_stream"
+        message = f"{exc.message}; the response is incomplete"
+        event = {"error": {"message": message, "type": "upstream_error", "param": None,
+                           "code": f"upstream_{kind}"}}
+        prefix = b"" if scanner.at_event_boundary else b"\n\n"
+        await response.write(prefix + b"data: " + orjson.dumps(event) + b"\n\n")
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+    await response.write_eof()
+    return outcome
+
+
+@dataclass(slots=True)
+class _IdleState:
+    last_write: float
+    writing: bool = False
+
+
+async def _keep_alive(
+    response: web.StreamResponse, scanner: StreamScanner, state: _IdleState, interval: float,
+    outcome: StreamOutcome,
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        due = state.last_write + interval
+        now = loop.time()
+        if now < due:
+            await asyncio.sleep(due - now)
+            continue
+        if not state.writing and scanner.at_event_boundary:
+            try:
+                await response.write(KEEPALIVE)
+            except (ConnectionError, RuntimeError):
+                return  # the client is gone; the relay loop notices on its next write
+            outcome.keepalives += 1
+        state.last_write = loop.time()

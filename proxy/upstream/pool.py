@@ -1,0 +1,296 @@
+"""The upstream side: where a client path goes, which headers travel, and the pooled client.
+
+Upstream base URLs usually carry a path (``https://api.openai.com/v1``,
+``https://openrouter.ai/api/v1``, ``http://vllm:8000/v1``) while OpenAI SDK users put ``/v1``
+in their own ``base_url``. Both forms are accepted: a client path's leading ``/v1`` is replaced
+by the upstream's base path, which defaults to ``/v1`` when the upstream URL has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from multidict import CIMultiDict
+
+from proxy.errors import InvalidHeader, InvalidTarget, UpstreamTimeout, UpstreamUnavailable
+from proxy.upstream.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
+
+# RFC 9110 section 7.6.1 connection-specific fields, plus the framing fields aiohttp recomputes.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+})
+
+
+# What must never reach an upstream head: a line break would end the head or start another
+# request on a pooled connection; a space or control character would split the request line.
+_BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
+
+
+def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
+               framing: str) -> bytes:
+    """The request head for the upstream, refused (``InvalidTarget`` / ``InvalidHeader``)
+    when a part would put CR, LF or NUL into it. Every request to the upstream is framed
+    here, so no route can bypass the check.
+
+    Header values travel as their original bytes (aiohttp decodes them as UTF-8 with
+    ``surrogateescape``, which this reverses), so a non-ASCII value is forwarded unchanged.
+    """
+    if not _METHOD.match(method):
+        raise InvalidTarget("the request method is not an HTTP token")
+    if _BAD_TARGET.search(target):
+        raise InvalidTarget("the request target holds a control character or space")
+    lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
+    block = "".join(lines)
+    # Each line ends in exactly one CR LF: any other CR or LF came from a name or value.
+    if block.count("\r") != len(lines) or block.count("\n") != len(lines) or "\x00" in block:
+        bad = next(name for name, value in headers.items()
+                   if any(c in name or c in value for c in "\r\n\x00"))
+        # Only the name: a value may be a credential.
+        raise InvalidHeader(f"the value of header {bad!r} holds CR, LF or NUL")
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
+    return head.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    origin: str
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> UpstreamTarget:
+        parts = urlsplit(url)
+        base = parts.path.rstrip("/") or "/v1"
+        return cls(origin=f"{parts.scheme}://{parts.netloc}", base_path=base)
+
+    def path_for(self, client_path: str) -> str:
+        """The upstream path for a client path (percent-encoded, dot segments refused)."""
+        if client_path == "/v1" or client_path.startswith("/v1/"):
+            client_path = client_path[3:]
+        return self.base_path + client_path
+
+
+def forward_headers(
+    headers: Mapping[str, str], *, identity_encoding: bool = False,
+    decoded_body: bool = False,
+) -> CIMultiDict[str]:
+    """Request headers for the upstream: everything but hop-by-hop fields (and the body's
+    ``Content-Encoding`` when tailfloor sends the body decoded)."""
+    named_in_connection = {
+        token.strip().lower() for token in headers.get("Connection", "").split(",") if token
+    }
+    if decoded_body:
+        named_in_connection.add("content-encoding")
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in named_in_connection:
+            continue
+        out.add(name, value)
+    if identity_encoding:
+        # The chat route reads the stream (usage, errors), so it asks for it uncompressed.
+        out["Accept-Encoding"] = "identity"
+    return out
+
+
+def response_headers(headers: Mapping[str, str], *, keep_length: bool) -> CIMultiDict[str]:
+    """Upstream response headers for the client."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP and not (keep_length and lowered == "content-length"):
+            continue
+        out.add(name, value)
+    return out
+
+
+class UpstreamResponse:
+    """An upstream answer whose head has arrived; the body is read or iterated once."""
+
+    def __init__(self, pool: Upstream, connection: Http1Connection, status: int,
+                 headers: CIMultiDict[str]) -> None:
+        self._pool = pool
+        self._connection = connection
+        self.status = status
+        self.headers = headers
+
+    async def read(self) -> bytes:
+        parts = [chunk async for chunk in self.chunks()]
+        self.release()
+        return b"".join(parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Body pieces as they arrive. Raises UpstreamTimeout / UpstreamUnavailable mid-way."""
+        next_chunk = self._connection.next_chunk
+        try:
+            while chunk := await next_chunk():
+                yield chunk
+        except ReadTimeout as exc:
+            raise UpstreamTimeout("the upstream went silent mid-answer") from exc
+        except (ConnectionClosed, ProtocolError, OSError) as exc:
+            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from exc
+
+    @property
+    def complete(self) -> bool:
+        return self._connection.complete
+
+    def close(self) -> None:
+        """Drop the connection: used when the answer was not read to its end."""
+        self._connection.close()
+
+    def release(self) -> None:
+        """Give the connection back to the pool if the answer was read to its end."""
+        self._pool.give_back(self._connection)
+
+
+class Replayed(UpstreamResponse):
+    """An answer whose body was already read, offered again to a reader."""
+
+    def __init__(self, original: UpstreamResponse, body: bytes) -> None:
+        self.status = original.status
+        self.headers = original.headers
+        self._body = body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
+
+    @property
+    def complete(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+
+class Upstream:
+    """Keep-alive HTTP/1.1 connections to one upstream origin."""
+
+    def __init__(self, url: str, connect_timeout: float, read_timeout: float, *,
+                 idle_timeout: float = 30.0, max_idle: int = 256,
+                 ca_file: str | None = None) -> None:
+        self.target = UpstreamTarget.parse(url)
+        parts = urlsplit(url)
+        self._host = parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._host_header = parts.netloc.rsplit("@", 1)[-1]
+        self._tls = parts.scheme == "https"
+        self._ssl: ssl.SSLContext | None = None
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._idle_timeout = idle_timeout
+        self._max_idle = max_idle
+        self._idle: list[Http1Connection] = []
+        self._ca_file = ca_file
+
+    async def start(self) -> None:
+        if self._tls:
+            self._ssl = ssl.create_default_context(cafile=self._ca_file)
+
+    async def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    def give_back(self, connection: Http1Connection) -> None:
+        transport = connection.transport
+        if (connection.complete and connection.reusable and transport is not None
+                and not transport.is_closing() and len(self._idle) < self._max_idle):
+            connection.idle_since = connection.loop.time()
+            self._idle.append(connection)
+        else:
+            connection.close()
+
+    async def send(
+        self, method: str, client_path: str, query: str, headers: CIMultiDict[str],
+        body: bytes | AsyncIterator[bytes] | None,
+    ) -> UpstreamResponse:
+        """Send a request and wait for the response head.
+
+        ``client_path`` and ``query`` are raw (percent-encoded) as ``proxy.server.target`` made
+        them; never aiohttp's decoded forms."""
+        path = self.target.path_for(client_path)
+        if query:
+            path += "?" + query
+        streamed = body is not None and not isinstance(body, bytes)
+        if isinstance(body, bytes):
+            framing = f"Content-Length: {len(body)}\r\n"
+        elif streamed and "Content-Length" not in headers:
+            framing = "Transfer-Encoding: chunked\r\n"
+        elif body is None and method in ("POST", "PUT", "PATCH"):
+            framing = "Content-Length: 0\r\n"
+        else:
+            framing = ""
+        head = build_head(method, path, self._host_header, headers, framing)
+        fixed = body if isinstance(body, bytes) else None
+        for attempt in (0, 1):
+            connection, reused = await self._acquire()
+            try:
+                connection.start_request(head, fixed, no_body=method == "HEAD")
+                if streamed:
+                    assert body is not None and not isinstance(body, bytes)
+                    await self._send_stream(connection, body, "Content-Length" not in headers)
+                status, response_headers = await connection.read_head()
+            except ConnectionClosed as exc:
+                connection.close()
+                # A kept-alive connection the upstream closed while idle: try once on a new one.
+                if reused and attempt == 0 and not streamed and not connection.response_started:
+                    continue
+                raise UpstreamUnavailable(f"the upstream closed the connection: {exc}") from exc
+            except ReadTimeout as exc:
+                connection.close()
+                raise UpstreamTimeout("the upstream did not answer in time") from exc
+            except (ProtocolError, OSError) as exc:
+                connection.close()
+                raise UpstreamUnavailable(f"the upstream answer was not HTTP: {exc}") from exc
+            except BaseException:
+                connection.close()
+                raise
+            return UpstreamResponse(self, connection, status, response_headers)
+        raise AssertionError("unreachable")
+
+    async def _acquire(self) -> tuple[Http1Connection, bool]:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._idle:
+            connection = self._idle.pop()
+            transport = connection.transport
+            if (transport is not None and not transport.is_closing()
+                    and now - connection.idle_since < self._idle_timeout):
+                return connection, True
+            connection.close()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Http1Connection(self._read_timeout), self._host, self._port,
+                    ssl=self._ssl, server_hostname=self._host if self._tls else None),
+                self._connect_timeout)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"connecting to the upstream took over {self._connect_timeout:g} s") from exc
+        except OSError as exc:
+            raise UpstreamUnavailable(
+                f"cannot connect to the upstream: {exc.strerror or exc}") from exc
+        return protocol, False
+
+    @staticmethod
+    async def _send_stream(connection: Http1Connection, body: AsyncIterator[bytes],
+                           chunked: bool) -> None:
+        async for piece in body:
+            if not piece:
+                continue
+            framed = f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece
+            await connection.write_body_chunk(framed)
+        if chunked:
+            await connection.write_body_chunk(b"0\r\n\r\n")
