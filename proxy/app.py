@@ -83,7 +83,10 @@ def build_admin_app(state: ProxyState) -> web.Application:
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
-    router.add_get("/tailfloor/sessions", handlers.sessions)
+    if state.settings.introspection:
+        router.add_get("/tailfloor/sessions", handlers.sessions)
+    else:
+        router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
     return admin
 
 

@@ -48,6 +48,7 @@ class Settings:
     shutdown_grace: float = 30.0
     inject_stream_usage: bool = True
     tailfloor_header: bool = True
+    introspection: bool = True
     access_log: bool = False
     label_cap: int = 64
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -85,6 +86,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("inject_stream_usage", "bool", True,
      "ask streaming upstreams for usage even when the client did not, and hide it again"),
     ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
+    ("introspection", "bool", True,
+     "serve /tailfloor/* (session ids, keys, paths) on the admin listener"),
     ("access_log", "bool", False,
      "log one line per request at INFO (costs ~40 us per request; metrics cover the counts)"),
     ("label_cap", "int", 64, "distinct model/agent label values before 'other'"),

@@ -26,8 +26,8 @@ from proxy.floor.restore import (
 from proxy.floor.style import Prefix
 from proxy.policy.records import Notes
 from proxy.transcripts.records import TailMessage
-from proxy.transcripts.render import COMPACTION_PREFIX, COMPACTION_SUFFIX
-from proxy.wire.boundary import incomplete_tool_calls, legal_starts
+from proxy.wire.boundary import incomplete_tool_calls, tail_start
+from proxy.wire.summary import agent_summary
 
 __all__ = ["CarrySource", "frame", "plan_carry", "reset_kind"]
 
@@ -74,17 +74,7 @@ def plan_carry(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
     incomplete = incomplete_tool_calls(rendered)
     if incomplete:
         rendered, times = rendered[:incomplete[0]], times[:incomplete[0]]
-    starts = legal_starts(rendered)
-    start = len(rendered)
-    seen = 0
-    position = len(rendered)
-    for s in reversed(starts):
-        seen += sum(1 for m in rendered[s:position] if is_counted(m))
-        position = s
-        start = s
-        if seen >= n:
-            break
-    block = rendered[start:]
+    block = rendered[tail_start(rendered, n, counts=is_counted):]
     newest = next((t for t in reversed(times) if t is not None), None)
     return Block(to_units(block, ()), newest)
 
@@ -108,5 +98,5 @@ def frame(kept: Sequence[Message], source: CarrySource, notes: Notes, ended_at: 
         messages=sum(1 for m in kept if is_counted(m)), ended_at=_when(ended_at),
         session_id=source.session_id, reason=source.reason)
     if source.summary:
-        opening += "\n\n" + COMPACTION_PREFIX + source.summary + COMPACTION_SUFFIX
+        opening += "\n\n" + agent_summary(source.summary)
     return [_user(opening, parts), *kept, _user(notes.carry_forward_end, parts)]

@@ -21,44 +21,32 @@ from urllib.parse import unquote
 
 from proxy.policy.records import Identification
 from proxy.wire.boundary import call_ids
+from proxy.wire.content import first_text, head_length, message_text
+from proxy.wire.openclaw import (
+    INTERNAL_CONTEXT,
+    OPENCLAW_CONTINUE,
+    USER_PREFIX,
+    RuntimeLine,
+    clean_id,
+    parse_runtime,
+    strip_user_prefix,
+)
+from proxy.wire.summary import is_summary_text, unwrap_summary
 
 __all__ = [
     "RenderStyle",
     "RequestSignals",
-    "RuntimeLine",
     "identify",
     "is_summarization",
-    "message_text",
     "split_agent_path",
-    "strip_user_prefix",
 ]
 
 SUMMARIZER_PROMPT = "You are a context summarization assistant"
-SUMMARY_PHRASE = "was compacted into the following summary"
-INTERNAL_CONTEXT = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
-# OpenClaw's retry after its own overflow compaction adds this user turn; it is not stored in
-# the transcript, so it is no use for matching (but it is a message the model sees).
-OPENCLAW_CONTINUE = "Continue the current task from the existing transcript"
 MAX_TOOL_IDS = 16
 _LEADING_SCAN = 3  # messages after the system prompt searched for the summary / Runtime line
-_MAX_ID_LENGTH = 256
 
 _AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
-_COUNTER_SUFFIX = re.compile(r":\d+$")
-# OpenClaw's envelope: "[Mon 2026-11-30 02:27 UTC] "; the zone may be a name or an offset.
-_USER_PREFIX = re.compile(
-    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?"
-    r"(?: [A-Za-z0-9:+\-/_]{1,40})?\] ")
-_RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeLine:
-    agent: str | None
-    session_key: str | None
-    session_id: str | None
-    location: str  # "system" | "first_user" | "summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +71,24 @@ class RequestSignals:
     runtime: RuntimeLine | None
     is_summarization: bool  # a compaction call: never rewritten
     summary_index: int | None  # index of the agent's summary message
+    summary_text: str | None  # the summary inside it (unwrapped)
     first_raw_index: int | None  # first message after the system prompt and the summary
     raw_after_summary: int  # user/assistant/tool messages after it (internal context excluded)
     tool_call_ids: tuple[str, ...]  # the newest ids (at most MAX_TOOL_IDS), in request order
     latest_user_text: str | None  # prefix and Runtime suffix stripped
     style: RenderStyle
+
+
+@dataclass(frozen=True, slots=True)
+class _TailScan:
+    """What one backward pass over the conversation found."""
+
+    raw: int
+    latest_user_text: str | None
+    tool_call_ids: tuple[str, ...]
+    user_prefix: bool
+    internal_context: bool
+    user_parts: bool | None
 
 
 def split_agent_path(path: str) -> tuple[str | None, str]:
@@ -99,67 +100,6 @@ def split_agent_path(path: str) -> tuple[str | None, str]:
     if not _AGENT_ID.match(agent):
         return None, path
     return agent, found.group(2) or "/"
-
-
-def message_text(message: object) -> str:
-    """The text of a message (string content, or its text parts joined by newlines)."""
-    if not isinstance(message, Mapping):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return ""
-
-
-def _first_text(message: object) -> str:
-    if not isinstance(message, Mapping):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and content and isinstance(content[0], Mapping):
-        text = content[0].get("text")
-        return text if isinstance(text, str) else ""
-    return ""
-
-
-def strip_user_prefix(text: str) -> str:
-    """User text as the transcript stores it: OpenClaw's time prefix and Runtime suffix removed."""
-    found = _USER_PREFIX.match(text)
-    if found is not None:
-        text = text[found.end():]
-    return _RUNTIME_SUFFIX.sub("", text)
-
-
-def _clean_id(value: object) -> str | None:
-    if not isinstance(value, str):
-        return None
-    value = _COUNTER_SUFFIX.sub("", value.strip())
-    return value if 0 < len(value) <= _MAX_ID_LENGTH else None
-
-
-def _parse_runtime(text: str, location: str) -> RuntimeLine | None:
-    # OpenClaw appends its line after any text it did not write (the user's turn, the model's
-    # summary), so the last occurrence that starts a line is the genuine one.
-    start = text.rfind("Runtime: agent=")
-    while start > 0 and text[start - 1] != "\n":
-        start = text.rfind("Runtime: agent=", 0, start)
-    if start < 0:
-        return None
-    end = text.find("\n", start)
-    line = text[start + len("Runtime: "): end if end >= 0 else len(text)]
-    fields: dict[str, str] = {}
-    for item in line.split(" | "):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if sep and key not in fields:
-            fields[key] = value.strip()
-    return RuntimeLine(agent=fields.get("agent") or None,
-                       session_key=fields.get("session") or None,
-                       session_id=_clean_id(fields.get("sessionId")), location=location)
 
 
 def _role(message: object) -> object:
@@ -184,17 +124,18 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
     lowered = {k.lower(): v for k, v in headers.items()}
     header_session, header_name = None, None
     for name in config.session_headers:
-        header_session = _clean_id(lowered.get(name))
+        header_session = clean_id(lowered.get(name))
         if header_session:
             header_name = name
             break
-    cache_key = _clean_id(body.get("prompt_cache_key"))
+    cache_key = clean_id(body.get("prompt_cache_key"))
     raw_messages = body.get("messages")
     messages: Sequence[Any] = raw_messages if isinstance(raw_messages, list) else ()
 
     summarization = is_summarization(body)
     runtime, summary_index, first_raw = (None, None, None) if summarization else _leading(messages)
-    raw_after, latest, ids, prefix, internal, parts = _tail(messages, first_raw)
+    scan = _tail(messages, first_raw)
+    ids = scan.tool_call_ids
 
     agent, agent_source = None, None
     header_agent = lowered.get(config.agent_header) if config.agent_header else None
@@ -215,48 +156,43 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
         session_source=session_source, session_key=runtime.session_key if runtime else None,
         header_session_id=header_session, prompt_cache_key=cache_key, runtime=runtime,
         is_summarization=summarization, summary_index=summary_index,
-        first_raw_index=first_raw, raw_after_summary=raw_after, tool_call_ids=ids,
-        latest_user_text=latest,
-        style=RenderStyle(user_prefix=prefix, user_parts=parts,
+        summary_text=unwrap_summary(messages[summary_index])
+        if summary_index is not None else None,
+        first_raw_index=first_raw, raw_after_summary=scan.raw, tool_call_ids=ids,
+        latest_user_text=scan.latest_user_text,
+        style=RenderStyle(user_prefix=scan.user_prefix, user_parts=scan.user_parts,
                           tool_ids_without_underscore=(all("_" not in i for i in ids)
                                                        if ids else None),
-                          internal_context=internal))
+                          internal_context=scan.internal_context))
 
 
 def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, int | None]:
     """Runtime line, summary index and first raw index, from the head of the list."""
-    i = 0
-    while i < len(messages) and _role(messages[i]) in ("system", "developer"):
-        i += 1
+    i = head_length(messages)
     first_raw = i if i < len(messages) else None
     runtime: RuntimeLine | None = None
     summary_index: int | None = None
     # OpenClaw 2026.7 writes the line into the system prompt, which no user controls; a line
     # in the first user message must not override it (a user could type one there).
     for k in range(i):
-        runtime = runtime or _parse_runtime(message_text(messages[k]), "system")
+        runtime = runtime or parse_runtime(message_text(messages[k]), "system")
     for j in range(i, min(i + _LEADING_SCAN, len(messages))):
         message = messages[j]
         if _role(message) != "user":
             continue
         text = message_text(message)
-        if "<summary>" in text and SUMMARY_PHRASE in text:
+        if is_summary_text(text):
             summary_index = j
             first_raw = j + 1 if j + 1 < len(messages) else None
-            runtime = runtime or _parse_runtime(text, "summary")
+            runtime = runtime or parse_runtime(text, "summary")
             break
         if j == i:
-            runtime = runtime or _parse_runtime(text, "first_user")
+            runtime = runtime or parse_runtime(text, "first_user")
     return runtime, summary_index, first_raw
 
 
-def _tail(messages: Sequence[Any], first_raw: int | None
-          ) -> tuple[int, str | None, tuple[str, ...], bool, bool, bool | None]:
-    """Raw count, latest user text, newest tool-call ids, prefix, internal-context and
-    user-parts flags.
-
-    One tight backward pass: this loop runs over every message of every request.
-    """
+def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
+    """One tight backward pass: this loop runs over every message of every request."""
     raw = 0
     latest: str | None = None
     ids: list[str] = []
@@ -285,9 +221,9 @@ def _tail(messages: Sequence[Any], first_raw: int | None
                 parts = isinstance(content, list)
             if latest is None:
                 text = content if isinstance(content, str) else message_text(message)
-                prefix = prefix or _USER_PREFIX.match(text) is not None
+                prefix = prefix or USER_PREFIX.match(text) is not None
                 stripped = strip_user_prefix(text)
                 latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
     if not prefix and first_raw is not None and first_raw < len(messages):
-        prefix = _USER_PREFIX.match(_first_text(messages[first_raw])) is not None
-    return raw, latest, tuple(ids), prefix, internal, parts
+        prefix = USER_PREFIX.match(first_text(messages[first_raw]) or "") is not None
+    return _TailScan(raw, latest, tuple(ids), prefix, internal, parts)

@@ -1,50 +1,41 @@
-"""Which tracked session a request belongs to, and whether its lineage is certain. Pure.
+"""Which tracked session a request belongs to, and whether it may draw on it. Pure.
 
-The request-side signals come from ``proxy.floor.identify``; this module matches them against the
-session catalog (in-memory indexes only, so the cost does not grow with the number of
-sessions) and applies the certainty rules of the floor:
+The request-side signals come from ``proxy.floor.identify``; this module matches them against
+the session catalog (in-memory indexes only, so the cost does not grow with the number of
+sessions) and grades the evidence:
 
-- an explicit session id (header, ``prompt_cache_key``, OpenClaw's Runtime line) names a
-  tracked session: that session, unless the request's agent contradicts the session's;
-- otherwise content: the newest tool-call ids and the latest user text, looked up in the
-  catalog's indexes; the session matching the most signals wins, a tie is ambiguous;
-- a request that names a session the catalog does not know yet (a new session has no
-  transcript until its first reply) gets a predecessor only through a recorded link: the
-  same agent and OpenClaw session key (the key's current session), or the fingerprint rule;
-- the fingerprint rule: exactly one candidate whose recorded request fingerprint (system
-  prompt and tools, volatile parts normalised) matches this request's, and only when the
-  request's tenant is certain (``Tenant``): one transcript root watched, or an agent prefix
-  the rules bind to a root. A system prompt is no secret (Pi's is public), so across tenants
-  a matching fingerprint proves nothing and the request is ``untrusted``.
+- ``strong``: the request holds something only its session can know: one of the session's
+  tool-call ids (random, unguessable) or the agent's compaction summary;
+- ``weak``: only the latest user text matches ("yes", "thanks" are in many sessions);
+- ``claim``: the request names the session (a header, ``prompt_cache_key``, OpenClaw's
+  Runtime line) and its content neither confirms nor contradicts it.
 
-An id a request names is a claim: it picks among sessions its content fits and never
-authorises a carry alone. Fingerprints are recorded only for sessions the request's content
-vouched for, so a claimed id cannot plant one. Anything else is not identified, and the
-caller passes the request through unchanged.
+A session found on strong evidence is ``trusted``. Weak evidence and claims are trusted only
+inside a certain tenant (``Tenant``): one transcript root watched (the sidecar), or an agent
+prefix the rules bind to the session's root. Each ``--sessions`` root is a tenant; across
+tenants a guessable text or a named id proves nothing.
+
+A request that names a session the catalog does not know yet (a new session has no
+transcript until its first reply) gets a predecessor only within a certain tenant: the
+OpenClaw session key's current session (same agent, no contradicting fingerprint), or the
+fingerprint rule: exactly one candidate whose recorded request fingerprint (system prompt and
+tools, volatile parts normalised) matches. Anything else is not identified or ``untrusted``,
+and the caller passes the request through unchanged.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-import orjson
-
-from proxy.floor.identify import RequestSignals, message_text
+from proxy.floor.fingerprints import Fingerprints
+from proxy.floor.identify import RequestSignals
 from proxy.transcripts.records import SessionRecord
 
-__all__ = ["Fingerprints", "Lineage", "SessionIndex", "Tenant", "find_session", "fingerprint"]
+__all__ = ["ONE_TENANT", "Evidence", "Lineage", "SessionIndex", "Tenant", "find_session"]
 
-# Volatile parts of system prompts: dates and times (Pi's "Current date:"), uuids and
-# OpenClaw's per-session Runtime fields (2026.7 puts the Runtime line in the system prompt).
-_VOLATILE = re.compile(
-    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
-    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r"|(?<=sessionId=)[^ |\n]+|(?<=session=)[^ |\n]+")
+Evidence = Literal["strong", "weak", "claim", "none"]
 _SOURCE_METHOD = {"prompt_cache_key": "prompt_cache_key", "runtime": "runtime"}
 _MAX_TOOL_SIGNALS = 4
 
@@ -59,6 +50,8 @@ class SessionIndex(Protocol):
     def find_tool_call(self, call_id: str) -> frozenset[str]: ...
 
     def find_user_text(self, text: str) -> frozenset[str]: ...
+
+    def find_summary(self, summary: str) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,79 +88,13 @@ class Lineage:
     method: str
     session_id: str | None = None
     predecessor: str | None = None
-    explicit: bool = False  # identified by an id the request carries, not by content
-    vouched: bool = False  # the request's own messages are found in the session
+    explicit: bool = False  # the request names its session (an id, a session key)
+    evidence: Evidence = "none"
+    trusted: bool = False  # it may draw on the session (and its predecessor)
 
     @property
     def identified(self) -> bool:
         return self.session_id is not None or self.predecessor is not None
-
-
-def fingerprint(body: Mapping[str, Any]) -> str | None:
-    """System prompt(s) and tools of a request, volatile parts normalised; None without both."""
-    messages = body.get("messages")
-    system = []
-    if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, dict) or message.get("role") not in ("system",
-                                                                             "developer"):
-                break
-            system.append(message_text(message))
-    tools = body.get("tools")
-    if not system and not tools:
-        return None
-    digest = hashlib.blake2b(digest_size=12)
-    for text in system:
-        digest.update(_VOLATILE.sub("~", text).encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    try:
-        digest.update(orjson.dumps(tools or []))
-    except TypeError:
-        return None
-    return digest.hexdigest()
-
-
-class Fingerprints:
-    """Recorded request fingerprints per session, bounded (oldest sessions forgotten first)."""
-
-    def __init__(self, limit: int = 50_000, per_fingerprint: int = 64) -> None:
-        self._limit = limit
-        self._per = per_fingerprint
-        self._by_session: OrderedDict[str, str] = OrderedDict()
-        self._by_print: dict[str, OrderedDict[str, None]] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_session)
-
-    def get(self, session_id: str) -> str | None:
-        return self._by_session.get(session_id)
-
-    def record(self, session_id: str, print_: str) -> None:
-        old = self._by_session.get(session_id)
-        if old == print_:
-            self._by_session.move_to_end(session_id)
-            return
-        if old is not None:
-            self._forget(session_id, old)
-        self._by_session[session_id] = print_
-        holders = self._by_print.setdefault(print_, OrderedDict())
-        holders[session_id] = None
-        if len(holders) > self._per:
-            self._forget(next(iter(holders)), print_)
-        while len(self._by_session) > self._limit:
-            sid, fp = next(iter(self._by_session.items()))
-            self._forget(sid, fp)
-
-    def sessions(self, print_: str) -> list[str]:
-        return list(self._by_print.get(print_, ()))
-
-    def _forget(self, session_id: str, print_: str) -> None:
-        self._by_session.pop(session_id, None)
-        holders = self._by_print.get(print_)
-        if holders is not None:
-            holders.pop(session_id, None)
-            if not holders:
-                del self._by_print[print_]
 
 
 def _agent_conflict(record: SessionRecord, signals: RequestSignals) -> bool:
@@ -188,7 +115,7 @@ def _has_assistant(messages: Sequence[Any]) -> bool:
 def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex, *,
                  prints: Fingerprints, print_: str | None,
                  tenant: Tenant = ONE_TENANT) -> Lineage:
-    """Identify the request's session and, for a brand-new session, its certain predecessor."""
+    """Identify the request's session and, for a brand-new session, its predecessor."""
     if signals.is_summarization:
         return Lineage("summarization")
     if signals.session_id:
@@ -197,61 +124,87 @@ def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
         if record is not None and not tenant.excludes(record):
             if _agent_conflict(record, signals):
                 return Lineage("agent_mismatch")
-            seen = _content_scores(signals, catalog)
-            if seen and record.session_id not in seen:
+            scores = _content_scores(signals, catalog)
+            if scores and record.session_id not in scores:
                 # The id says one session, the messages another: trust neither.
                 return Lineage("content_mismatch")
-            return Lineage(method, session_id=record.session_id, explicit=True,
-                           vouched=bool(seen))
+            found = scores.get(record.session_id)
+            evidence: Evidence = found.evidence if found is not None else "claim"
+            return _graded(method, record, evidence, tenant, explicit=True)
         return _new_session(signals, body, catalog, prints=prints, print_=print_, tenant=tenant)
-    found = _by_content(signals, catalog, tenant)
-    if isinstance(found, Lineage):
-        return found
-    if found is not None:
-        return Lineage(found[1], session_id=found[0], vouched=True)
+    best = _by_content(signals, catalog, tenant)
+    if isinstance(best, Lineage):
+        return best
+    if best is not None:
+        record, hits = best
+        return _graded(hits.method, record, hits.evidence, tenant)
     return _new_session(signals, body, catalog, prints=prints, print_=print_, tenant=tenant)
 
 
-def _content_scores(signals: RequestSignals, catalog: SessionIndex,
-                    kinds: dict[str, str] | None = None) -> Counter[str]:
-    """Sessions holding the request's newest tool-call ids and latest user text, by hits."""
-    scores: Counter[str] = Counter()
-    kinds = kinds if kinds is not None else {}
+def _graded(method: str, record: SessionRecord, evidence: Evidence, tenant: Tenant, *,
+            explicit: bool = False) -> Lineage:
+    trusted = evidence == "strong" or tenant.admits(record)
+    return Lineage(method, session_id=record.session_id, explicit=explicit, evidence=evidence,
+                   trusted=trusted)
+
+
+@dataclass(slots=True)
+class _Hits:
+    """What of the request a session holds."""
+
+    score: int = 0
+    method: str = ""
+    strong: bool = False
+
+    @property
+    def evidence(self) -> Evidence:
+        return "strong" if self.strong else "weak"
+
+
+def _content_scores(signals: RequestSignals, catalog: SessionIndex) -> dict[str, _Hits]:
+    """Sessions holding the request's agent summary, newest tool-call ids and latest user
+    text."""
+    hits: dict[str, _Hits] = {}
+
+    def add(sessions: frozenset[str], method: str, strong: bool) -> None:
+        for sid in sessions:
+            found = hits.setdefault(sid, _Hits(method=method))
+            found.score += 1
+            found.strong = found.strong or strong
+
+    if signals.summary_text:
+        add(catalog.find_summary(signals.summary_text), "summary", True)
     for call_id in reversed(signals.tool_call_ids[-_MAX_TOOL_SIGNALS:]):
-        for sid in catalog.find_tool_call(call_id):
-            scores[sid] += 1
-            kinds.setdefault(sid, "tool_call")
+        add(catalog.find_tool_call(call_id), "tool_call", True)
     if signals.latest_user_text:
-        for sid in catalog.find_user_text(signals.latest_user_text):
-            scores[sid] += 1
-            kinds.setdefault(sid, "user_text")
-    return scores
+        add(catalog.find_user_text(signals.latest_user_text), "user_text", False)
+    return hits
 
 
 def _by_content(signals: RequestSignals, catalog: SessionIndex, tenant: Tenant
-                ) -> tuple[str, str] | Lineage | None:
-    kinds: dict[str, str] = {}
-    scores = _content_scores(signals, catalog, kinds)
+                ) -> tuple[SessionRecord, _Hits] | Lineage | None:
+    scores = _content_scores(signals, catalog)
     if not scores:
         return None
-    candidates = []
-    for sid, score in scores.items():
+    candidates: list[tuple[int, str, SessionRecord]] = []
+    for sid, hits in scores.items():
         record = catalog.get(sid)
         if record is not None and not _agent_conflict(record, signals) \
                 and not tenant.excludes(record):
-            candidates.append((score, sid))
+            candidates.append((hits.score, sid, record))
     if not candidates:
         return Lineage("agent_mismatch")
-    candidates.sort(reverse=True)
+    candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
     if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
         return Lineage("ambiguous")
-    sid = candidates[0][1]
-    return sid, kinds[sid]
+    _score, sid, record = candidates[0]
+    return record, scores[sid]
 
 
 def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex, *,
                  prints: Fingerprints, print_: str | None, tenant: Tenant) -> Lineage:
-    """A request no tracked transcript holds: the first requests of a new session."""
+    """A request no tracked transcript holds: the first requests of a new session. Nothing
+    in it is proof, so a predecessor is found only within a certain tenant."""
     messages = body.get("messages")
     listed: Sequence[Any] = messages if isinstance(messages, list) else ()
     if signals.summary_index is not None or _has_assistant(listed):
@@ -263,10 +216,13 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
             return Lineage("no_predecessor")
         if record.agent_id != signals.agent_id or tenant.excludes(record):
             return Lineage("agent_mismatch")
+        if not tenant.admits(record):
+            return Lineage("untrusted")  # a session key is a claim; keys are guessable
         recorded = prints.get(record.session_id)
         if recorded is not None and print_ is not None and recorded != print_:
             return Lineage("fingerprint_mismatch")
-        return Lineage("session_key", predecessor=record.session_id, explicit=True)
+        return Lineage("session_key", predecessor=record.session_id, explicit=True,
+                       evidence="claim", trusted=True)
     if signals.agent_source == "runtime" or signals.session_key:
         return Lineage("no_predecessor")
     if print_ is None:
@@ -284,4 +240,5 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
         return Lineage("no_predecessor")
     if len(heads) > 1:
         return Lineage("ambiguous")
-    return Lineage("fingerprint", predecessor=heads[0].session_id)
+    return Lineage("fingerprint", predecessor=heads[0].session_id, evidence="claim",
+                   trusted=True)

@@ -13,12 +13,13 @@ from typing import Any
 
 import orjson
 
-from proxy.floor.identify import message_text, split_agent_path
+from proxy.floor.identify import split_agent_path
 from proxy.floor.restore import is_counted
 from proxy.floor.stage import FloorRewriter, TailSource
 from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
 from proxy.tokens import TokenCounter
+from proxy.wire.content import message_text
 
 __all__ = ["preview_request"]
 

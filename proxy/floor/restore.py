@@ -15,21 +15,20 @@ form the request shows.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.floor.identify import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, message_text
 from proxy.floor.style import Prefix, learn_prefix, restyle
-from proxy.transcripts.entries import normalise_user_text
 from proxy.transcripts.records import TailMessage
 from proxy.wire.boundary import legal_starts, tail_start, units
+from proxy.wire.content import message_text
+from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
+from proxy.wire.tool_ids import call_id_key
 
 __all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "prefix_of",
            "wire_key"]
 
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 # OpenClaw 2026.7 glues a failed turn's placeholder onto the reply that follows it on the wire.
 FAILED_TURN = "[assistant turn failed before producing content]"
 # How far from where the request's own messages put it the anchor is looked for first (the
@@ -51,10 +50,6 @@ class Block:
         return [m for unit in self.units for m in unit]
 
 
-def _id_key(value: object) -> str:
-    return _NOT_ALNUM.sub("", value.split("|", 1)[0]) if isinstance(value, str) else ""
-
-
 def is_internal(message: object) -> bool:
     """OpenClaw's trailing internal-context message or its overflow "Continue" turn."""
     if not isinstance(message, Mapping) or message.get("role") != "user":
@@ -74,15 +69,15 @@ def wire_key(message: object) -> tuple[Any, ...]:
     if not isinstance(message, Mapping):
         return ("?",)
     role = message.get("role")
-    text = " ".join(normalise_user_text(message_text(message)).split())
+    text = normalise_user_text(message_text(message))
     if role == "assistant":
         text = text.replace(FAILED_TURN, "").strip()
         calls = message.get("tool_calls")
-        ids = tuple(_id_key(c.get("id")) for c in calls if isinstance(c, Mapping)) \
+        ids = tuple(call_id_key(c.get("id")) for c in calls if isinstance(c, Mapping)) \
             if isinstance(calls, list) else ()
         return ("assistant", text, ids)
     if role == "tool":
-        return ("tool", _id_key(message.get("tool_call_id")), text)
+        return ("tool", call_id_key(message.get("tool_call_id")), text)
     return (str(role), text)
 
 

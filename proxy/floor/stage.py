@@ -24,16 +24,9 @@ import orjson
 
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
 from proxy.floor.decision import Decision, annotate, none, summary_of
-from proxy.floor.identify import RequestSignals, identify, message_text
-from proxy.floor.lineage import (
-    ONE_TENANT,
-    Fingerprints,
-    Lineage,
-    SessionIndex,
-    Tenant,
-    find_session,
-    fingerprint,
-)
+from proxy.floor.fingerprints import Fingerprints, fingerprint
+from proxy.floor.identify import RequestSignals, identify
+from proxy.floor.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.metrics import Metrics
@@ -41,6 +34,7 @@ from proxy.model import ChatRequest, Rewrite
 from proxy.policy.records import Policy, RuleSet
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import TailMessage
+from proxy.wire.content import message_text
 
 __all__ = ["Decision", "FloorRewriter", "TailSource"]
 
@@ -143,11 +137,16 @@ class FloorRewriter:
         tenant = self._tenant(signals, rules)
         lineage = find_session(signals, chat.body, self.catalog, prints=self.prints,
                                print_=print_, tenant=tenant)
-        if lineage.session_id is not None and print_ is not None and lineage.vouched:
-            # Only a session the request's content vouched for: a claimed id plants nothing.
+        if lineage.session_id is not None and print_ is not None and (
+                lineage.evidence == "strong" or (lineage.trusted and tenant.certain
+                                                 and self.prints.get(lineage.session_id) is None)):
+            # A guessed text or a claimed id never replaces a fingerprint, and plants one only
+            # where the tenant is certain: a later fingerprint carry cannot be steered.
             self.prints.record(lineage.session_id, print_)
         if not lineage.identified:
             return none(chat, lineage.method, lineage.method)
+        if not lineage.trusted:
+            return none(chat, "untrusted", "untrusted", lineage.session_id)
         if signals.raw_after_summary >= policy.min_tail_messages:
             return none(chat, "floor_holds", lineage.method, lineage.session_id)
         first = signals.first_raw_index if signals.first_raw_index is not None else len(messages)
@@ -198,30 +197,18 @@ class FloorRewriter:
         extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
 
-    def _holds_segment(self, ctx: _Request, session_id: str) -> bool | None:
+    def _holds_segment(self, ctx: _Request, session_id: str) -> bool:
         """Whether the request carries its session's whole current segment (what follows the
         reset or the session start): a request that only shares a message or two with a
-        session (a common "hi") is not that session's, and gets nothing carried into it.
-        None: the segment is still empty, so the request's content proves nothing."""
+        session (a common "hi") is not that session's, and gets nothing carried into it."""
         assert self.catalog is not None
         mine = [m for m in ctx.own if is_counted(m)]
         segment = [m for r in self.catalog.tail(session_id, len(mine) + 1) for m in r.messages
                    if is_counted(m)]
         if len(segment) > len(mine):
             return False
-        if not segment:
-            return None
         # The transcript may lag the request by its newest messages, never the other way.
         return [wire_key(m) for m in segment] == [wire_key(m) for m in mine[:len(segment)]]
-
-    def _claim_trusted(self, ctx: _Request, session_id: str) -> bool:
-        """A carry into a session the request only names (its content proves nothing yet):
-        trusted within a certain tenant, or when the session's recorded fingerprint (made
-        from requests its content vouched for) is this request's."""
-        if ctx.tenant.certain:
-            return True
-        recorded = self.prints.get(session_id)
-        return recorded is not None and recorded == ctx.print_
 
     def _prefix(self, ctx: _Request, session_id: str | None, source: str) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
@@ -255,13 +242,8 @@ class FloorRewriter:
         if not policy.carries(source.reason):
             return none(chat, f"{source.reason}_not_carried", lineage.method,
                         lineage.session_id)
-        if lineage.session_id is not None:
-            holds = self._holds_segment(ctx, lineage.session_id)
-            if holds is False:
-                return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
-            if holds is None and not lineage.vouched and not self._claim_trusted(
-                    ctx, lineage.session_id):
-                return none(chat, "untrusted", "untrusted", lineage.session_id)
+        if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
+            return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
         n = policy.min_tail_messages
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style

@@ -10,17 +10,16 @@ same form, so they read exactly like the agent's own history.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from proxy.wire.content import first_text
+from proxy.wire.openclaw import USER_PREFIX
+
 __all__ = ["Prefix", "learn_prefix", "restyle"]
 
-_PREFIX = re.compile(
-    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d{2}-\d{2} \d{2}:\d{2})(?::\d{2})?"
-    r"(?: ([A-Za-z0-9:+\-/_]{1,40}))?\] ")
 Message = dict[str, Any]
 
 
@@ -39,26 +38,16 @@ class Prefix:
         return when.strftime("[%a %Y-%m-%d %H:%M") + label + "] "
 
 
-def _text(message: Mapping[str, Any]) -> str | None:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and content and isinstance(content[0], Mapping):
-        text = content[0].get("text")
-        return text if isinstance(text, str) else None
-    return None
-
-
 def learn_prefix(own: Sequence[Any], times: Sequence[float | None]) -> Prefix | None:
     """The prefix rule shown by the request's user messages; ``times`` are the transcript
     times of ``own`` (None where unknown or not matched). None: nothing to learn from."""
     for message, ts in zip(own, times, strict=False):
         if not isinstance(message, Mapping) or message.get("role") != "user" or ts is None:
             continue
-        text = _text(message)
+        text = first_text(message)
         if text is None:
             continue
-        found = _PREFIX.match(text)
+        found = USER_PREFIX.match(text)
         if found is None:
             return Prefix(None)
         shown = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
@@ -75,11 +64,11 @@ def restyle(messages: Sequence[Message], times: Sequence[float | None],
         return list(messages)
     out: list[Message] = []
     for message, ts in zip(messages, times, strict=True):
-        text = _text(message) if message.get("role") == "user" else None
+        text = first_text(message) if message.get("role") == "user" else None
         if text is None or ts is None:
             out.append(message)
             continue
-        bare = _PREFIX.sub("", text, count=1)
+        bare = USER_PREFIX.sub("", text, count=1)
         new = rule.render(ts) + bare
         content = message["content"]
         if isinstance(content, str):

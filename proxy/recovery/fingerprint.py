@@ -9,10 +9,9 @@ The canonical form keeps what the model reads and drops what agents re-render di
 between requests: role, the text (a string and a list of text parts read the same), images by
 a hash of their URL, tool calls by id, name and arguments (JSON re-serialized with sorted keys,
 since agents re-serialize arguments from stored objects), and the ``tool_call_id`` of results.
-Tool-call ids are compared in a normalised form: Pi rewrites ids for another model (part before
-``|``, at most 40 characters, odd characters replaced) and OpenClaw drops underscores, so only
-the letters and digits of the first 40 characters count. Reasoning fields are left out: agents
-drop or keep them depending on the model.
+Tool-call ids are compared by the key all their wire forms share (``proxy.wire.tool_ids``):
+Pi rewrites ids for another model and OpenClaw drops underscores. Reasoning fields are left
+out: agents drop or keep them depending on the model.
 
 Pure: hashing only.
 """
@@ -26,17 +25,11 @@ from typing import Any
 
 import orjson
 
-__all__ = ["chain_fingerprint", "message_fingerprint", "normalise_call_id", "prefix_chain"]
+from proxy.wire.tool_ids import call_id_key
+
+__all__ = ["chain_fingerprint", "message_fingerprint", "prefix_chain"]
 
 _DIGEST_SIZE = 16  # 128 bits: collisions are not a concern at any realistic store size
-_ID_CHARS = 40
-
-
-def normalise_call_id(call_id: object) -> str:
-    if not isinstance(call_id, str):
-        return ""
-    head = call_id.split("|", 1)[0][:_ID_CHARS]
-    return "".join(ch for ch in head if ch.isascii() and ch.isalnum())
 
 
 def _digest(data: bytes) -> str:
@@ -98,7 +91,7 @@ def _calls(calls: object) -> list[list[str]]:
             continue
         function = call.get("function")
         function = function if isinstance(function, Mapping) else {}
-        out.append([normalise_call_id(call.get("id")), str(function.get("name", "")),
+        out.append([call_id_key(call.get("id")), str(function.get("name", "")),
                     _arguments(function.get("arguments"))])
     return out
 
@@ -109,7 +102,7 @@ def message_fingerprint(msg: Mapping[str, Any]) -> str:
         str(msg.get("role", "")),
         _content(msg.get("content")),
         _calls(msg.get("tool_calls")),
-        normalise_call_id(msg.get("tool_call_id")),
+        call_id_key(msg.get("tool_call_id")),
     ]
     return _digest(_sorted_json(canonical).encode())
 

@@ -18,7 +18,7 @@ from aiohttp import web
 from proxy.errors import (
     BadRequest,
     BodyTooLarge,
-    InvalidTarget,
+    InvalidHeader,
     ProxyError,
     Rejected,
     UnsupportedEncoding,
@@ -30,7 +30,7 @@ from proxy.model import ChatRequest
 from proxy.server.body import body_encoding, decodable, decode, decode_stream
 from proxy.server.exchange import CLIENT_GONE, JSON, ChatExchange, error_response
 from proxy.server.state import STATE_KEY, ProxyState
-from proxy.server.target import Target, parse_target
+from proxy.server.target import Target, parse_target, route_path
 from proxy.upstream.pool import forward_headers, response_headers
 
 ACCESS_LOG = logging.getLogger("tailfloor.access")
@@ -84,13 +84,17 @@ async def route(request: web.Request) -> web.StreamResponse:
     passthrough, chosen from the raw target (never aiohttp's decoded path)."""
     try:
         target = parse_target(request.raw_path)
-    except InvalidTarget as exc:
+        coding = request.headers.get("Transfer-Encoding")
+        if coding is not None and coding.strip().lower() != "chunked":
+            # Any other transfer coding would be dropped silently by the parser.
+            raise InvalidHeader("only the chunked transfer coding is accepted")
+    except Rejected as exc:
         state = request.app[STATE_KEY]
         request_id = _request_id(state, request)
         state.metrics.rejected.labels(reason=exc.reason).inc()
         state.metrics.requests_by("other", "none", str(exc.status)).inc()
         return error_response(exc, request_id)
-    if request.method == "POST" and target.path in CHAT_PATHS:
+    if request.method == "POST" and route_path(target.path) in CHAT_PATHS:
         return await chat_completions(request, target)
     return await passthrough(request, target)
 

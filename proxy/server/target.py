@@ -11,9 +11,11 @@ sent them:
 - a fragment is dropped (it never belongs in a request target);
 - bytes outside printable ASCII are percent-encoded (their original bytes), except control
   characters and spaces, which are refused: they could split the upstream request line;
-- a ``.`` or ``..`` segment, in any spelling (``%2e%2e``, hidden behind an encoded ``/`` or
-  ``\\``) is refused: an upstream that resolves it could be reached above its base path
-  (``/tenant-a/v1`` is a boundary);
+- a ``.`` or ``..`` segment, in any spelling (``%2e%2e``, ``%252e%252e`` for a gateway that
+  decodes twice, hidden behind an encoded ``/`` or ``\\``, or followed by ``;`` path
+  parameters as Tomcat reads them) is refused, and so is a path whose percent-encoded bytes
+  are not UTF-8 (overlong ``%c0%ae``): an upstream that resolves such a segment could be
+  reached above its base path (``/tenant-a/v1`` is a boundary);
 - an ``/agents/<id>/`` prefix is stripped and its id returned (an invalid id is refused).
 """
 
@@ -25,7 +27,7 @@ from urllib.parse import unquote
 
 from proxy.errors import InvalidTarget
 
-__all__ = ["Target", "parse_target"]
+__all__ = ["Target", "parse_target", "route_path"]
 
 _ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -62,14 +64,33 @@ def _ascii(part: str, what: str) -> str:
 
 
 def _climbs(path: str) -> bool:
-    """Whether any segment is ``.`` or ``..`` once decoded (``%2f`` and ``\\`` as ``/``)."""
+    """Whether any segment is ``.`` or ``..`` once decoded (up to three times; ``%2f`` and
+    ``\\`` as ``/``; ``;`` parameters ignored), or decodes to bytes that are not UTF-8."""
     for segment in path.split("/"):
         if "." not in segment and "%" not in segment:
             continue
-        decoded = unquote(segment, errors="surrogateescape").replace("\\", "/")
-        if any(piece in (".", "..") for piece in decoded.split("/")):
-            return True
+        decoded = segment
+        for _round in range(3):
+            try:
+                decoded = unquote(decoded, errors="strict")
+            except UnicodeDecodeError:
+                return True
+            pieces = decoded.replace("\\", "/").split("/")
+            if any(piece.split(";", 1)[0] in (".", "..") for piece in pieces):
+                return True
+            if "%" not in decoded:
+                break
     return False
+
+
+def route_path(path: str) -> str:
+    """The form of a path used to pick a route: ``//`` collapsed, a trailing ``/`` and an
+    encoded ``/`` read as the upstream may read them, so ``/v1//chat/completions/`` is
+    still the chat route (the upstream gets the path as sent)."""
+    decoded = path.replace("%2F", "/").replace("%2f", "/")
+    while "//" in decoded:
+        decoded = decoded.replace("//", "/")
+    return decoded.rstrip("/") or "/"
 
 
 def parse_target(raw: str) -> Target:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.transcripts import view
-from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
+from proxy.transcripts.entries import Entry, summary_key, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import (
     SessionInfo,
@@ -75,10 +75,11 @@ class Catalog:
         """
         old = self._states.get(info.session_id)
         if old is not None:
-            self._index.drop(info.session_id, old.entries, keep=())
+            self._index.drop(info.session_id, [*old.entries, *old.marks.values()], keep=())
         st = _State(info, store)
         self._states[info.session_id] = st
         st.marks = {m.id: m for m in window.marks}
+        self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
         self._set_window(st, list(window.entries), window.complete)
         self._link_key(info)
         if defer:
@@ -115,7 +116,7 @@ class Catalog:
         st = self._states.pop(session_id, None)
         if st is None:
             return
-        self._index.drop(session_id, st.entries, keep=())
+        self._index.drop(session_id, [*st.entries, *st.marks.values()], keep=())
         for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
                                            (self._by_group, st.info.group))):
             if name and session_id in table.get(name, []):
@@ -149,7 +150,9 @@ class Catalog:
             reader = getattr(st.store, "read_marks", None)
             if reader is not None:
                 for mark in reader(st.entries[0].pos):
-                    st.marks.setdefault(mark.id, mark)
+                    if mark.id not in st.marks:
+                        st.marks[mark.id] = mark
+                        self._index.add(session_id, mark.keys)
                 self._refresh(st)
         return st.record
 
@@ -209,6 +212,10 @@ class Catalog:
         """Sessions whose kept tail holds a user message with this text (normalised, so
         OpenClaw's timestamp prefix and Runtime line do not matter)."""
         return self._index.lookup(user_text_key(text))
+
+    def find_summary(self, summary: str) -> frozenset[str]:
+        """Sessions with a compaction whose summary is this text (whitespace ignored)."""
+        return self._index.lookup(summary_key(summary))
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages of the active branch, oldest first.
@@ -308,7 +315,7 @@ class Catalog:
         for e in entries:
             if e.kind in ("compaction", "reset"):
                 st.marks[e.id] = e
-        self._index.drop(st.info.session_id, old, keep=entries)
+        self._index.drop(st.info.session_id, old, keep=[*entries, *st.marks.values()])
         for e in entries:
             self._index.add(st.info.session_id, e.keys)
         self._trim(st)
@@ -330,7 +337,7 @@ class Catalog:
             st.before_count += sum(1 for e in gone if e.is_raw_message)
         for e in gone:
             st.by_id.pop(e.id, None)
-        self._index.drop(st.info.session_id, gone, keep=st.entries)
+        self._index.drop(st.info.session_id, gone, keep=[*st.entries, *st.marks.values()])
         st.complete = False
 
     def _link_key(self, info: SessionInfo) -> None:

@@ -9,12 +9,15 @@ so memory does not grow with transcript size.
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from proxy.wire.content import content_text
+from proxy.wire.openclaw import normalise_user_text
+from proxy.wire.tool_ids import call_id_key
 
 __all__ = [
     "KNOWN_KINDS",
@@ -22,13 +25,10 @@ __all__ = [
     "Entry",
     "EntryError",
     "Header",
-    "message_text",
-    "normalise_tool_call_id",
-    "normalise_user_text",
     "parse_entry",
     "parse_header",
     "parse_timestamp",
-    "tool_call_id_forms",
+    "summary_key",
     "tool_call_key",
     "user_text_key",
 ]
@@ -41,10 +41,6 @@ KNOWN_KINDS = frozenset({
 MESSAGE_KINDS = frozenset({"message", "custom_message", "branch_summary"})
 SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})
 
-_OPENCLAW_PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?: [^\]]{1,40})?\] ")
-_RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
-_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
 class EntryError(ValueError):
@@ -182,6 +178,8 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     elif kind == "compaction":
         summary = _str(obj, "summary") or ""
         first_kept = _str(obj, "firstKeptEntryId")
+        found = summary_key(summary)
+        keys = (found,) if found is not None else ()
         index = obj.get("firstKeptEntryIndex")
         if first_kept is None and isinstance(index, int) and not isinstance(index, bool):
             first_kept = f"v1-{index}"
@@ -197,26 +195,6 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
                  reason=reason, keys=keys)
 
 
-def message_text(content: object, sep: str = "\n") -> str:
-    """The text parts of a message content (string or blocks), joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return sep.join(str(b.get("text", "")) for b in content
-                        if isinstance(b, Mapping) and b.get("type") == "text")
-    return ""
-
-
-def normalise_user_text(text: str) -> str:
-    """User text as both the transcript and any request carry it.
-
-    Drops OpenClaw's ``[Day YYYY-MM-DD HH:MM TZ] `` prefix and its trailing Runtime line
-    (added on the wire only), and collapses whitespace.
-    """
-    text = _RUNTIME_SUFFIX.sub("", _OPENCLAW_PREFIX.sub("", text.lstrip(), count=1))
-    return " ".join(text.split())
-
-
 def _digest(tag: bytes, text: str) -> int:
     raw = hashlib.blake2b(tag + text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(raw, "big")
@@ -228,31 +206,21 @@ def user_text_key(text: str) -> int | None:
     return _digest(b"u", norm) if norm else None
 
 
-def normalise_tool_call_id(call_id: str) -> str:
-    """Pi's cross-model replay form: part before ``|``, unsafe chars -> ``_``, 40 chars max."""
-    return _UNSAFE_ID.sub("_", call_id.split("|", 1)[0])[:40]
-
-
-def tool_call_id_forms(call_id: str) -> tuple[str, ...]:
-    """Every form an agent may put on the wire: verbatim, normalised, ``_`` stripped."""
-    normalised = normalise_tool_call_id(call_id)
-    forms = dict.fromkeys((call_id, normalised, call_id.replace("_", ""),
-                           normalised.replace("_", "")))
-    return tuple(f for f in forms if f)
-
-
 def tool_call_key(call_id: str) -> int | None:
-    """Index key of a tool-call id, the same for each of its wire forms.
-
-    Every form reduces to the letters and digits of the part before ``|`` (at most 40):
-    verbatim, Pi-normalised and OpenClaw's underscore-free ids all land on one key.
-    """
-    core = _NOT_ALNUM.sub("", call_id.split("|", 1)[0][:40])
+    """Index key of a tool-call id, the same for each of its wire forms (wire.tool_ids)."""
+    core = call_id_key(call_id)
     return _digest(b"t", core) if core else None
 
 
+def summary_key(summary: str) -> int | None:
+    """Index key of a compaction summary's text (whitespace collapsed; None when empty):
+    a summary is long model output no other session holds, so it names its session."""
+    norm = " ".join(summary.split())
+    return _digest(b"s", norm) if norm else None
+
+
 def _user_keys(content: object) -> tuple[int, ...]:
-    key = user_text_key(message_text(content))
+    key = user_text_key(content_text(content))
     return (key,) if key else ()
 
 

@@ -121,7 +121,13 @@ class UpstreamResponse:
         self.headers = headers
 
     async def read(self) -> bytes:
-        parts = [chunk async for chunk in self.chunks()]
+        """The whole body; the connection goes back to the pool, or is closed when the read
+        does not finish (an error, or the client left and the request was cancelled)."""
+        try:
+            parts = [chunk async for chunk in self.chunks()]
+        except BaseException:
+            self.close()
+            raise
         self.release()
         return b"".join(parts)
 
@@ -135,10 +141,6 @@ class UpstreamResponse:
             raise UpstreamTimeout("the upstream went silent mid-answer") from exc
         except (ConnectionClosed, ProtocolError, OSError) as exc:
             raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from exc
-
-    @property
-    def complete(self) -> bool:
-        return self._connection.complete
 
     def close(self) -> None:
         """Drop the connection: used when the answer was not read to its end."""
@@ -163,10 +165,6 @@ class Replayed(UpstreamResponse):
     async def chunks(self) -> AsyncIterator[bytes]:
         if self._body:
             yield self._body
-
-    @property
-    def complete(self) -> bool:
-        return True
 
     def close(self) -> None:
         return None

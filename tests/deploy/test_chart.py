@@ -299,3 +299,11 @@ def test_a_rules_change_does_not_restart_the_pod() -> None:
     after = one(render([SIDECAR], ["tailfloor.rules.files.other\\.toml=[defaults]"]),
                 "Deployment")
     assert before["spec"]["template"] == after["spec"]["template"]
+
+
+def test_introspection_is_off_in_the_pod_unless_asked() -> None:
+    tailfloor = container(pod_spec(render([STANDALONE])), "tailfloor")
+    assert env_of(tailfloor)["TAILFLOOR_INTROSPECTION"] == "false"
+    tailfloor = container(pod_spec(render([STANDALONE], ["tailfloor.introspection=true"])),
+                          "tailfloor")
+    assert env_of(tailfloor)["TAILFLOOR_INTROSPECTION"] == "true"

@@ -257,3 +257,46 @@ def test_logs_carry_request_ids_and_never_the_api_key(
     access = [line for line in lines if line["logger"] == "tailfloor.access"]
     assert access and all(line["request_id"] != "-" and "status" in line for line in access)
     assert {line["status"] for line in access} >= {504}
+
+
+def test_a_client_gone_mid_answer_closes_the_upstream_connection() -> None:
+    """A non-streaming answer the client stops waiting for: the upstream socket is closed
+    (not pooled, not left open until the upstream's own idle timeout)."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    closed_after: list[float] = []
+
+    def upstream() -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(10)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n0123456789")
+        started = time.monotonic()
+        try:
+            while conn.recv(65536):
+                pass
+            closed_after.append(time.monotonic() - started)
+        except OSError:
+            pass
+        conn.close()
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    process = ProxyProcess(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        with socket.create_connection(("127.0.0.1", process.port), timeout=5) as client:
+            client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                           b"Content-Type: application/json\r\nContent-Length: "
+                           + str(len(CHAT)).encode() + b"\r\n\r\n" + CHAT)
+            time.sleep(0.5)
+        thread.join(5)
+        assert closed_after and closed_after[0] < 3, closed_after
+    finally:
+        process.stop()
+        listener.close()

@@ -82,6 +82,7 @@ def test_raw_non_ascii_in_the_target_is_refused_by_the_parser(
 @pytest.mark.parametrize("target", [
     "/v1/%2e%2e/%2e%2e/admin", "/v1/../../admin", "/v1/x/..%2f..%2fadmin",
     "/v1/.%2E/admin", "/agents/a/v1/%2E%2e/secret", "/v1/x/..%5c..%5cadmin",
+    "/v1/..;/admin", "/v1/%252e%252e/admin", "/v1/%c0%ae%c0%ae/admin",
 ])
 def test_dot_segments_are_refused(proxy: ProxyProcess, clean_fake: FakeUpstream,
                                   target: str) -> None:
@@ -123,3 +124,34 @@ def test_introspection_is_not_on_the_proxy_port(proxy: ProxyProcess,
     # The admin listener is not a proxy: nothing it gets goes upstream.
     assert send_raw(proxy.admin_port, b"GET /v1/models HTTP/1.1\r\nHost: t").status == 404
     assert clean_fake.received == []
+
+
+@pytest.mark.parametrize("path", ["/v1//chat/completions", "/v1/chat/completions/",
+                                  "/v1/chat%2Fcompletions"])
+def test_spellings_of_the_chat_path_take_the_chat_route(
+        proxy: ProxyProcess, clean_fake: FakeUpstream, path: str) -> None:
+    chat = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    answer = send_raw(proxy.port, f"POST {path} HTTP/1.1\r\nHost: t\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(chat)}"
+                      .encode(), chat)
+    assert "x-tailfloor" in answer.headers  # the floor saw it
+    assert clean_fake.received[-1].raw_path == path  # the upstream gets it as sent
+
+
+def test_transfer_codings_other_than_chunked_are_refused(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    answer = send_raw(proxy.port, b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\n"
+                      b"Transfer-Encoding: gzip, chunked", b"0\r\n\r\n")
+    assert answer.status == 400
+    assert orjson.loads(answer.body)["error"]["code"] == "invalid_header"
+    assert clean_fake.received == []
+
+
+def test_introspection_can_be_switched_off(fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url, "--no-introspection")
+    try:
+        answer = send_raw(process.admin_port, b"GET /tailfloor/sessions HTTP/1.1\r\nHost: t")
+        assert answer.status == 404
+        assert send_raw(process.admin_port, b"GET /metrics HTTP/1.1\r\nHost: t").status == 200
+    finally:
+        process.stop()

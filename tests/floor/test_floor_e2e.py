@@ -72,7 +72,7 @@ def test_enforce_restores_and_reports_the_client_usage(fake: FakeUpstream,
         assert answer["usage"]["prompt_tokens"] < upstream
         assert proxy.sample("tailfloor_rewrites_total", kind="floor") == 1
         assert proxy.sample("tailfloor_tail_messages_injected_total") > 0
-        assert proxy.sample("tailfloor_identification_total", method="tool_call") == 1
+        assert proxy.sample("tailfloor_identification_total", method="summary") == 1
         # A bad edit of the rules keeps the rules in force.
         (rules / "floor.toml").write_text("[defaults]\nmode = 12\n")
         deadline = time.monotonic() + 5

@@ -12,11 +12,11 @@ from proxy.floor.identify import (
     RequestSignals,
     identify,
     is_summarization,
-    message_text,
     split_agent_path,
-    strip_user_prefix,
 )
 from proxy.policy.records import Identification
+from proxy.wire.content import message_text
+from proxy.wire.openclaw import strip_user_prefix
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "floor"
 PI_SESSION = "01a22a43-927b-7210-a94c-d5b0cd90c50a"

@@ -15,12 +15,13 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.floor.identify import SUMMARY_PHRASE, message_text
 from proxy.floor.restore import is_counted, wire_key
 from proxy.floor.stage import Decision, FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.boundary import role_problems
+from proxy.wire.content import message_text
+from proxy.wire.summary import SUMMARY_PHRASE
 from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, rules, system
 
 TOKENS = TokenCounter()
@@ -99,10 +100,9 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
     decision = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
     again = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
     sent = check_common(decision, body, again, window, n)
-    if not any(m["role"] in ("user", "tool") for m in own):
-        # Nothing in the request to recognise its session by: left alone.
-        assert decision.verdict == "none; reason=unidentified"
-        return
+    # The agent's summary names the session even when the request holds no user text or
+    # tool call to recognise it by.
+    assert decision.method == "summary", decision.verdict
     if own_raw >= n:
         assert decision.verdict == "none; reason=floor_holds"
         return

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from proxy.floor.fingerprints import Fingerprints
 from proxy.floor.identify import identify
-from proxy.floor.lineage import Fingerprints
 from proxy.floor.restore import is_counted, is_internal, wire_key
 from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter

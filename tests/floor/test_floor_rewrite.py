@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
-from proxy.floor.lineage import Fingerprints, fingerprint
+from proxy.floor.fingerprints import Fingerprints, fingerprint
 from proxy.floor.restore import is_counted
 from proxy.floor.stage import FloorRewriter
 from proxy.metrics import Metrics

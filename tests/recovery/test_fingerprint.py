@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from proxy.recovery.fingerprint import (
     message_fingerprint,
-    normalise_call_id,
     prefix_chain,
 )
+from proxy.wire.tool_ids import call_id_key
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "compaction"
 fp = message_fingerprint
@@ -39,11 +39,11 @@ def test_tool_call_ids_as_agents_rewrite_them() -> None:
     # OpenClaw sends the transcript's call_ee68... without the underscore (captures README)
     assert fp(call("call_ee6852ba1db54570", "{}")) == fp(call("callee6852ba1db54570", "{}"))
     # Pi's normalisation for another model: part before '|', odd characters replaced
-    assert normalise_call_id("call_abc|fc_xyz") == normalise_call_id("call_abc")
-    assert normalise_call_id("call.a+b") == normalise_call_id("call_a_b")
+    assert call_id_key("call_abc|fc_xyz") == call_id_key("call_abc")
+    assert call_id_key("call.a+b") == call_id_key("call_a_b")
     assert fp({"role": "tool", "tool_call_id": "call_abc|fc_1", "content": "x"}) == fp(
         {"role": "tool", "tool_call_id": "call_abc", "content": "x"})
-    assert normalise_call_id(None) == ""
+    assert call_id_key(None) == ""
 
 
 def test_what_the_model_reads_differently_differs() -> None:

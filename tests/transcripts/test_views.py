@@ -13,14 +13,13 @@ from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import (
     Entry,
     EntryError,
-    normalise_user_text,
     parse_entry,
     parse_header,
-    tool_call_id_forms,
     user_text_key,
 )
 from proxy.transcripts.records import SessionInfo, Window
 from proxy.transcripts.render import RenderOptions, Source, openclaw_prefix, render
+from proxy.wire.openclaw import normalise_user_text
 
 
 class MemStore:
@@ -163,8 +162,6 @@ def test_user_text_and_tool_call_keys() -> None:
         == "Hello"
     assert user_text_key("  hello   world ") == user_text_key("hello world")
     assert user_text_key("   ") is None
-    assert set(tool_call_id_forms("call_0efe|fc+1")) == {
-        "call_0efe|fc+1", "call_0efe", "call0efe|fc+1", "call0efe"}
 
 
 def _catalog(objs: list[dict[str, Any]], window: int | None = None, tail_limit: int = 10

@@ -16,7 +16,9 @@ where $cfg is a dict; only "image" is required:
   image           tailfloor image reference
   upstream        model API base URL (default https://api.openai.com)
   port            listen port (default 8787)
-  adminPort       admin listener port: /metrics, /healthz, /readyz, /tailfloor/* (default 8788)
+  adminPort       admin listener port: /metrics, /healthz, /readyz (default 8788)
+  introspection   also serve /tailfloor/* there (session ids, keys, paths; default false: the
+                  admin port listens on the pod IP for probes and scrapes)
   transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
                   mountPath (default /transcripts), readOnly (default false, see values.yaml)
   sessions        list of transcript paths inside the container (default: transcripts.mountPath)
@@ -49,6 +51,8 @@ where $cfg is a dict; only "image" is required:
       value: {{ printf "0.0.0.0:%v" $port | quote }}
     - name: TAILFLOOR_ADMIN_LISTEN
       value: {{ printf "0.0.0.0:%v" $adminPort | quote }}
+    - name: TAILFLOOR_INTROSPECTION
+      value: {{ ternary "true" "false" (eq (toString $c.introspection) "true") | quote }}
     - name: TAILFLOOR_UPSTREAM
       value: {{ default "https://api.openai.com" $c.upstream | quote }}
     - name: TAILFLOOR_LOG_FORMAT

@@ -1,0 +1,90 @@
+"""Request fingerprints: what a request's system prompt and tools look like, per session.
+
+An agent that sends no identity at all (Pi by default) starts a new session with the same
+system prompt and tools as the last one; the fingerprint (volatile parts such as dates, uuids
+and OpenClaw's per-session Runtime fields normalised) is what ties the two, and only within
+one certain tenant (see lineage). Pure: hashing and bounded in-memory maps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from proxy.wire.content import head_length, message_text
+
+__all__ = ["Fingerprints", "fingerprint"]
+
+# Volatile parts of system prompts: dates and times (Pi's "Current date:"), uuids and
+# OpenClaw's per-session Runtime fields (2026.7 puts the Runtime line in the system prompt).
+_VOLATILE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|(?<=sessionId=)[^ |\n]+|(?<=session=)[^ |\n]+")
+def fingerprint(body: Mapping[str, Any]) -> str | None:
+    """System prompt(s) and tools of a request, volatile parts normalised; None without both."""
+    messages = body.get("messages")
+    listed = messages if isinstance(messages, list) else []
+    system = [message_text(m) for m in listed[:head_length(listed)]]
+    tools = body.get("tools")
+    if not system and not tools:
+        return None
+    digest = hashlib.blake2b(digest_size=12)
+    for text in system:
+        digest.update(_VOLATILE.sub("~", text).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    try:
+        digest.update(orjson.dumps(tools or []))
+    except TypeError:
+        return None
+    return digest.hexdigest()
+
+
+class Fingerprints:
+    """Recorded request fingerprints per session, bounded (oldest sessions forgotten first)."""
+
+    def __init__(self, limit: int = 50_000, per_fingerprint: int = 64) -> None:
+        self._limit = limit
+        self._per = per_fingerprint
+        self._by_session: OrderedDict[str, str] = OrderedDict()
+        self._by_print: dict[str, OrderedDict[str, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_session)
+
+    def get(self, session_id: str) -> str | None:
+        return self._by_session.get(session_id)
+
+    def record(self, session_id: str, print_: str) -> None:
+        old = self._by_session.get(session_id)
+        if old == print_:
+            self._by_session.move_to_end(session_id)
+            return
+        if old is not None:
+            self._forget(session_id, old)
+        self._by_session[session_id] = print_
+        holders = self._by_print.setdefault(print_, OrderedDict())
+        holders[session_id] = None
+        if len(holders) > self._per:
+            self._forget(next(iter(holders)), print_)
+        while len(self._by_session) > self._limit:
+            sid, fp = next(iter(self._by_session.items()))
+            self._forget(sid, fp)
+
+    def sessions(self, print_: str) -> list[str]:
+        return list(self._by_print.get(print_, ()))
+
+    def _forget(self, session_id: str, print_: str) -> None:
+        self._by_session.pop(session_id, None)
+        holders = self._by_print.get(print_)
+        if holders is not None:
+            holders.pop(session_id, None)
+            if not holders:
+                del self._by_print[print_]
+
+

@@ -1,0 +1,67 @@
+"""Message content as the agents send it, read one way everywhere. Pure.
+
+OpenAI chat content is a string or a list of parts; a part with a string ``text`` is text
+(``text``, ``input_text``, ``output_text`` and Pi's transcript blocks all look like that),
+anything else (images, audio, files) is not. A request opens with its system/developer
+messages (its *head*), then the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = ["content_text", "first_text", "head_length", "message_text", "text_parts"]
+
+HEAD_ROLES = frozenset({"system", "developer"})
+
+
+def text_parts(content: object) -> Iterator[str]:
+    """The texts of a content, in order (a string content is one text)."""
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    yield text
+            elif isinstance(part, str):
+                yield part
+
+
+def content_text(content: object, sep: str = "\n") -> str:
+    """A content's texts joined by ``sep`` (a string content unchanged)."""
+    if isinstance(content, str):
+        return content
+    return sep.join(text_parts(content))
+
+
+def message_text(message: object) -> str:
+    """The text of a message (its content's texts joined by newlines)."""
+    if not isinstance(message, Mapping):
+        return ""
+    return content_text(message.get("content"))
+
+
+def first_text(message: object) -> str | None:
+    """The first text of a message: where an agent puts a prefix. None: no text first."""
+    if not isinstance(message, Mapping):
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and isinstance(content[0], Mapping):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
+def head_length(messages: Sequence[Any]) -> int:
+    """How many leading system/developer messages a request has."""
+    n = 0
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") not in HEAD_ROLES:
+            break
+        n += 1
+    return n
