@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from proxy.policy.files import load_rules_dir
+from proxy.policy.parse import POLICY_FIELDS as _POLICY_FIELDS
 from proxy.policy.parse import RulesError
 from proxy.policy.records import Policy, Rule, RuleSet
-
-_POLICY_FIELDS = (
-    "mode", "min_tail_messages", "carry_forward_on_reset", "carry_reset_kinds", "reserve_tokens",
-    "report_usage", "on_overflow", "preflight", "summary_model", "summary_max_tokens",
-    "summarizer_timeout", "overflow_patterns",
-)
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -38,7 +38,7 @@ from proxy.policy.records import (
 )
 from proxy.tokens import ENCODINGS
 
-__all__ = ["RulesError", "parse_rules"]
+__all__ = ["POLICY_FIELDS", "RulesError", "parse_rules"]
 
 _TOP_LEVEL = ("defaults", "rules", "models", "unknown_model", "identification", "store",
               "agents")
@@ -163,6 +163,7 @@ _POLICY: Mapping[str, Callable[[object], Any]] = {
     "summarizer_timeout": _positive_number,
     "overflow_patterns": _regexes,
 }
+POLICY_FIELDS: tuple[str, ...] = tuple(_POLICY)
 _NOTES: Mapping[str, Callable[[object], Any]] = {
     "summary_followed": _text, "carry_forward": _carry_text, "carry_forward_end": _text}
 _MODEL: Mapping[str, Callable[[object], Any]] = {

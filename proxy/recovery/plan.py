@@ -12,13 +12,14 @@ Pure: token costs are passed in; nothing here counts, sends or stores.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.recovery.summarize.prompt import summary_message, unwrap_summary
 from proxy.wire.boundary import fit_start, legal_starts, tail_start
+from proxy.wire.content import text_parts
+from proxy.wire.openclaw import find_runtime
+from proxy.wire.summary import summary_message, unwrap_summary
 
 __all__ = [
     "Cut",
@@ -26,14 +27,12 @@ __all__ = [
     "compacted_messages",
     "dropped_note",
     "fallback_messages",
-    "head_length",
     "plan_cut",
     "runtime_line",
     "turn_start",
 ]
 
 Message = dict[str, Any]
-_RUNTIME = re.compile(r"(?:^|\n)(Runtime: agent=[^\n]*)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +58,6 @@ class Cut:
     turn: int  # first message of the current turn (always kept)
     fits: bool  # the kept messages fit the budget given
     trimmed: int  # messages of the min_tail floor dropped because the floor did not fit
-
-
-def head_length(messages: Sequence[object]) -> int:
-    """How many leading system/developer messages the request has."""
-    n = 0
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
-            break
-        n += 1
-    return n
 
 
 def turn_start(conversation: Sequence[Message], starts: Sequence[int]) -> int:
@@ -110,15 +99,7 @@ def runtime_line(conversation: Sequence[Message]) -> str | None:
     conversation message (its first user message, or a second text part of its summary)."""
     if not conversation or conversation[0].get("role") != "user":
         return None
-    content = conversation[0].get("content")
-    texts = [content] if isinstance(content, str) else [
-        p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-    ] if isinstance(content, list) else []
-    for text in reversed(texts):
-        found = _RUNTIME.search(text)
-        if found:
-            return found.group(1)
-    return None
+    return find_runtime(list(text_parts(conversation[0].get("content"))))
 
 
 def _with_runtime(message: Message, runtime: str | None) -> Message:

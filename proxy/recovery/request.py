@@ -14,9 +14,10 @@ from typing import Any
 from proxy.model import ChatRequest, Rewrite
 from proxy.policy.records import ModelSpec, Policy
 from proxy.recovery.fingerprint import message_fingerprint
-from proxy.recovery.plan import Prior, head_length
-from proxy.recovery.summarize.prompt import summary_message
+from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
+from proxy.wire.content import head_length
+from proxy.wire.summary import summary_message
 
 __all__ = ["RecoveryRequest", "derived_session_key", "sent_tokens"]
 

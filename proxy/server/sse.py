@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.model import Usage, UsageAdjustment
+from proxy.wire.stream import DONE, event_data
 
 _INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
@@ -104,10 +105,10 @@ class StreamScanner:
         return event
 
     def _read_line(self, line: bytes) -> dict[str, Any] | None:
-        if not line.startswith(b"data:"):
+        payload = event_data(line)
+        if payload is None:
             return None
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
+        if payload == DONE:
             self.saw_done = True
             return None
         try:

@@ -19,35 +19,19 @@ Summaries are user messages with the wrappers of transcripts.md 1.3.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, tzinfo
 from typing import Any, Literal
 
-__all__ = [
-    "BRANCH_PREFIX",
-    "BRANCH_SUFFIX",
-    "COMPACTION_PREFIX",
-    "COMPACTION_SUFFIX",
-    "Flavor",
-    "RenderOptions",
-    "Source",
-    "openclaw_prefix",
-    "openclaw_tool_id",
-    "render",
-    "summary_message",
-]
+from proxy.wire.openclaw import render_prefix
+from proxy.wire.summary import BRANCH_PREFIX, BRANCH_SUFFIX, agent_summary
+from proxy.wire.tool_ids import openclaw_form
+
+__all__ = ["Flavor", "RenderOptions", "Source", "render"]
 
 Flavor = Literal["pi", "openclaw"]
-COMPACTION_PREFIX = ("The conversation history before this point was compacted into the "
-                     "following summary:\n\n<summary>\n")
-COMPACTION_SUFFIX = "\n</summary>"
-BRANCH_PREFIX = ("The following is a summary of a branch that this conversation came back "
-                 "from:\n\n<summary>\n")
-BRANCH_SUFFIX = "</summary>"
 NO_RESULT = "No result provided"
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +52,6 @@ class Source:
 
 
 Message = dict[str, Any]
-
-
-def openclaw_prefix(ts: float, tz: tzinfo = UTC) -> str:
-    """``[Mon 2026-11-30 02:27 UTC] `` for an epoch time."""
-    return datetime.fromtimestamp(ts, tz).strftime("[%a %Y-%m-%d %H:%M %Z] ")
-
-
-def openclaw_tool_id(call_id: str) -> str:
-    """OpenClaw's wire form of a tool-call id (letters and digits only)."""
-    return _NOT_ALNUM.sub("", call_id)
-
-
-def summary_message(summary: str) -> Message:
-    """The user message an agent sends in place of compacted history."""
-    return {"role": "user",
-            "content": [{"type": "text", "text": COMPACTION_PREFIX + summary + COMPACTION_SUFFIX}]}
 
 
 def _bash_text(msg: Mapping[str, Any]) -> str:
@@ -112,8 +80,7 @@ def _agent_messages(items: Sequence[Source]) -> list[dict[str, Any]]:
     for item in items:
         obj = item.obj
         if item.kind == "compaction":
-            out.append({"role": "summary", "text": COMPACTION_PREFIX + str(obj.get("summary", ""))
-                        + COMPACTION_SUFFIX})
+            out.append({"role": "summary", "text": agent_summary(str(obj.get("summary", "")))})
         elif item.kind == "branch_summary":
             out.append({"role": "summary", "text": BRANCH_PREFIX + str(obj.get("summary", ""))
                         + BRANCH_SUFFIX})
@@ -201,7 +168,7 @@ def _render_user(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:
     prefix = ""
     when = msg.get("_when")
     if opts.flavor == "openclaw" and msg.get("role") == "user" and isinstance(when, float):
-        prefix = openclaw_prefix(when, opts.tz)
+        prefix = render_prefix(when, opts.tz)
     if isinstance(content, str):
         return {"role": "user", "content": prefix + content}
     parts = _user_parts(_as_blocks(content))
@@ -217,7 +184,7 @@ def _render_user(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:
 
 def _tool_id(call_id: object, opts: RenderOptions) -> str:
     text = call_id if isinstance(call_id, str) else ""
-    return openclaw_tool_id(text) if opts.flavor == "openclaw" else text
+    return openclaw_form(text) if opts.flavor == "openclaw" else text
 
 
 def _render_assistant(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:

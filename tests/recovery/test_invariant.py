@@ -25,11 +25,11 @@ from proxy.metrics import Metrics
 from proxy.model import ChatRequest, Rewrite, UpstreamAnswer
 from proxy.recovery.plan import turn_start
 from proxy.recovery.stage import OverflowRecovery
-from proxy.recovery.summarize.prompt import unwrap_summary
 from proxy.server.state import ProxyState
 from proxy.settings import Settings
 from proxy.upstream.pool import Upstream
 from proxy.wire.boundary import legal_starts, role_problems
+from proxy.wire.summary import unwrap_summary
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
 from tests.recovery.test_plan import conversation
 

@@ -13,15 +13,15 @@ from proxy.recovery.plan import (
     Prior,
     compacted_messages,
     fallback_messages,
-    head_length,
     plan_cut,
     runtime_line,
     turn_start,
 )
 from proxy.recovery.request import derived_session_key
-from proxy.recovery.summarize.prompt import summary_message, unwrap_summary
 from proxy.recovery.windows import BoundedMap, LearnedWindows
 from proxy.wire.boundary import role_problems
+from proxy.wire.content import head_length
+from proxy.wire.summary import summary_message, unwrap_summary
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "compaction"
 

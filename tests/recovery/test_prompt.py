@@ -9,14 +9,13 @@ from typing import Any
 import orjson
 
 from proxy.recovery.summarize.prompt import (
-    SUMMARY_PREFIX,
     SYSTEM_PROMPT,
     build_request,
-    content_text,
+    readable_text,
     serialize_messages,
-    summary_message,
-    unwrap_summary,
 )
+from proxy.wire.summary import COMPACTION_PREFIX as SUMMARY_PREFIX
+from proxy.wire.summary import summary_message, unwrap_summary
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "compaction"
 CAPTURED: dict[str, Any] = json.loads((FIXTURES / "captured_requests.json").read_text())
@@ -97,9 +96,9 @@ def test_tool_results_are_clipped_head_and_tail() -> None:
 
 
 def test_content_shapes() -> None:
-    assert content_text("plain") == "plain"
-    assert content_text(None) == ""
-    assert content_text([{"type": "text", "text": "a"}, {"type": "image_url",
+    assert readable_text("plain") == "plain"
+    assert readable_text(None) == ""
+    assert readable_text([{"type": "text", "text": "a"}, {"type": "image_url",
                                                         "image_url": {"url": "data:..."}},
                          {"type": "input_audio"}, 7]) == "a\n[image]\n[input_audio]"
     odd = serialize_messages([

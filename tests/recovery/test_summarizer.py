@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.recovery.summarize.prompt import unwrap_summary
 from proxy.recovery.summarize.response import MalformedSummary, parse_summary_response
 from proxy.recovery.summarize.summarizer import (
     Summarizer,
     SummarizerConfig,
     SummarizerError,
 )
+from proxy.wire.summary import unwrap_summary
 
 
 def tokens(message: dict[str, Any]) -> int:
@@ -243,7 +243,7 @@ def test_parse_errors_say_what_is_wrong(body: bytes, reason: str) -> None:
 
 
 async def test_result_wraps_into_a_recognised_summary_message() -> None:
-    from proxy.recovery.summarize.prompt import summary_message
+    from proxy.wire.summary import summary_message
     transport = Scripted([(200, completion("## Goal\nkeep `src/a.py:12`"))])
     result = await Summarizer(transport, SummarizerConfig(context_window=32_000), tokens
                               ).summarize(conversation(1), model="m", headers=AUTH)

@@ -18,8 +18,9 @@ from proxy.transcripts.entries import (
     user_text_key,
 )
 from proxy.transcripts.records import SessionInfo, Window
-from proxy.transcripts.render import RenderOptions, Source, openclaw_prefix, render
+from proxy.transcripts.render import RenderOptions, Source, render
 from proxy.wire.openclaw import normalise_user_text
+from proxy.wire.openclaw import render_prefix as openclaw_prefix
 
 
 class MemStore:

@@ -1,9 +1,7 @@
 """The summarization prompt: serialized conversation in, OpenAI chat request body out.
 
-Also the wrapper that turns a summary into the user message the model sees. It is the wrapper
-Pi and OpenClaw put around their own compaction summaries, so an agent that inspects the
-request (or a later tailfloor compaction) recognises it as a summary and updates it instead of
-summarizing a summary as if it were conversation.
+The wrapper that turns a summary into the user message the model sees is
+``proxy.wire.summary``.
 
 Pure: no I/O, no network.
 """
@@ -17,15 +15,12 @@ from typing import Any, Literal
 import orjson
 
 __all__ = [
-    "SUMMARY_PREFIX",
     "SYSTEM_PROMPT",
     "TokenField",
     "build_request",
     "clip_text",
-    "content_text",
+    "readable_text",
     "serialize_messages",
-    "summary_message",
-    "unwrap_summary",
 ]
 
 TokenField = Literal["max_tokens", "max_completion_tokens"]
@@ -85,22 +80,8 @@ _UPDATE_INSTRUCTIONS = (
     f"{_RULES}"
 )
 
-SUMMARY_PREFIX = (
-    "The conversation history before this point was compacted into the following summary:"
-    "\n\n<summary>\n"
-)
-_SUMMARY_SUFFIX = "\n</summary>"
-_PRECEDENCE_NOTE = (
-    "The most recent messages follow verbatim; where they overlap with this summary or "
-    "contradict it, the messages take precedence."
-)
-# Agents' detection looks for the tag plus this phrase, not for the exact prefix (one OpenClaw
-# build puts a marker line before it).
-_SUMMARY_PHRASE = "was compacted into the following summary"
-
-
-def content_text(content: object) -> str:
-    """The text of an OpenAI message content: a string, or parts whose non-text parts are named."""
+def readable_text(content: object) -> str:
+    """A content as the summarizer reads it: its texts, and its other parts named."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -174,7 +155,7 @@ def serialize_messages(
     blocks: list[str] = []
     for message in messages:
         role = message.get("role")
-        text = content_text(message.get("content"))
+        text = readable_text(message.get("content"))
         if text_chars is not None and role not in ("tool", "function"):
             text = clip_text(text, text_chars)
         if role == "assistant":
@@ -226,25 +207,3 @@ def build_request(
         "stream": False,
         token_field: max_output_tokens,
     }
-
-
-def summary_message(summary: str, note: str | None = None) -> dict[str, Any]:
-    """The user message that carries a summary into the compacted request; ``note`` (the
-    rules' ``summary_followed``) replaces the built-in sentence saying the raw tail follows."""
-    text = f"{SUMMARY_PREFIX}{summary.strip()}{_SUMMARY_SUFFIX}\n\n{note or _PRECEDENCE_NOTE}"
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
-
-
-def unwrap_summary(message: Mapping[str, Any]) -> str | None:
-    """The summary inside a compaction-summary user message (ours, Pi's or OpenClaw's), or None."""
-    if message.get("role") != "user":
-        return None
-    text = content_text(message.get("content"))
-    if _SUMMARY_PHRASE not in text:
-        return None
-    start = text.find("<summary>")
-    end = text.rfind("</summary>")
-    if start < 0 or end <= start:
-        return None
-    inner = text[start + len("<summary>"):end].strip("\n")
-    return inner if inner.strip() else None

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from proxy.recovery.summarize.prompt import content_text
+from proxy.wire.content import content_text
+from proxy.wire.stream import DONE, event_data
 
 __all__ = ["MalformedSummary", "SummaryAnswer", "parse_summary_response"]
 
@@ -68,10 +69,10 @@ def _from_stream(body: bytes) -> SummaryAnswer:
     finish: str | None = None
     usage: object = None
     for line in body.splitlines():
-        if not line.startswith(b"data:"):
+        data = event_data(line)
+        if data is None:
             continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
+        if data == DONE:
             break
         try:
             event = orjson.loads(data)

@@ -26,7 +26,7 @@ from proxy.recovery.summarize.prompt import (
     TokenField,
     build_request,
     clip_text,
-    content_text,
+    readable_text,
     serialize_messages,
 )
 from proxy.recovery.summarize.response import SummaryAnswer, parse_summary_response
@@ -107,7 +107,7 @@ def _as_read(message: dict[str, Any], tool_chars: int) -> dict[str, Any]:
     by what is sent rather than by outputs that will be cut anyway."""
     if message.get("role") not in ("tool", "function"):
         return message
-    text = content_text(message.get("content"))
+    text = readable_text(message.get("content"))
     if len(text) <= tool_chars:
         return message
     return {**message, "content": clip_text(text, tool_chars)}
