@@ -11,6 +11,8 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,12 +20,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy import logs
-from proxy.floor.stage import FloorRewriter
+from proxy.floor.fingerprints import Fingerprints
+from proxy.floor.sessions import SessionFinder
+from proxy.floor.stage import Floor
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
-from proxy.recovery.stage import OverflowRecovery
+from proxy.recovery.stage import Recovery
+from proxy.recovery.summarize.transport import UpstreamSummaryTransport
+from proxy.recovery.windows import LearnedWindows
 from proxy.server import routes as handlers
+from proxy.server.offload import WorkerPool
+from proxy.server.record import Recorder
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
 from proxy.tokens import Encodings, TokenCounter
@@ -33,6 +41,7 @@ from proxy.upstream.pool import Upstream
 
 log = logging.getLogger("tailfloor")
 
+
 def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
     """The application; raises ``RulesError`` when the rules directory is invalid."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
@@ -40,20 +49,27 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
                         ca_file=str(settings.upstream_ca) if settings.upstream_ca else None)
     rules = RulesHolder.open(settings.rules, metrics)
     tokens = TokenCounter(Encodings(background=True))
-    state = ProxyState(settings=settings, metrics=metrics, upstream=upstream, rules=rules,
-                       tokens=tokens)
-    state.recovery = OverflowRecovery(state)
+    windows = LearnedWindows()
+    offload = WorkerPool()
+    recovery = Recovery(rules=rules, tokens=tokens, windows=windows,
+                        transport=UpstreamSummaryTransport(upstream),
+                        upstream=settings.upstream, offload=offload)
+    roots = list(settings.sessions) or default_roots(os.environ, Path.home())
+    transcripts = TranscriptService(roots, metrics)
+    prints = Fingerprints()
+    state = ProxyState(
+        settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
+        windows=windows, offload=offload, recovery=recovery, record=Recorder(metrics),
+        transcripts=transcripts, floor=Floor(transcripts.catalog, tokens, prints),
+        # Each --sessions root is a tenant; the default roots are one user's two agent homes.
+        sessions=SessionFinder(transcripts.catalog, prints=prints,
+                               single_tenant=len(settings.sessions) <= 1,
+                               resolve_root=_resolved_root))
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
-    # Bodies arrive as sent: proxy/body.py decodes compressed ones under one rule.
+    # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
                           handler_args={"auto_decompress": False})
     app[STATE_KEY] = state
-    roots = list(settings.sessions) or default_roots(os.environ, Path.home())
-    state.transcripts = TranscriptService(roots, metrics)
-    # Each --sessions root is a tenant; the default roots are one user's two agent homes.
-    state.rewriter = FloorRewriter(
-        state.rules, state.tokens, state.transcripts.catalog, metrics,
-        single_tenant=len(settings.sessions) <= 1, resolve_root=_resolved_root)
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
@@ -100,12 +116,28 @@ async def _upstream_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
-    recovery = app[STATE_KEY].recovery
-    if isinstance(recovery, OverflowRecovery):
-        await asyncio.to_thread(recovery.open)
+    """The compaction store: under --state, else in a private directory removed at stop."""
+    state = app[STATE_KEY]
+    scratch: tempfile.TemporaryDirectory[str] | None = None
+    directory = state.settings.state
+    opened = False
+    if directory is not None:
+        try:
+            await state.offload(state.recovery.open, directory)
+            opened = True
+        except (OSError, sqlite3.Error) as exc:
+            log.error("cannot use --state %s (%s): compactions will not survive a restart",
+                      directory, exc)
+    if not opened:
+        scratch = tempfile.TemporaryDirectory(prefix="tailfloor-state-")
+        log.info("no --state directory: compactions are kept in %s until tailfloor stops",
+                 scratch.name)
+        await state.offload(state.recovery.open, Path(scratch.name))
     yield
-    if isinstance(recovery, OverflowRecovery):
-        await asyncio.to_thread(recovery.close)
+    await state.offload(state.recovery.close)
+    if scratch is not None:
+        scratch.cleanup()
+    state.offload.close()
 
 
 async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -31,19 +31,20 @@ class ChatRequest:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage as an OpenAI-compatible upstream reports it."""
+    """Token usage as an OpenAI-compatible upstream reports it; None where it says nothing
+    (a missing ``prompt_tokens`` is not 0 prompt tokens)."""
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     @classmethod
     def from_dict(cls, usage: dict[str, Any]) -> Usage:
-        def number(container: object, key: str) -> int:
+        def number(container: object, key: str) -> int | None:
             value = container.get(key) if isinstance(container, dict) else None
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
 
         return cls(
             prompt_tokens=number(usage, "prompt_tokens"),
@@ -54,9 +55,11 @@ class Usage:
         )
 
     @property
-    def input_tokens(self) -> int:
+    def input_tokens(self) -> int | None:
         """Prompt tokens not served from the upstream's cache."""
-        return max(self.prompt_tokens - self.cached_tokens, 0)
+        if self.prompt_tokens is None:
+            return None
+        return max(self.prompt_tokens - (self.cached_tokens or 0), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,21 +96,18 @@ class UsageAdjustment:
 
 
 @dataclass(frozen=True, slots=True)
-class Rewrite:
-    """What the rewrite stages decided for one chat request.
-
-    ``body`` is what goes upstream (the client's bytes when nothing changed); ``messages`` the
-    parsed messages it holds, for a later stage to work from; ``session_key`` the session the
-    request was tied to, when one was; ``origin`` the rewrite a recovery stage started from, so
-    a retry compacts the original request again rather than its own output.
-    """
+class Draft:
+    """What the floor made of a chat request: what recovery starts from, and what a retry
+    after an overflow compacts again (never an earlier compaction)."""
 
     body: bytes
-    verdict: str = "none"
-    adjust: UsageAdjustment | None = None
-    messages: tuple[dict[str, Any], ...] | None = None
-    session_key: str | None = None
-    origin: Rewrite | None = None
+    messages: tuple[dict[str, Any], ...] | None = None  # parsed ``body`` when tailfloor built it
+
+    def message_list(self, chat: ChatRequest) -> list[Any] | None:
+        if self.messages is not None:
+            return list(self.messages)
+        found = chat.body.get("messages")
+        return found if isinstance(found, list) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ class ErrorReply:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class AnswerSeen:
     """How an answer ended, for checks after the fact (silent overflow)."""
 
     status: int

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from proxy.model import ChatRequest, Rewrite, UsageAdjustment
+from proxy.model import ChatRequest
 from proxy.transcripts.records import SessionRecord
 
-__all__ = ["Decision", "annotate", "none", "summary_of"]
+__all__ = ["Decision", "DecisionKind", "annotate", "none", "summary_of"]
 
 Message = dict[str, Any]
+DecisionKind = Literal["floor", "carry", "shadow", "none", "off"]
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What the floor decided for one request (the preview shows it as it is)."""
 
-    kind: str  # floor | carry | shadow | none | off
-    verdict: str
+    kind: DecisionKind
+    verdict: str  # the x-tailfloor text
     body: bytes
     method: str | None = None  # identification outcome (metrics label); None: not tried
     session_id: str | None = None
@@ -34,13 +35,12 @@ class Decision:
     report_client_usage: bool = True
     would: str | None = None  # shadow: the verdict enforce mode would have given
     details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # a failure inside the floor (the request passed through)
 
-    def as_rewrite(self) -> Rewrite:
-        adjust = None
-        if self.kind in ("floor", "carry") and self.report_client_usage:
-            adjust = UsageAdjustment(added=self.added_tokens, removed=0, window=self.window)
-        return Rewrite(body=self.body, verdict=self.verdict, adjust=adjust,
-                       messages=self.messages, session_key=self.session_id)
+    @property
+    def added_to_request(self) -> bool:
+        """Messages went into what is sent (not a pass-through, not shadow mode)."""
+        return self.kind in ("floor", "carry")
 
 
 def none(chat: ChatRequest, reason: str, method: str | None, session_id: str | None = None,

@@ -13,22 +13,21 @@ from typing import Any
 
 import orjson
 
+from proxy.context import build_context
+from proxy.floor.fingerprints import Fingerprints
 from proxy.floor.identify import split_agent_path
 from proxy.floor.restore import is_counted
-from proxy.floor.stage import FloorRewriter, TailSource
+from proxy.floor.sessions import SessionFinder
+from proxy.floor.stage import Floor, TailSource
 from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
+from proxy.recovery.windows import LearnedWindows
 from proxy.tokens import TokenCounter
 from proxy.wire.content import message_text
 
 __all__ = ["preview_request"]
 
 _SNIPPET = 100
-
-
-class _Fixed:
-    def __init__(self, rules: RuleSet) -> None:
-        self.rules = rules
 
 
 def _snippet(message: Mapping[str, Any]) -> str:
@@ -54,7 +53,11 @@ def preview_request(catalog: TailSource, rules: RuleSet, tokens: TokenCounter,
         headers[names[0]] = session_id
     raw = orjson.dumps(body)
     chat = ChatRequest.parse(raw, orjson.loads(raw), agent)
-    decision = FloorRewriter(_Fixed(rules), tokens, catalog).decide(chat, headers)
+    prints = Fingerprints()
+    # The operator names the session: one tenant, as in a sidecar.
+    ctx = build_context(chat, headers, rules, windows=LearnedWindows(), upstream="",
+                        sessions=SessionFinder(catalog, prints=prints))
+    decision = Floor(catalog, tokens, prints).decide(ctx)
     sent = decision.messages if decision.messages is not None else tuple(
         chat.body.get("messages") or ())
     added = {id(m) for m in decision.added}

@@ -1,44 +1,42 @@
 """The floor: every request carries a summary plus at least N raw messages.
 
-Reads top to bottom as the stage runs (design.md section 3):
+Reads top to bottom as the stage runs (design.md section 3), from the request context the
+exchange built (signals, policy, model, session):
 
-    identify (request signals) -> policy (rules) -> lineage (which tracked session)
-    -> restore after a compaction, or carry the predecessor's tail after a reset
-    -> budget cap (drop the oldest added units whole) -> Rewrite
+    settle: summarization / off / unidentified / untrusted / floor holds -> pass through
+    decide: restore after a compaction, or carry the predecessor's tail after a reset
+            -> budget cap (drop the oldest added units whole) -> Decision
 
-A request that already holds the floor, a summarization call, a request that cannot be tied
-to a session with certainty, or any failure here, goes upstream byte for byte. Shadow mode
-computes and counts the rewrite but sends the original bytes. What was done is returned as
-values (``Decision``); ``FloorRewriter.rewrite`` records metrics and logs from them.
+``settle`` needs nothing but memory and runs on the event loop; ``decide`` reads the
+transcripts and counts tokens, so the exchange runs it in a worker thread. A request that
+already holds the floor, a summarization call, a request that cannot be tied to a session
+with certainty, or any failure here, goes upstream byte for byte. Shadow mode computes the
+rewrite but sends the original bytes. The stage returns its ``Decision``; the exchange
+records metrics and logs from it.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
 
+from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
-from proxy.floor.decision import Decision, annotate, none, summary_of
-from proxy.floor.fingerprints import Fingerprints, fingerprint
-from proxy.floor.identify import RequestSignals, identify
-from proxy.floor.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
+from proxy.floor.decision import Decision, DecisionKind, annotate, none, summary_of
+from proxy.floor.fingerprints import Fingerprints
+from proxy.floor.lineage import SessionIndex
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
-from proxy.metrics import Metrics
-from proxy.model import ChatRequest, Rewrite
-from proxy.policy.records import Policy, RuleSet
 from proxy.tokens import TokenCounter, with_margin
-from proxy.transcripts.records import TailMessage
+from proxy.transcripts.records import SessionRecord, TailMessage
 from proxy.wire.content import message_text
 
-__all__ = ["Decision", "FloorRewriter", "TailSource"]
+__all__ = ["Floor", "TailSource"]
 
-log = logging.getLogger("tailfloor.floor")
 Message = dict[str, Any]
 # Extra transcript messages read beyond what the floor needs, so the anchor is found even
 # when the request repeats a few messages the transcript holds once (OpenClaw retries).
@@ -51,33 +49,12 @@ class TailSource(SessionIndex, Protocol):
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]: ...
 
-
-class RulesSource(Protocol):
-    @property
-    def rules(self) -> RuleSet: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """One request on its way through the stage."""
-
-    chat: ChatRequest
-    signals: RequestSignals
-    policy: Policy
-    lineage: Lineage
-    tenant: Tenant
-    print_: str | None
-    messages: list[Any]
-    first: int  # index of the first raw message after the system prompt and summary
-
-    @property
-    def own(self) -> list[Any]:
-        return self.messages[self.first:]
+    def full(self, session_id: str) -> SessionRecord | None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    kind: str
+    kind: DecisionKind
     noun: str
     block: Block
     build: Callable[[Sequence[Message]], list[Message]]
@@ -85,95 +62,68 @@ class _Plan:
     source: str
 
 
-class FloorRewriter:
-    """The ``Rewriter`` of the application state (``proxy.server.state.Rewriter``)."""
-
-    def __init__(self, rules: RulesSource, tokens: TokenCounter, catalog: TailSource | None,
-                 metrics: Metrics | None = None, *, prints: Fingerprints | None = None,
-                 clock: Callable[[], float] = time.time, single_tenant: bool = True,
-                 resolve_root: Callable[[str], str] = lambda root: root) -> None:
-        self.rules = rules
-        # One transcript tenant (one root, or the default roots of one user): content-free
-        # identification is trusted for any request. Else only through a bound agent prefix.
-        self.single_tenant = single_tenant
-        self._resolve_root = resolve_root
-        self._bound: dict[str, str] = {}
-        self.tokens = tokens
+class Floor:
+    def __init__(self, catalog: TailSource | None, tokens: TokenCounter, prints: Fingerprints,
+                 clock: Callable[[], float] = time.time) -> None:
         self.catalog = catalog
-        self.metrics = metrics
-        self.prints = prints if prints is not None else Fingerprints()
+        self.tokens = tokens
+        self.prints = prints
         self.clock = clock
-        self._failures: set[str] = set()
-        self._prints_by_system: dict[int, str | None] = {}
 
-    def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite:
-        try:
-            decision = self.decide(chat, headers)
-        except Exception as exc:  # a floor bug must degrade to pass-through, never to a 500
-            where = f"{type(exc).__name__}: {exc}"[:200]
-            if where not in self._failures and len(self._failures) < 1000:
-                self._failures.add(where)
-                log.exception("floor rewrite failed (%s); request passed through unchanged, "
-                              "further failures like this one are only counted", where)
-            decision = Decision("none", "none; reason=error", chat.raw, method="error")
-        self._record(decision)
-        return decision.as_rewrite()
-
-    # ------------------------------------------------------------------ decide
-    def decide(self, chat: ChatRequest, headers: Mapping[str, str]) -> Decision:
-        rules = self.rules.rules
-        signals = identify(chat.agent_id, headers, chat.body, rules.identification)
-        if signals.is_summarization:
+    def settle(self, ctx: RequestContext) -> Decision | None:
+        """The decision when memory alone gives it (most requests); None: ``decide``."""
+        chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
+        if ctx.signals.is_summarization:
             return none(chat, "summarization", "summarization")
-        policy = rules.resolve(signals.agent_id, chat.model,
-                               signals.session_key or signals.session_id)
         if policy.mode == "off":
             return Decision("off", "off", chat.raw)
-        messages = chat.body.get("messages")
-        if not isinstance(messages, list) or self.catalog is None:
+        if ctx.messages is None or self.catalog is None:
             return none(chat, "no_transcripts" if self.catalog is None else "no_messages",
                         "unidentified")
-        print_ = self._fingerprint(chat.body)
-        tenant = self._tenant(signals, rules)
-        lineage = find_session(signals, chat.body, self.catalog, prints=self.prints,
-                               print_=print_, tenant=tenant)
-        if lineage.session_id is not None and print_ is not None and (
-                lineage.evidence == "strong" or (lineage.trusted and tenant.certain
-                                                 and self.prints.get(lineage.session_id) is None)):
-            # A guessed text or a claimed id never replaces a fingerprint, and plants one only
-            # where the tenant is certain: a later fingerprint carry cannot be steered.
-            self.prints.record(lineage.session_id, print_)
+        if ctx.error is not None:
+            return replace(none(chat, "error", "error"), error=ctx.error)
         if not lineage.identified:
             return none(chat, lineage.method, lineage.method)
         if not lineage.trusted:
             return none(chat, "untrusted", "untrusted", lineage.session_id)
-        if signals.raw_after_summary >= policy.min_tail_messages:
+        if ctx.signals.raw_after_summary >= policy.min_tail_messages:
             return none(chat, "floor_holds", lineage.method, lineage.session_id)
-        first = signals.first_raw_index if signals.first_raw_index is not None else len(messages)
-        ctx = _Request(chat, signals, policy, lineage, tenant, print_, messages, first)
-        if signals.summary_index is not None:
-            if lineage.session_id is None:
-                return none(chat, "unidentified", lineage.method)
-            return self._restore(ctx)
-        return self._carry(ctx)
+        if ctx.signals.summary_index is not None and lineage.session_id is None:
+            return none(chat, "unidentified", lineage.method)
+        return None
 
-    def _tenant(self, signals: RequestSignals, rules: RuleSet) -> Tenant:
-        """The transcript root the request may draw on without content proof."""
-        bound = rules.agent_root(signals.agent_id) if signals.agent_source == "path" else None
-        if bound is not None:
-            resolved = self._bound.get(bound)
-            if resolved is None:
-                resolved = self._bound[bound] = self._resolve_root(bound)
-            return Tenant(True, resolved)
-        return ONE_TENANT if self.single_tenant else Tenant(False)
+    def decide(self, ctx: RequestContext) -> Decision:
+        """The whole decision (reads transcripts: off the event loop). Never raises: a floor
+        bug degrades to pass-through, never to a 500."""
+        try:
+            settled = self.settle(ctx)
+            if settled is not None:
+                return settled
+            if ctx.signals.summary_index is not None:
+                return self._restore(ctx)
+            return self._carry(ctx)
+        except Exception as exc:
+            return replace(none(ctx.chat, "error", "error"),
+                           error=f"{type(exc).__name__}: {exc}"[:200])
 
-    def _restore(self, ctx: _Request) -> Decision:
-        chat, signals, lineage, messages = ctx.chat, ctx.signals, ctx.lineage, ctx.messages
+    # -------------------------------------------------------------- the request's parts
+    @staticmethod
+    def _first(ctx: RequestContext) -> int:
+        messages = ctx.messages or []
+        first = ctx.signals.first_raw_index
+        return first if first is not None else len(messages)
+
+    def _own(self, ctx: RequestContext) -> list[Any]:
+        return (ctx.messages or [])[self._first(ctx):]
+
+    # ------------------------------------------------------------------ restore
+    def _restore(self, ctx: RequestContext) -> Decision:
+        chat, signals, lineage = ctx.chat, ctx.signals, ctx.lineage
+        messages = ctx.messages or []
         sid = lineage.session_id
-        assert sid is not None and self.catalog is not None
-        n = ctx.policy.min_tail_messages
         summary_at = signals.summary_index
-        assert summary_at is not None
+        assert sid is not None and summary_at is not None and self.catalog is not None
+        n, own, first = ctx.policy.min_tail_messages, self._own(ctx), self._first(ctx)
         strip = signals.style.tool_ids_without_underscore
         prefix = self._prefix(ctx, sid, sid)
         block = None
@@ -182,27 +132,27 @@ class FloorRewriter:
             # The request carries the compaction the catalog knows: the messages it swallowed
             # end right before its first kept entry (no need to read the request's own again).
             tail = self.catalog.tail(sid, n + _SLACK, before=kept_from)
-            block = plan_restore(tail, ctx.own, n, strip, anchored=True, prefix=prefix)
+            block = plan_restore(tail, own, n, strip, anchored=True, prefix=prefix)
         if block is None:
             tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
-            block = plan_restore(tail, ctx.own, n, strip, prefix=prefix)
+            block = plan_restore(tail, own, n, strip, prefix=prefix)
         if block is None:
             return none(chat, "no_anchor", lineage.method, sid)
         annotated = annotate(messages[summary_at], ctx.policy.notes.summary_followed)
 
         def build(kept: Sequence[Message]) -> list[Message]:
-            return [*messages[:summary_at], annotated, *messages[summary_at + 1:ctx.first],
-                    *kept, *ctx.own]
+            return [*messages[:summary_at], annotated, *messages[summary_at + 1:first],
+                    *kept, *own]
 
-        extra = self._tokens([annotated], chat) - self._tokens([messages[summary_at]], chat)
+        extra = self._tokens([annotated], ctx) - self._tokens([messages[summary_at]], ctx)
         return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
 
-    def _holds_segment(self, ctx: _Request, session_id: str) -> bool:
+    def _holds_segment(self, ctx: RequestContext, session_id: str) -> bool:
         """Whether the request carries its session's whole current segment (what follows the
         reset or the session start): a request that only shares a message or two with a
         session (a common "hi") is not that session's, and gets nothing carried into it."""
         assert self.catalog is not None
-        mine = [m for m in ctx.own if is_counted(m)]
+        mine = [m for m in self._own(ctx) if is_counted(m)]
         segment = [m for r in self.catalog.tail(session_id, len(mine) + 1) for m in r.messages
                    if is_counted(m)]
         if len(segment) > len(mine):
@@ -210,11 +160,12 @@ class FloorRewriter:
         # The transcript may lag the request by its newest messages, never the other way.
         return [wire_key(m) for m in segment] == [wire_key(m) for m in mine[:len(segment)]]
 
-    def _prefix(self, ctx: _Request, session_id: str | None, source: str) -> Prefix | None:
+    def _prefix(self, ctx: RequestContext, session_id: str | None, source: str
+                ) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
         assert self.catalog is not None
         probe = self.catalog.tail(session_id, _PROBE) if session_id else []
-        rule = prefix_of(ctx.own, probe, self.clock())
+        rule = prefix_of(self._own(ctx), probe, self.clock())
         origin = self.catalog.get(source)
         if rule is not None and rule.offset_minutes is None and (
                 origin is None or origin.source == "pi"):
@@ -224,7 +175,7 @@ class FloorRewriter:
     def _same_compaction(self, session_id: str, summary: object) -> str | None:
         """The first kept entry of the session's compaction when ``summary`` is its summary."""
         assert self.catalog is not None
-        record = self.catalog.get(session_id)
+        record = self.catalog.full(session_id)
         compaction = record.compaction if record is not None else None
         if compaction is None or not compaction.first_kept_id:
             return None
@@ -233,7 +184,8 @@ class FloorRewriter:
             return None
         return compaction.first_kept_id
 
-    def _carry(self, ctx: _Request) -> Decision:
+    # -------------------------------------------------------------------- carry
+    def _carry(self, ctx: RequestContext) -> Decision:
         assert self.catalog is not None
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         source = self._carry_source(ctx)
@@ -244,24 +196,25 @@ class FloorRewriter:
                         lineage.session_id)
         if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
             return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
-        n = policy.min_tail_messages
+        n, own, first = policy.min_tail_messages, self._own(ctx), self._first(ctx)
+        messages = ctx.messages or []
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
         style = ctx.signals.style
-        block = plan_carry(tail, ctx.own, n, style.tool_ids_without_underscore,
+        block = plan_carry(tail, own, n, style.tool_ids_without_underscore,
                            self._prefix(ctx, lineage.session_id, source.session_id))
 
         def build(kept: Sequence[Message]) -> list[Message]:
             framed = frame(kept, source, policy.notes, block.newest_ts, style.user_parts)
-            return [*ctx.messages[:ctx.first], *framed, *ctx.own]
+            return [*messages[:first], *framed, *own]
 
         extra = self._tokens(frame([], source, policy.notes, block.newest_ts, style.user_parts),
-                             chat)
+                             ctx)
         decision = self._finish(ctx, _Plan("carry", "carried", block, build, extra,
                                            source.session_id))
         decision.details["reset_kind"] = source.reason
         return decision
 
-    def _carry_source(self, ctx: _Request) -> CarrySource | None:
+    def _carry_source(self, ctx: RequestContext) -> CarrySource | None:
         assert self.catalog is not None
         lineage = ctx.lineage
         if lineage.session_id is None:
@@ -269,15 +222,15 @@ class FloorRewriter:
                 return None
             kind = "new" if lineage.method == "fingerprint" else "idle"
             return CarrySource(lineage.predecessor, kind,
-                               summary=summary_of(self.catalog.get(lineage.predecessor)))
-        record = self.catalog.get(lineage.session_id)
+                               summary=summary_of(self.catalog.full(lineage.predecessor)))
+        record = self.catalog.full(lineage.session_id)
         if record is None:
             return None
         if record.resets:
             last = record.resets[-1]
             return CarrySource(record.session_id, reset_kind(None, last.reason or "reset"),
                                before=last.entry_id)
-        pred = self.catalog.get(record.predecessor) if record.predecessor else None
+        pred = self.catalog.full(record.predecessor) if record.predecessor else None
         if pred is None:
             return None
         # Content told us the session: its predecessor must also have looked the same.
@@ -288,18 +241,16 @@ class FloorRewriter:
             return None
         return CarrySource(pred.session_id, reset_kind(record.link), summary=summary_of(pred))
 
-    # ------------------------------------------------------------------ budget
-    def _finish(self, ctx: _Request, plan: _Plan) -> Decision:
-        chat, policy, lineage = ctx.chat, ctx.policy, ctx.lineage
-        kind, noun, block, extra, source = plan.kind, plan.noun, plan.block, plan.extra, \
-            plan.source
+    # ------------------------------------------------------------------- budget
+    def _finish(self, ctx: RequestContext, plan: _Plan) -> Decision:
+        chat, policy, lineage, spec = ctx.chat, ctx.policy, ctx.lineage, ctx.spec
+        block, extra, source = plan.block, plan.extra, plan.source
         sid = lineage.session_id
         if not block.units:
             return none(chat, "nothing_to_add", lineage.method, sid)
-        spec = self.rules.rules.model(chat.model)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
-        costs = [self._tokens(unit, chat) for unit in block.units]
-        room = policy.budget(spec.context_window) - own - extra
+        costs = [self._tokens(unit, ctx) for unit in block.units]
+        room = policy.budget(ctx.window) - own - extra
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:
@@ -311,54 +262,21 @@ class FloorRewriter:
             return none(chat, "no_room", lineage.method, sid, capped=True)
         new_messages = plan.build(kept)
         raw = sum(1 for m in kept if is_counted(m))
-        verdict = f"{kind}; {noun}={raw}" + ("; capped" if capped else "")
-        body = orjson.dumps({**chat.body, "messages": new_messages})
-        decision = Decision(
-            kind, verdict, body, method=lineage.method, session_id=sid, source_session=source,
-            messages=tuple(new_messages), added=tuple(kept), added_raw=raw,
-            added_tokens=total + extra, capped=capped, window=spec.context_window,
-            report_client_usage=policy.report_usage == "client",
-            details={"budget": policy.budget(spec.context_window), "request_tokens": own,
-                     "dropped_units": kept_from})
+        verdict = f"{plan.kind}; {plan.noun}={raw}" + ("; capped" if capped else "")
+        details = {"budget": policy.budget(ctx.window), "request_tokens": own,
+                   "dropped_units": kept_from}
         if policy.mode == "shadow":
             return Decision("shadow", "shadow; " + verdict, chat.raw, method=lineage.method,
                             session_id=sid, source_session=source, added=tuple(kept),
                             added_raw=raw, added_tokens=total + extra, capped=capped,
-                            would=verdict, details=decision.details)
-        return decision
+                            would=verdict, details=details)
+        return Decision(
+            plan.kind, verdict, orjson.dumps({**chat.body, "messages": new_messages}),
+            method=lineage.method, session_id=sid, source_session=source,
+            messages=tuple(new_messages), added=tuple(kept), added_raw=raw,
+            added_tokens=total + extra, capped=capped, window=ctx.window,
+            report_client_usage=policy.report_usage == "client", details=details)
 
-    def _tokens(self, messages: Sequence[Message], chat: ChatRequest) -> int:
-        spec = self.rules.rules.model(chat.model)
+    def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:
+        spec = ctx.spec
         return with_margin(sum(self.tokens.per_message(messages, spec.encoding)), spec.margin)
-
-    def _fingerprint(self, body: Mapping[str, Any]) -> str | None:
-        # System prompts are 2-40 KB: normalise each distinct one once.
-        messages = body.get("messages")
-        head = messages[0] if isinstance(messages, list) and messages else None
-        key = hash((orjson.dumps(head), orjson.dumps(body.get("tools") or [])))
-        if key in self._prints_by_system:
-            return self._prints_by_system[key]
-        found = fingerprint(body)
-        if len(self._prints_by_system) >= 4096:
-            self._prints_by_system.clear()
-        self._prints_by_system[key] = found
-        return found
-
-    # ----------------------------------------------------------------- metrics
-    def _record(self, decision: Decision) -> None:
-        metrics = self.metrics
-        if decision.kind == "shadow" or (decision.kind in ("floor", "carry")
-                                          and log.isEnabledFor(logging.DEBUG)):
-            log.info("floor %s (session %s, from %s, %d tokens)", decision.verdict,
-                     decision.session_id, decision.source_session, decision.added_tokens,
-                     extra={"verdict": decision.verdict, "session": decision.session_id})
-        if metrics is None:
-            return
-        if decision.method is not None:
-            metrics.identification_by(decision.method).inc()
-        metrics.rewrites_by("none" if decision.kind == "off" else decision.kind).inc()
-        if decision.capped:
-            metrics.floor_capped.inc()
-        if decision.kind in ("floor", "carry"):
-            metrics.tail_messages_injected.inc(decision.added_raw)
-            metrics.tail_tokens_injected.inc(decision.added_tokens)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.model import ChatRequest, Rewrite
+from proxy.context import RequestContext
+from proxy.model import ChatRequest, Draft
 from proxy.policy.records import ModelSpec, Policy
 from proxy.recovery.fingerprint import message_fingerprint
 from proxy.recovery.plan import Prior
@@ -27,9 +28,8 @@ _MIN_SCALE = 0.25  # never believe our count is off by more than 4x
 
 
 def sent_tokens(tokens: TokenCounter, spec: ModelSpec, chat: ChatRequest,
-                rewrite: Rewrite) -> int:
-    """Our count of what a rewrite sent (margin and requested output included)."""
-    messages = rewrite.messages if rewrite.messages is not None else chat.body.get("messages")
+                messages: Sequence[Any] | None) -> int:
+    """Our count of what was sent (margin and requested output included)."""
     body = {**chat.body, "messages": list(messages or [])}
     return tokens.request(body, spec.encoding, spec.margin).total
 
@@ -47,29 +47,41 @@ def derived_session_key(model: str, head: Sequence[Message],
 
 @dataclass(frozen=True, slots=True)
 class RecoveryRequest:
-    chat: ChatRequest
-    base: Rewrite  # what recovery starts from: the floor's rewrite, never its own output
-    policy: Policy
-    spec: ModelSpec
-    window: int  # learned from the upstream, else the rules' model table
+    """A request as recovery works on it, built once per request from its context and what
+    the floor made of it (never from an earlier compaction)."""
+
+    ctx: RequestContext
+    draft: Draft
     session: str
     head: list[Message]  # leading system/developer messages
     conversation: list[Message]  # the rest
 
     @classmethod
-    def of(cls, chat: ChatRequest, base: Rewrite, policy: Policy, spec: ModelSpec,
-           window: int) -> RecoveryRequest | None:
+    def of(cls, ctx: RequestContext, draft: Draft) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
-        messages: Sequence[Any] | None = base.messages
-        if messages is None:
-            raw = chat.body.get("messages")
-            messages = raw if isinstance(raw, list) else None
+        messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
             return None
         head = list(messages[:head_length(messages)])
         conversation = list(messages[len(head):])
-        session = base.session_key or derived_session_key(chat.model, head, conversation)
-        return cls(chat, base, policy, spec, window, session, head, conversation)
+        session = ctx.session or derived_session_key(ctx.chat.model, head, conversation)
+        return cls(ctx, draft, session, head, conversation)
+
+    @property
+    def chat(self) -> ChatRequest:
+        return self.ctx.chat
+
+    @property
+    def policy(self) -> Policy:
+        return self.ctx.policy
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.ctx.spec
+
+    @property
+    def window(self) -> int:
+        return self.ctx.window
 
     @property
     def budget(self) -> int:
@@ -108,13 +120,13 @@ class RecoveryRequest:
         return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
                 + requested_output(self.chat.body))
 
-    def undercount(self, tokens: TokenCounter, failed: Rewrite,
+    def undercount(self, tokens: TokenCounter, failed: Sequence[Message] | None,
                    upstream_prompt: int | None) -> float:
         """How much smaller our count is than the upstream's, when a request recovery made
-        itself (so believed to fit) overflowed and the error says how many tokens it had:
-        the retry is then cut to fit by the upstream's measure, not ours."""
-        if failed.origin is None or failed.messages is None or not upstream_prompt:
+        itself (``failed``, so believed to fit) overflowed and the error says how many tokens
+        it had: the retry is then cut to fit by the upstream's measure, not ours."""
+        if failed is None or not upstream_prompt:
             return 1.0
-        body = {"messages": list(failed.messages), "tools": self.chat.body.get("tools")}
+        body = {"messages": list(failed), "tools": self.chat.body.get("tools")}
         ours = tokens.request(body, self.spec.encoding, self.spec.margin)
         return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))

@@ -1,38 +1,50 @@
 """One chat request from the moment it is parsed until the client has its answer.
 
-``ChatExchange.run`` reads as the request path: the floor rewrite, the recovery stage's
-chance to compact first, the upstream call (with one retry when recovery asks for it), then
-relaying the answer and recording what happened.
+``ChatExchange.run`` reads as the request path:
+
+    context (signals, policy, model, session: once) -> the floor -> recovery before sending
+    -> the upstream call (one retry when recovery compacts after an overflow error)
+    -> relaying the answer -> recovery's look at the answer
+
+Every stage returns a value and the exchange hands it to the ``Recorder``; work that can be
+heavy (transcript reads, counting a large request, the compaction store) runs in the worker
+pool, never on the event loop.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.context import RequestContext, build_context, is_large
 from proxy.errors import ProxyError, Rejected, to_response_parts
-from proxy.model import (
-    ChatRequest,
-    ErrorReply,
-    Outcome,
-    Rewrite,
-    UpstreamAnswer,
-    Usage,
-    UsageAdjustment,
-    with_stream_usage,
-)
+from proxy.floor.decision import Decision, none
+from proxy.floor.identify import identify
+from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
+from proxy.recovery.outcome import Compaction, ErrorStep
+from proxy.recovery.request import RecoveryRequest
+from proxy.server.outgoing import Outgoing
 from proxy.server.relay import relay_stream
 from proxy.server.sse import StreamScanner, read_body_usage
 from proxy.server.state import ProxyState
+from proxy.server.stream_options import names_stream_options
 from proxy.server.target import Target
-from proxy.upstream.pool import Replayed as _Replayed
-from proxy.upstream.pool import UpstreamResponse, forward_headers, response_headers
+from proxy.upstream.headers import forward_headers, response_headers
+from proxy.upstream.pool import Replayed, UpstreamResponse
 
 JSON = "application/json"
-# Marks a response whose client a write found gone (a 499 and a disconnect, not an error).
-CLIENT_GONE = "tailfloor_client_gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The answer the client gets, and whether a write found the client gone (a 499)."""
+
+    response: web.StreamResponse
+    verdict: str = "none"
+    client_gone: bool = False
 
 
 def error_response(exc: ProxyError, request_id: str) -> web.Response:
@@ -49,8 +61,6 @@ class _CoalescedStream(web.StreamResponse):
 
 
 class ChatExchange:
-    """One chat request from the moment it is parsed until the client has its answer."""
-
     def __init__(self, state: ProxyState, request: web.Request, target: Target,
                  chat: ChatRequest, *, request_id: str, started: float) -> None:
         self.state = state
@@ -60,103 +70,137 @@ class ChatExchange:
         self.request_id = request_id
         self.started = started
         self.proxy_seconds = 0.0
-        # What tailfloor did to the request, for the x-tailfloor header and the access log.
-        self.verdict = "none"
-        self.adjust: UsageAdjustment | None = None
 
-    async def run(self) -> web.StreamResponse:
-        state, chat, headers = self.state, self.chat, self.request.headers
-        rewrite = state.rewriter.rewrite(chat, headers)
-        rewrite = await state.recovery.before_send(chat, rewrite, headers)
+    async def run(self) -> Finished:
+        state, chat = self.state, self.chat
+        ctx = await self._context()
+        decision = await self._floor(ctx)
+        state.record.floor(decision)
+        outgoing = Outgoing(decision, report_client_usage=ctx.policy.report_usage == "client")
+        view = (await state.offload(state.recovery.view, ctx, outgoing.draft) if ctx.large
+                else state.recovery.view(ctx, outgoing.draft))
+        compaction = await self._before_send(view)
+        if compaction is not None:
+            state.record.compaction(compaction)
+            outgoing = replace(outgoing, compaction=compaction)
         self.proxy_seconds += time.perf_counter() - self.started
         attempt = 0
         while True:
-            self.verdict, self.adjust = rewrite.verdict, rewrite.adjust
             try:
-                upstream, hide_usage = await self._send(rewrite)
+                upstream, hide_usage = await self._send(outgoing)
                 if upstream.status < 400:
                     break
                 answer = await upstream.read()
             except Rejected as exc:  # a header the upstream head cannot carry
                 state.metrics.rejected.labels(reason=exc.reason).inc()
-                return error_response(exc, self.request_id)
+                return Finished(error_response(exc, self.request_id), outgoing.verdict)
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 state.log.warning("upstream failed before answering: %s", exc.message)
-                return error_response(exc, self.request_id)
+                return Finished(error_response(exc, self.request_id), outgoing.verdict)
             decided = time.perf_counter()
-            next_step = await state.recovery.on_error(
-                chat, rewrite,
+            step = await self._on_error(
+                view, outgoing.compaction,
                 UpstreamAnswer(upstream.status, upstream.headers.get("Content-Type"), answer),
-                headers, attempt=attempt)
+                attempt)
+            state.record.error_step(step, chat.model)
+            if step.learned_window is not None and view is not None:
+                view = replace(view, ctx=view.ctx.with_window(step.learned_window))
             self.proxy_seconds += time.perf_counter() - decided
-            if isinstance(next_step, Rewrite) and attempt == 0:
-                rewrite, attempt = next_step, 1
+            if step.action == "retry" and step.compaction is not None and attempt == 0:
+                outgoing, attempt = replace(outgoing, compaction=step.compaction), 1
                 continue
-            if isinstance(next_step, ErrorReply):
-                return web.Response(body=next_step.body, status=next_step.status,
-                                    content_type=JSON,
-                                    headers={"x-tailfloor-request-id": self.request_id})
-            return self._finish_plain(upstream, answer, rewrite)
-        is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        if not is_sse:
+            if step.action == "reply" and step.reply is not None:
+                return Finished(web.Response(
+                    body=step.reply.body, status=step.reply.status, content_type=JSON,
+                    headers={"x-tailfloor-request-id": self.request_id}), outgoing.verdict)
+            return await self._finish_plain(upstream, answer, outgoing, view)
+        if not upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
             try:
                 answer = await upstream.read()
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-                return error_response(exc, self.request_id)
-            return self._finish_plain(upstream, answer, rewrite)
+                return Finished(error_response(exc, self.request_id), outgoing.verdict)
+            return await self._finish_plain(upstream, answer, outgoing, view)
         return await self._finish_stream(
-            upstream, StreamScanner(hide_usage=hide_usage, adjust=self.adjust), rewrite)
+            upstream, StreamScanner(hide_usage=hide_usage, adjust=outgoing.adjust), outgoing,
+            view)
 
-    async def _send(self, rewrite: Rewrite) -> tuple[UpstreamResponse, bool]:
+    # ------------------------------------------------------------------ stages
+    async def _context(self) -> RequestContext:
+        state, chat = self.state, self.chat
+        rules = state.rules.rules
+        signals = None
+        if is_large(chat):
+            # Its signals take a pass over every message, off the loop; the session lookup
+            # (memory) stays on it, where the fingerprint memory lives.
+            signals = await state.offload(identify, chat.agent_id, self.request.headers,
+                                          chat.body, rules.identification)
+        return build_context(chat, self.request.headers, rules, windows=state.windows,
+                             upstream=state.settings.upstream, sessions=state.sessions,
+                             signals=signals)
+
+    async def _floor(self, ctx: RequestContext) -> Decision:
+        floor = self.state.floor
+        if floor is None:
+            return none(ctx.chat, "no_transcripts", "unidentified")
+        settled = floor.settle(ctx)
+        if settled is not None:
+            return settled
+        return await self.state.offload(floor.decide, ctx)
+
+    async def _send(self, outgoing: Outgoing) -> tuple[UpstreamResponse, bool]:
         """Send the body upstream; returns the response and whether usage is to be hidden."""
         state, chat = self.state, self.chat
+        upstream_url = state.settings.upstream
         hide_usage = (chat.stream and not chat.include_usage
-                      and state.settings.inject_stream_usage and not state.stream_options_rejected)
-        body = with_stream_usage(rewrite.body, chat.body) if hide_usage else rewrite.body
-        # The body goes upstream decoded (proxy/body.py), so never with the client's coding.
+                      and state.settings.inject_stream_usage
+                      and state.stream_options.accepted(upstream_url))
+        body = with_stream_usage(outgoing.body, chat.body) if hide_usage else outgoing.body
+        # The body goes upstream decoded (proxy/server/body.py), never with the client's coding.
         headers = forward_headers(self.request.headers, identity_encoding=True,
                                   decoded_body=True)
         path, query = self.target.path, self.target.query
         upstream = await state.upstream.send("POST", path, query, headers, body)
         if hide_usage and upstream.status == 400:
             answer = await upstream.read()
-            if b"stream_options" not in answer:
-                return _Replayed(upstream, answer), False
-            # This upstream does not know stream_options: remember, and send as the client did.
-            state.stream_options_rejected = True
+            if not names_stream_options(answer):
+                return Replayed(upstream, answer), False
+            # This upstream does not know stream_options: remember (for a while), and send
+            # the request as the client did.
+            state.stream_options.refused(upstream_url)
             state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
-            upstream = await state.upstream.send("POST", path, query, headers, rewrite.body)
+            upstream = await state.upstream.send("POST", path, query, headers, outgoing.body)
             hide_usage = False
         return upstream, hide_usage
 
-    def _client_headers(self, upstream: UpstreamResponse) -> CIMultiDict[str]:
+    # ------------------------------------------------------------------ answers
+    def _client_headers(self, upstream: UpstreamResponse, verdict: str) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
         headers["x-tailfloor-request-id"] = self.request_id
         if self.state.settings.tailfloor_header:
-            headers["x-tailfloor"] = self.verdict
+            headers["x-tailfloor"] = verdict
         return headers
 
-    def _finish_plain(self, upstream: UpstreamResponse, answer: bytes,
-                      rewrite: Rewrite) -> web.Response:
+    async def _finish_plain(self, upstream: UpstreamResponse, answer: bytes,
+                            outgoing: Outgoing, view: RecoveryRequest | None) -> Finished:
         after = time.perf_counter()
         if upstream.status == 200:
-            usage, answer, finish_reason = read_body_usage(answer, self.adjust)
-            self._count_usage(usage)
-            self.state.recovery.after_answer(self.chat, rewrite, Outcome(
-                upstream.status, usage, finish_reason, None))
-        headers = self._client_headers(upstream)
+            usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust)
+            self.state.record.usage(usage, self.chat.model, self.chat.agent_id)
+            await self._after(view, outgoing.compaction,
+                              AnswerSeen(upstream.status, usage, finish_reason, None))
+        headers = self._client_headers(upstream, outgoing.verdict)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
-        return response
+        return Finished(response, outgoing.verdict)
 
     async def _finish_stream(self, upstream: UpstreamResponse, scanner: StreamScanner,
-                             rewrite: Rewrite) -> web.StreamResponse:
+                             outgoing: Outgoing, view: RecoveryRequest | None) -> Finished:
         state = self.state
         before = time.perf_counter()
-        headers = self._client_headers(upstream)
-        response = _CoalescedStream(status=upstream.status, headers=headers)
+        response = _CoalescedStream(status=upstream.status,
+                                    headers=self._client_headers(upstream, outgoing.verdict))
         await response.prepare(self.request)
         prepared = time.perf_counter() - before
         try:
@@ -165,12 +209,11 @@ class ChatExchange:
         except ConnectionError:
             # A write found the client gone: nothing more to send, nothing wrong on our side.
             upstream.close()
-            response[CLIENT_GONE] = True
-            self._stream_seen(rewrite, upstream.status, scanner)
-            return response
+            await self._stream_seen(scanner, outgoing.compaction, view)
+            return Finished(response, outgoing.verdict, client_gone=True)
         except BaseException:
             upstream.close()
-            self._stream_seen(rewrite, upstream.status, scanner)
+            await self._stream_seen(scanner, outgoing.compaction, view)
             raise
         if outcome.keepalives:
             state.metrics.keepalives.inc(outcome.keepalives)
@@ -184,34 +227,52 @@ class ChatExchange:
         if outcome.first_chunk_at is not None:
             state.metrics.ttft_by(state.metrics.model_label(self.chat.model)).observe(
                 outcome.first_chunk_at - self.started)
-        self._count_usage(scanner.usage)
-        state.recovery.after_answer(self.chat, rewrite, Outcome(
-            upstream.status, scanner.usage, scanner.finish_reason, scanner.error))
+        state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id)
+        seen = AnswerSeen(upstream.status, scanner.usage, scanner.finish_reason, scanner.error)
+        await self._after(view, outgoing.compaction, seen)
         self._observe_overhead(prepared + outcome.proxy_seconds)
-        return response
+        return Finished(response, outgoing.verdict)
 
-    def _stream_seen(self, rewrite: Rewrite, status: int, scanner: StreamScanner) -> None:
+    async def _stream_seen(self, scanner: StreamScanner, sent: Compaction | None,
+                           view: RecoveryRequest | None) -> None:
         """A stream cut short by the client: what was read still counts (tokens used, an
         overflow error event the client got before it left)."""
         if scanner.usage is not None:
-            self._count_usage(scanner.usage)
-        self.state.recovery.after_answer(self.chat, rewrite, Outcome(
-            status, scanner.usage, scanner.finish_reason, scanner.error))
+            self.state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id)
+        await self._after(view, sent, AnswerSeen(200, scanner.usage, scanner.finish_reason,
+                                                 scanner.error))
 
-    def _count_usage(self, usage: Usage | None) -> None:
-        metrics = self.state.metrics
-        if usage is None:
-            metrics.usage_missing.labels(route="chat_completions").inc()
+    # A bug in recovery must cost the recovery, never the request: each phase falls back to
+    # doing nothing, and says so in the log.
+    async def _before_send(self, view: RecoveryRequest | None) -> Compaction | None:
+        try:
+            return await self.state.recovery.before_send(view)
+        except Exception:
+            self.state.log.exception("overflow recovery failed before sending; the request "
+                                     "goes as it was")
+            return None
+
+    async def _on_error(self, view: RecoveryRequest | None, sent: Compaction | None,
+                        answer: UpstreamAnswer, attempt: int) -> ErrorStep:
+        try:
+            return await self.state.recovery.on_error(view, sent, answer, attempt=attempt)
+        except Exception:
+            self.state.log.exception("overflow recovery failed; the upstream's answer is "
+                                     "passed on")
+            return ErrorStep.passed(overflow="failed")
+
+    async def _after(self, view: RecoveryRequest | None, sent: Compaction | None,
+                     seen: AnswerSeen) -> None:
+        recovery = self.state.recovery
+        try:
+            if view is not None and view.ctx.large:
+                check = await self.state.offload(recovery.after_answer, view, sent, seen)
+            else:
+                check = recovery.after_answer(view, sent, seen)
+        except Exception:
+            self.state.log.exception("overflow checks after the answer failed")
             return
-        model = metrics.model_label(self.chat.model)
-        agent = metrics.agent_label(self.chat.agent_id or "none")
-        for kind, value in (("input", usage.input_tokens), ("output", usage.completion_tokens),
-                            ("cached_input", usage.cached_tokens),
-                            ("reasoning", usage.reasoning_tokens)):
-            if value:
-                metrics.tokens_by(model, agent, kind).inc(value)
+        self.state.record.after(check)
 
     def _observe_overhead(self, extra: float) -> None:
         self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)
-
-

@@ -5,67 +5,23 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from aiohttp import web
 
+from proxy.floor.sessions import SessionFinder
+from proxy.floor.stage import Floor
 from proxy.metrics import Metrics
-from proxy.model import ChatRequest, ErrorReply, Outcome, Rewrite, UpstreamAnswer
 from proxy.policy.files import RulesHolder
+from proxy.recovery.stage import Recovery
+from proxy.recovery.windows import LearnedWindows
+from proxy.server.offload import WorkerPool
+from proxy.server.record import Recorder
+from proxy.server.stream_options import StreamOptionsMemory
 from proxy.settings import Settings
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Upstream
-
-
-class Rewriter(Protocol):
-    """Decides what a chat request becomes before it goes upstream (the floor, issue 4)."""
-
-    def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite: ...
-
-
-class PassThrough:
-    """The rewriter used when no transcripts are followed: requests go out as sent."""
-
-    def rewrite(self, chat: ChatRequest, headers: Mapping[str, str]) -> Rewrite:
-        return Rewrite(body=chat.raw)
-
-
-class Recovery(Protocol):
-    """Context overflow handling around the upstream call (issue 5)."""
-
-    async def before_send(self, chat: ChatRequest, rewrite: Rewrite,
-                          headers: Mapping[str, str]) -> Rewrite:
-        """Reuse a stored compaction or compact ahead of time; else return ``rewrite``."""
-        ...
-
-    async def on_error(self, chat: ChatRequest, rewrite: Rewrite, answer: UpstreamAnswer,
-                       headers: Mapping[str, str], *, attempt: int,
-                       ) -> Rewrite | ErrorReply | None:
-        """An error answer before any byte reached the client. ``attempt`` 0 may return a
-        Rewrite to send once more; any attempt may return the answer to give instead;
-        None passes the upstream's answer through."""
-        ...
-
-    def after_answer(self, chat: ChatRequest, rewrite: Rewrite, outcome: Outcome) -> None:
-        """A complete answer: look for silent overflow."""
-        ...
-
-
-class NoRecovery:
-    async def before_send(self, chat: ChatRequest, rewrite: Rewrite,
-                          headers: Mapping[str, str]) -> Rewrite:
-        return rewrite
-
-    async def on_error(self, chat: ChatRequest, rewrite: Rewrite, answer: UpstreamAnswer,
-                       headers: Mapping[str, str], *, attempt: int,
-                       ) -> Rewrite | ErrorReply | None:
-        return None
-
-    def after_answer(self, chat: ChatRequest, rewrite: Rewrite, outcome: Outcome) -> None:
-        return None
 
 
 @dataclass
@@ -73,16 +29,19 @@ class ProxyState:
     settings: Settings
     metrics: Metrics
     upstream: Upstream
-    rules: RulesHolder = field(default_factory=lambda: RulesHolder(None))
-    tokens: TokenCounter = field(default_factory=TokenCounter)
+    rules: RulesHolder
+    tokens: TokenCounter
+    windows: LearnedWindows
+    offload: WorkerPool
+    recovery: Recovery
+    record: Recorder
     transcripts: TranscriptService | None = None
-    rewriter: Rewriter = field(default_factory=PassThrough)
-    recovery: Recovery = field(default_factory=NoRecovery)
+    floor: Floor | None = None
+    sessions: SessionFinder | None = None
+    stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
     ready: bool = False
-    # Set once the upstream refused stream_options; from then on streams go out as sent.
-    stream_options_rejected: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
 

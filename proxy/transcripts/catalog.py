@@ -2,13 +2,20 @@
 
 Per session: a bounded window of entry records (no message content) holding at most about
 ``tail_limit`` raw messages, plus every compaction and reset entry seen. Content comes from
-the session's ``TranscriptStore`` when ``tail``/``context`` need it; a view that starts
-before the window is computed from a fresh read. The content index (tool-call ids, user
-text hashes) covers the windows and follows them as they grow and shrink.
+the session's ``TranscriptStore`` when ``tail``/``context``/``full`` need it; a view that
+starts before the window is computed from a fresh read. The content index (tool-call ids,
+user text hashes, compaction summaries) covers the windows and follows them.
+
+Threads: the readers (in a worker thread) mutate it while requests query it, on the event
+loop and in worker threads. Every method holds one lock for its in-memory part only; reads
+of a store happen outside it, so a slow disk never stalls a query. ``get`` and the ``find_*``
+lookups never touch a store: they are safe on the event loop. ``tail``, ``context`` and
+``full`` may read a store: call them off the loop.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -25,39 +32,25 @@ from proxy.transcripts.records import (
     Window,
 )
 from proxy.transcripts.render import Flavor, RenderOptions, Source, render
+from proxy.transcripts.state import SessionState
 
 __all__ = ["Catalog"]
-
-class _State:
-    __slots__ = ("before_count", "by_id", "complete", "entries", "info", "marks",
-                 "marks_known", "record", "store")
-
-    def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
-        self.info = info
-        self.store = store
-        self.entries: list[Entry] = []
-        self.by_id: dict[str, Entry] = {}
-        self.marks: dict[str, Entry] = {}
-        self.complete = False
-        self.marks_known = False
-        # raw messages before the window, when known (the window once reached the top)
-        self.before_count: int | None = None
-        self.record: SessionRecord | None = None
 
 
 class Catalog:
     """All sessions: metadata, active-branch views, identification indexes.
 
-    Mutators (``put``, ``append``, ``update_info``, ``remove``) are called by the readers;
-    everything else is a query. Queries never raise for unknown ids: they return None or
-    empty results.
+    Mutators (``put``, ``append``, ``update_info``, ``remove``, ``relink``) are called by the
+    readers; everything else is a query. Queries never raise for unknown ids: they return
+    None or empty results.
     """
 
     def __init__(self, tail_limit: int = 200, render_options: RenderOptions | None = None
                  ) -> None:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
-        self._states: dict[str, _State] = {}
+        self._lock = threading.RLock()
+        self._states: dict[str, SessionState] = {}
         self._index = ContentIndex()
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
@@ -73,57 +66,55 @@ class Catalog:
 
         ``defer``: skip computing its record until the next ``relink`` (bulk loading).
         """
-        old = self._states.get(info.session_id)
-        if old is not None:
-            self._index.drop(info.session_id, [*old.entries, *old.marks.values()], keep=())
-        st = _State(info, store)
-        self._states[info.session_id] = st
-        st.marks = {m.id: m for m in window.marks}
-        self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
-        self._set_window(st, list(window.entries), window.complete)
-        self._link_key(info)
-        if defer:
-            self._deferred.add(info.session_id)
-        else:
-            self._refresh(st)
+        with self._lock:
+            old = self._states.get(info.session_id)
+            if old is not None:
+                self._index.drop(info.session_id, old.held, keep=())
+            st = SessionState(info, store)
+            self._states[info.session_id] = st
+            st.add_marks(window.marks)
+            self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
+            self._set_window(st, list(window.entries), window.complete)
+            self._link_key(info)
+            if defer:
+                self._deferred.add(info.session_id)
+            else:
+                self._refresh(st)
 
     def append(self, session_id: str, entries: Sequence[Entry]) -> None:
         """Entries appended to a session's transcript, in order."""
-        st = self._states.get(session_id)
-        if st is None or not entries:
-            return
-        for e in entries:
-            if e.id in st.by_id:
-                continue  # already read by an on-demand re-read of the transcript
-            st.entries.append(e)
-            st.by_id[e.id] = e
-            if e.kind in ("compaction", "reset"):
-                st.marks[e.id] = e
-            self._index.add(st.info.session_id, e.keys)
-        self._trim(st)
-        self._refresh(st)
+        with self._lock:
+            st = self._states.get(session_id)
+            if st is None or not entries:
+                return
+            for e in st.append(entries):
+                self._index.add(session_id, e.keys)
+            self._trim(st)
+            self._refresh(st)
 
     def update_info(self, info: SessionInfo) -> None:
         """New metadata for a known session (renamed file, new predecessor link...)."""
-        st = self._states.get(info.session_id)
-        if st is None:
-            return
-        st.info = info
-        self._link_key(info)
-        self._refresh(st)
+        with self._lock:
+            st = self._states.get(info.session_id)
+            if st is None:
+                return
+            st.info = info
+            self._link_key(info)
+            self._refresh(st)
 
     def remove(self, session_id: str) -> None:
-        st = self._states.pop(session_id, None)
-        if st is None:
-            return
-        self._index.drop(session_id, [*st.entries, *st.marks.values()], keep=())
-        for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
-                                           (self._by_group, st.info.group))):
-            if name and session_id in table.get(name, []):
-                table[name].remove(session_id)
-                self._relink.add((n, name))
-                self._ordered.pop(name, None)
-        self._refresh_dependents(session_id)
+        with self._lock:
+            st = self._states.pop(session_id, None)
+            if st is None:
+                return
+            self._index.drop(session_id, st.held, keep=())
+            for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
+                                               (self._by_group, st.info.group))):
+                if name and session_id in table.get(name, []):
+                    table[name].remove(session_id)
+                    self._relink.add((n, name))
+                    self._ordered.pop(name, None)
+            self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -133,36 +124,47 @@ class Catalog:
         return session_id in self._states
 
     def count_by_source(self) -> dict[str, int]:
-        return dict(Counter(st.info.source for st in self._states.values()))
+        with self._lock:
+            return dict(Counter(st.info.source for st in self._states.values()))
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """The session with this id.
+        """The session with this id, from memory. For a session whose kept window does not
+        reach the top of its transcript, ``compaction`` and ``resets`` may still miss older
+        entries: ``full`` reads them."""
+        with self._lock:
+            st = self._states.get(session_id)
+            return st.record if st is not None else None
 
-        The first lookup of a session whose kept window does not reach the top of its
-        transcript searches the older part once for compaction and reset entries, so the
-        record's ``compaction`` and ``resets`` are exact.
-        """
-        st = self._states.get(session_id)
-        if st is None:
-            return None
-        if not st.marks_known and not st.complete and st.entries:
+    def full(self, session_id: str) -> SessionRecord | None:
+        """The session with exact ``compaction`` and ``resets``: the first call for a session
+        whose window does not reach the top searches the older part of its transcript once
+        (a store read)."""
+        with self._lock:
+            st = self._states.get(session_id)
+            if st is None:
+                return None
+            if st.marks_known or st.complete or not st.entries:
+                return st.record
             st.marks_known = True
             reader = getattr(st.store, "read_marks", None)
-            if reader is not None:
-                for mark in reader(st.entries[0].pos):
-                    if mark.id not in st.marks:
-                        st.marks[mark.id] = mark
-                        self._index.add(session_id, mark.keys)
+            before = st.entries[0].pos
+        marks = reader(before) if reader is not None else []
+        with self._lock:
+            if self._states.get(session_id) is st:
+                for mark in st.add_marks(marks):
+                    self._index.add(session_id, mark.keys)
                 self._refresh(st)
-        return st.record
+            return st.record
 
     def info(self, session_id: str) -> SessionInfo | None:
-        st = self._states.get(session_id)
-        return st.info if st is not None else None
+        with self._lock:
+            st = self._states.get(session_id)
+            return st.info if st is not None else None
 
     def key_scopes(self, session_key: str) -> list[str]:
         """The agent directories (scopes) that have sessions under this key."""
-        return sorted(self._key_scopes.get(session_key, set()))
+        with self._lock:
+            return sorted(self._key_scopes.get(session_key, set()))
 
     def by_key(self, session_key: str, scope: str | None = None) -> SessionRecord | None:
         """The current (newest) session of an OpenClaw session key.
@@ -175,19 +177,21 @@ class Catalog:
 
     def key_history(self, session_key: str, scope: str | None = None) -> list[SessionRecord]:
         """Every session seen under a session key in one scope, newest first."""
-        if scope is None:
-            scopes = self._key_scopes.get(session_key, set())
-            if len(scopes) != 1:
-                return []
-            scope = next(iter(scopes))
-        ids = sorted(self._by_key.get(f"{scope}\x00{session_key}", []), key=self._order,
-                     reverse=True)
-        return [r for r in (self.get(i) for i in ids) if r is not None]
+        with self._lock:
+            if scope is None:
+                scopes = self._key_scopes.get(session_key, set())
+                if len(scopes) != 1:
+                    return []
+                scope = next(iter(scopes))
+            ids = sorted(self._by_key.get(f"{scope}\x00{session_key}", []), key=self._order,
+                         reverse=True)
+            return [r for r in (self.get(i) for i in ids) if r is not None]
 
     def sessions(self, agent_id: str | None = None) -> list[SessionRecord]:
         """All sessions (or one agent's), most recently updated first."""
-        records = [st.record for st in self._states.values() if st.record is not None
-                   and (agent_id is None or st.info.agent_id == agent_id)]
+        with self._lock:
+            records = [st.record for st in self._states.values() if st.record is not None
+                       and (agent_id is None or st.info.agent_id == agent_id)]
         return sorted(records, key=lambda r: (r.updated or 0.0, r.session_id), reverse=True)
 
     def predecessor(self, session_id: str) -> SessionRecord | None:
@@ -198,66 +202,75 @@ class Catalog:
 
     def dangling_parent(self, session_id: str) -> str | None:
         """A parent id the active branch names but the (whole) transcript lacks."""
-        st = self._states.get(session_id)
-        if st is None or not st.complete:
-            return None
-        return view.active_branch(st.entries, st.by_id).missing_parent
+        with self._lock:
+            st = self._states.get(session_id)
+            if st is None or not st.complete:
+                return None
+            return view.active_branch(st.entries, st.by_id).missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
-        """Sessions whose kept tail holds this tool-call id (verbatim, normalised or with
-        ``_`` stripped: all forms share one key)."""
-        return self._index.lookup(tool_call_key(call_id))
+        """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
+        with self._lock:
+            return self._index.lookup(tool_call_key(call_id))
 
     def find_user_text(self, text: str) -> frozenset[str]:
         """Sessions whose kept tail holds a user message with this text (normalised, so
         OpenClaw's timestamp prefix and Runtime line do not matter)."""
-        return self._index.lookup(user_text_key(text))
+        with self._lock:
+            return self._index.lookup(user_text_key(text))
 
     def find_summary(self, summary: str) -> frozenset[str]:
         """Sessions with a compaction whose summary is this text (whitespace ignored)."""
-        return self._index.lookup(summary_key(summary))
+        with self._lock:
+            return self._index.lookup(summary_key(summary))
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
-        """The last ``k`` raw messages of the active branch, oldest first.
+        """The last ``k`` raw messages of the active branch, oldest first (store reads).
 
         Raw messages: user, assistant (not failed turns), tool results, custom messages.
         Without ``before``: the part after the last reset entry. ``before`` = a reset
         entry's id gives the part that reset closed. Each record carries its OpenAI
         rendering for this agent, rendered on its own (no cross-message repairs).
         """
-        st = self._states.get(session_id)
-        if st is None or k <= 0:
-            return []
-        path, rooted = self._path(st)
-        picked = view.tail_of(path, k, before)
-        if len(picked) < k and not view.segment_within(path, rooted, before):
-            if before is None:
-                # Read just enough from the end; a window up to tail_limit is kept so the
-                # next request for this session is served from memory.
-                window = st.store.read_window(max(k, self.tail_limit))
-                if k <= self.tail_limit:
+        with self._lock:
+            st = self._states.get(session_id)
+            if st is None or k <= 0:
+                return []
+            path, rooted = self._path(st)
+            picked = view.tail_of(path, k, before)
+            short = len(picked) < k and not view.segment_within(path, rooted, before)
+        if short and before is None:
+            # Read just enough from the end; a window up to tail_limit is kept so the next
+            # request for this session is served from memory.
+            window = st.store.read_window(max(k, self.tail_limit))
+            with self._lock:
+                if k <= self.tail_limit and self._states.get(session_id) is st:
                     self._set_window(st, list(window.entries), window.complete, reread=True)
                     path, rooted = self._path(st)
                 else:
                     path = list(view.active_branch(window.entries).entries)
                     rooted = window.complete
-                picked = view.tail_of(path, k, before)
-            if len(picked) < k and not view.segment_within(path, rooted, before):
-                full = st.store.read_window(None)  # a branch that leaves the window
-                picked = view.tail_of(view.active_branch(full.entries).entries, k, before)
+            picked = view.tail_of(path, k, before)
+            short = len(picked) < k and not view.segment_within(path, rooted, before)
+        if short:
+            whole = st.store.read_window(None)  # a branch that leaves the window
+            picked = view.tail_of(view.active_branch(whole.entries).entries, k, before)
         return self._tail_records(st, picked)
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
-        """The messages the agent itself would send now (system prompt excluded)."""
-        st = self._states.get(session_id)
-        if st is None:
-            return None
-        path, rooted = self._path(st)
+        """The messages the agent itself would send now, system prompt excluded (store
+        reads)."""
+        with self._lock:
+            st = self._states.get(session_id)
+            if st is None:
+                return None
+            path, rooted = self._path(st)
+            opts = self._flavour(st)
         plan = view.context_plan(path)
         if not rooted and not view.plan_is_local(path, plan):
-            full = st.store.read_window(None)
-            plan = view.context_plan(view.active_branch(full.entries).entries)
-        return self.render_plan(st.store, plan, self._flavour(st))
+            whole = st.store.read_window(None)
+            plan = view.context_plan(view.active_branch(whole.entries).entries)
+        return self.render_plan(st.store, plan, opts)
 
     def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
                     opts: RenderOptions) -> list[dict[str, Any]]:
@@ -268,8 +281,9 @@ class Catalog:
         return render(items, opts)
 
     def render_options(self, session_id: str) -> RenderOptions:
-        st = self._states.get(session_id)
-        return self._flavour(st) if st is not None else self._opts
+        with self._lock:
+            st = self._states.get(session_id)
+            return self._flavour(st) if st is not None else self._opts
 
     # ---------------------------------------------------------------- internals
     def _order(self, session_id: str) -> tuple[float, str]:
@@ -277,11 +291,11 @@ class Catalog:
         created = st.info.created if st is not None else None
         return (created or 0.0, session_id)
 
-    def _flavour(self, st: _State) -> RenderOptions:
+    def _flavour(self, st: SessionState) -> RenderOptions:
         flavor: Flavor = "pi" if st.info.source == "pi" else "openclaw"
         return replace(self._opts, flavor=flavor)
 
-    def _path(self, st: _State) -> tuple[list[Entry], bool]:
+    def _path(self, st: SessionState) -> tuple[list[Entry], bool]:
         branch = view.active_branch(st.entries, st.by_id)
         path = list(branch.entries)
         rooted = bool(path) and path[0].parent_id is None
@@ -289,9 +303,10 @@ class Catalog:
             rooted = True  # a dangling parent in a complete file: the branch ends there
         return path, rooted or (st.complete and not path)
 
-    def _tail_records(self, st: _State, picked: Sequence[Entry]) -> list[TailMessage]:
+    def _tail_records(self, st: SessionState, picked: Sequence[Entry]) -> list[TailMessage]:
         objs = st.store.load(picked)
-        opts = self._flavour(st)
+        with self._lock:
+            opts = self._flavour(st)
         out: list[TailMessage] = []
         for entry, obj in zip(picked, objs, strict=True):
             if obj is None:
@@ -301,44 +316,18 @@ class Catalog:
                                    tuple(msgs)))
         return out
 
-    def _set_window(self, st: _State, entries: list[Entry], complete: bool, *,
-                     reread: bool = False) -> None:
-        old = st.entries
-        if reread and old and entries:
-            # keep what was appended since the store's view (it may lag the file by a line)
-            known = {e.id for e in entries}
-            entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
-        st.entries = entries
-        st.by_id = {e.id: e for e in entries}
-        st.complete = complete
-        st.before_count = 0 if complete else None
-        for e in entries:
-            if e.kind in ("compaction", "reset"):
-                st.marks[e.id] = e
-        self._index.drop(st.info.session_id, old, keep=[*entries, *st.marks.values()])
-        for e in entries:
+    def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
+                    reread: bool = False) -> None:
+        old = st.set_window(entries, complete, reread=reread)
+        self._index.drop(st.info.session_id, old, keep=st.held)
+        for e in st.entries:
             self._index.add(st.info.session_id, e.keys)
         self._trim(st)
 
-    def _trim(self, st: _State) -> None:
-        limit = self.tail_limit
-        raw = sum(1 for e in st.entries if e.is_raw_message)
-        if raw <= limit + max(8, limit // 4):
-            return
-        drop = 0
-        for e in st.entries:
-            if raw <= limit:
-                break
-            drop += 1
-            if e.is_raw_message:
-                raw -= 1
-        gone, st.entries = st.entries[:drop], st.entries[drop:]
-        if st.before_count is not None:
-            st.before_count += sum(1 for e in gone if e.is_raw_message)
-        for e in gone:
-            st.by_id.pop(e.id, None)
-        self._index.drop(st.info.session_id, gone, keep=[*st.entries, *st.marks.values()])
-        st.complete = False
+    def _trim(self, st: SessionState) -> None:
+        gone = st.trim(self.tail_limit)
+        if gone:
+            self._index.drop(st.info.session_id, gone, keep=st.held)
 
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:
@@ -355,22 +344,23 @@ class Catalog:
     def relink(self) -> None:
         """Recompute the records of sessions whose key or directory gained or lost a session
         (a predecessor may have appeared after its successor)."""
-        pending, self._relink = self._relink, set()
-        todo, self._deferred = self._deferred, set()
-        for n, name in pending:
-            table = self._by_key if n == 0 else self._by_group
-            todo.update(table.get(name, []))
-        for sid in todo:
-            st = self._states.get(sid)
-            if st is not None:
-                self._refresh(st)
+        with self._lock:
+            pending, self._relink = self._relink, set()
+            todo, self._deferred = self._deferred, set()
+            for n, name in pending:
+                table = self._by_key if n == 0 else self._by_group
+                todo.update(table.get(name, []))
+            for sid in todo:
+                st = self._states.get(sid)
+                if st is not None:
+                    self._refresh(st)
 
     def _refresh_dependents(self, session_id: str) -> None:
         for st in self._states.values():
             if st.record is not None and st.record.predecessor == session_id:
                 self._refresh(st)
 
-    def _refresh(self, st: _State) -> None:
+    def _refresh(self, st: SessionState) -> None:
         path, rooted = self._path(st)
         comp, resets = view.boundaries(path, rooted, st.marks.values())
         times = [e.timestamp for e in st.entries if e.timestamp is not None]
@@ -383,7 +373,7 @@ class Catalog:
             count_complete=st.before_count is not None, compaction=comp, resets=resets,
             predecessor=predecessor, link=link)
 
-    def _predecessor(self, st: _State) -> tuple[str | None, Any]:
+    def _predecessor(self, st: SessionState) -> tuple[str | None, Any]:
         info = st.info
         if info.predecessor:
             return info.predecessor, info.link

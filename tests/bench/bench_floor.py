@@ -28,13 +28,13 @@ import orjson
 
 from proxy.floor.identify import identify
 from proxy.floor.lineage import find_session
-from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.jsonl import JsonlTranscript
 from proxy.transcripts.records import SessionInfo
 from tests.floor.bench_parts import percentiles, timed
 from tests.floor.conversation import text
+from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import (
     Holder,
     Transcript,
@@ -101,10 +101,10 @@ def main() -> None:
               f"{counted.messages} tokens; {len(catalog)} tracked sessions")
         spec = {"window": 400_000, "encoding": "o200k_base"}
         own = identify(None, {}, body).raw_after_summary
-        holds = FloorRewriter(Holder(rules(n=30, **spec)), tokens, catalog)
+        holds = FloorHarness(Holder(rules(n=30, **spec)), tokens, catalog)
         # N just above what the request keeps: 30 messages to put back.
-        restore = FloorRewriter(Holder(rules(n=own + 30, **spec)), tokens, catalog)
-        shadow = FloorRewriter(Holder(rules(n=own + 30, mode="shadow", **spec)), tokens,
+        restore = FloorHarness(Holder(rules(n=own + 30, **spec)), tokens, catalog)
+        shadow = FloorHarness(Holder(rules(n=own + 30, mode="shadow", **spec)), tokens,
                                catalog)
         decision = restore.decide(c, {})
         assert decision.kind == "floor", decision.verdict

@@ -26,15 +26,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import orjson
-from prometheus_client import CollectorRegistry
+from dataclasses import replace
 
-from proxy.metrics import Metrics
-from proxy.model import ChatRequest, Rewrite, UpstreamAnswer
-from proxy.recovery.stage import OverflowRecovery
-from proxy.server.state import ProxyState
-from proxy.settings import Settings
-from proxy.upstream.pool import Upstream
+import orjson
+
+from proxy.context import build_context
+from proxy.floor.lineage import Lineage
+from proxy.model import ChatRequest, Draft, UpstreamAnswer
+from proxy.policy.records import RuleSet
+from proxy.recovery.request import RecoveryRequest
+from proxy.recovery.stage import Recovery
+from proxy.recovery.windows import LearnedWindows
+from proxy.tokens import TokenCounter
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
 
 HEADERS = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
@@ -86,49 +89,67 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {statistics.median(samples) * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms"
 
 
+class Rules:
+    rules = RuleSet()
+
+
+async def inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def view_of(recovery: Recovery, request: ChatRequest, windows: LearnedWindows,
+            session: str | None = None) -> RecoveryRequest:
+    ctx = build_context(request, HEADERS, Rules.rules, windows=windows, upstream="bench",
+                        sessions=None)
+    if session is not None:
+        ctx = replace(ctx, lineage=Lineage("header", session_id=session, trusted=True))
+    found = recovery.view(ctx, Draft(request.raw))
+    assert found is not None
+    return found
+
+
 async def main(runs: int, check: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(state=Path(tmp), upstream="http://127.0.0.1:9")
-        state = ProxyState(settings=settings, metrics=Metrics(CollectorRegistry()),
-                           upstream=Upstream(settings.upstream, 1.0, 1.0))
-        await asyncio.to_thread(state.tokens.encodings.preload)
-        recovery = OverflowRecovery(state)
-        transport = InstantSummarizer()
-        recovery.summaries.transport = transport  # no network in a bench
-        recovery.open()
+        tokens = TokenCounter()
+        tokens.encodings.get("o200k_base")
+        windows = LearnedWindows()
+        transport = InstantSummarizer()  # no network in a bench
+        recovery = Recovery(rules=Rules(), tokens=tokens, windows=windows, transport=transport,
+                            upstream="bench", offload=inline)
+        recovery.open(Path(tmp))
         messages = conversation(100, "bench")  # ~100k tokens
         request = chat("You are a coding agent.", messages)
-        tokens = state.tokens.request(request.body, "o200k_base").total
+        counted = tokens.request(request.body, "o200k_base").total
         # a stored summary of the first 380 messages, as a recovery would leave it
         store = recovery._store
         assert store is not None
         session = "bench-session"
         store.put(session, messages[:380], SUMMARY_TEXT, 90000)
         recovery._sessions.add(session)  # what a recovery's own put does
-        rewrite = Rewrite(body=request.raw, session_key=session)
 
-        state.tokens = type(state.tokens)(state.tokens.encodings)  # cold token cache
+        recovery._tokens = TokenCounter(tokens.encodings)  # cold token cache
         started = time.perf_counter()
-        applied = await recovery.before_send(request, rewrite, HEADERS)
+        applied = await recovery.before_send(view_of(recovery, request, windows, session))
         first = time.perf_counter() - started
-        assert applied.verdict == "reused", applied.verdict
+        assert applied is not None and applied.label == "reused", applied
         samples = []
         for _ in range(runs):
             started = time.perf_counter()
-            await recovery.before_send(request, rewrite, HEADERS)
+            await recovery.before_send(view_of(recovery, request, windows, session))
             samples.append(time.perf_counter() - started)
-        print(f"apply a stored compaction to a {len(messages)}-message, {tokens}-token request "
-              f"({len(request.raw) / 1e6:.2f} MB): first sight {first * 1e3:.2f} ms; "
+        print(f"apply a stored compaction to a {len(messages)}-message, {counted}-token "
+              f"request ({len(request.raw) / 1e6:.2f} MB): first sight {first * 1e3:.2f} ms; "
               f"steady state {percentiles(samples)} over {runs} runs")
         steady_p50 = statistics.median(samples)
         other = chat("You are another agent.", messages)
-        await recovery.before_send(other, Rewrite(body=other.raw), HEADERS)  # counts cached
+        await recovery.before_send(view_of(recovery, other, windows))  # counts cached
         passes = []
+        kept = None
         for _ in range(runs):
             started = time.perf_counter()
-            kept = await recovery.before_send(other, Rewrite(body=other.raw), HEADERS)
+            kept = await recovery.before_send(view_of(recovery, other, windows))
             passes.append(time.perf_counter() - started)
-        assert kept.verdict == "none"
+        assert kept is None
         print(f"the same request in a session with nothing stored (preflight estimate only): "
               f"{percentiles(passes)}")
 
@@ -142,10 +163,11 @@ async def main(runs: int, check: bool) -> int:
             fresh = chat(f"You are coding agent number {n}.", messages)
             transport.seconds = 0.0
             started = time.perf_counter()
-            result = await recovery.on_error(fresh, Rewrite(body=fresh.raw), overflow, HEADERS,
-                                             attempt=0)
+            step = await recovery.on_error(view_of(recovery, fresh, windows), None, overflow,
+                                           attempt=0)
             total = time.perf_counter() - started
-            assert isinstance(result, Rewrite) and result.verdict == "compacted:overflow"
+            assert step.compaction is not None
+            assert step.compaction.label == "compacted:overflow", step.compaction.label
             shares.append(total - transport.seconds)
         print(f"full recovery of the same request, summarizer excluded ({transport.calls} "
               f"summarizer calls in all): {percentiles(shares)} over {len(shares)} runs")

@@ -33,12 +33,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from proxy.floor.stage import Decision, FloorRewriter
+from proxy.floor.decision import Decision
 from proxy.policy.files import read_rule_files
 from proxy.policy.parse import parse_rules
 from proxy.tokens import TokenCounter
 from tests import fake_upstream
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
+from tests.floor.harness import FloorHarness
 from tests.floor.replay import (
     catalog_at,
     chat,
@@ -158,7 +159,7 @@ class FeatureLoad:
             self.rules_file.write_text(RULES.format(n=N, overflow=OVERFLOW_MODEL,
                                                     small=SMALL_MODEL, window=window))
             ruleset = parse_rules(read_rule_files(self.rules_file.parent))
-            return FloorRewriter(Holder(ruleset), TokenCounter(), catalog).decide(chat(body), {})
+            return FloorHarness(Holder(ruleset), TokenCounter(), catalog).decide(chat(body), {})
 
         whole = decide(1_000_000)
         assert whole.kind == "floor" and not whole.capped, whole.verdict

@@ -15,13 +15,14 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from proxy.floor.decision import Decision
 from proxy.floor.restore import is_counted, wire_key
-from proxy.floor.stage import Decision, FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.boundary import role_problems
 from proxy.wire.content import message_text
 from proxy.wire.summary import SUMMARY_PHRASE
+from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, rules, system
 
 TOKENS = TokenCounter()
@@ -97,8 +98,8 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
     own_cost = TOKENS.request(body, "estimate").total
     window = own_cost + int(budget_share * 4000) if tight else 10_000_000
     holder = Holder(rules(n=n, window=window))
-    decision = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
-    again = FloorRewriter(holder, TOKENS, catalog).decide(chat(body), {})
+    decision = FloorHarness(holder, TOKENS, catalog).decide(chat(body), {})
+    again = FloorHarness(holder, TOKENS, catalog).decide(chat(body), {})
     sent = check_common(decision, body, again, window, n)
     # The agent's summary names the session even when the request holds no user text or
     # tool call to recognise it by.
@@ -131,7 +132,7 @@ def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: in
     write(prev, old, words)
     put(catalog, prev, group="dir")
     rewriter_rules = rules(n=n, window=10_000_000)
-    warm = FloorRewriter(Holder(rewriter_rules), TOKENS, catalog)
+    warm = FloorHarness(Holder(rewriter_rules), TOKENS, catalog)
     tools = request_for(catalog, prev.session_id)["tools"]
     sys = system() if with_predecessor else system(cwd="/another/project")
     # The old session's own requests are seen first (recording its fingerprint).
@@ -142,9 +143,9 @@ def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: in
     own_cost = TOKENS.request(body, "estimate").total
     window = own_cost + 200 + int(budget_share * 4000) if tight else 10_000_000
     holder = Holder(rules(n=n, window=window))
-    decision = FloorRewriter(holder, TOKENS, catalog, prints=warm.prints).decide(
+    decision = FloorHarness(holder, TOKENS, catalog, prints=warm.prints).decide(
         chat(body), {})
-    again = FloorRewriter(holder, TOKENS, catalog, prints=warm.prints).decide(chat(body), {})
+    again = FloorHarness(holder, TOKENS, catalog, prints=warm.prints).decide(chat(body), {})
     sent = check_common(decision, body, again, window, n)
     if not with_predecessor:
         assert decision.verdict == "none; reason=no_predecessor"

@@ -15,9 +15,9 @@ import pytest
 from proxy.floor.fingerprints import Fingerprints
 from proxy.floor.identify import identify
 from proxy.floor.restore import is_counted, is_internal, wire_key
-from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.wire.boundary import role_problems
+from tests.floor.harness import FloorHarness
 from tests.floor.replay import bodies, catalog_at, chat, expected_tail, sessions
 from tests.floor.synthetic import Holder, rules
 from tests.transcripts.capture_replay import RUNS
@@ -37,7 +37,7 @@ def replay(run: str, n: int) -> list[tuple[int, str, dict[str, Any], Any, Any]]:
     out = []
     for number, ts, body in bodies(run):
         catalog = catalog_at(all_sessions, ts)
-        rewriter = FloorRewriter(Holder(rules(n=n)), TOKENS, catalog, prints=prints)
+        rewriter = FloorHarness(Holder(rules(n=n)), TOKENS, catalog, prints=prints)
         c = chat(body)
         out.append((number, run, body, rewriter.decide(c, {}), (catalog, c)))
     return out

@@ -9,11 +9,11 @@ from prometheus_client import CollectorRegistry
 
 from proxy.floor.fingerprints import Fingerprints, fingerprint
 from proxy.floor.restore import is_counted
-from proxy.floor.stage import FloorRewriter
 from proxy.metrics import Metrics
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.boundary import role_problems
+from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import (
     Holder,
     Transcript,
@@ -26,9 +26,9 @@ from tests.floor.synthetic import (
 )
 
 
-def stage(catalog: Catalog, n: int = 10, **kw: Any) -> tuple[FloorRewriter, Metrics]:
+def stage(catalog: Catalog, n: int = 10, **kw: Any) -> tuple[FloorHarness, Metrics]:
     metrics = Metrics(CollectorRegistry())
-    return FloorRewriter(Holder(rules(n=n, **kw)), TokenCounter(), catalog, metrics), metrics
+    return FloorHarness(Holder(rules(n=n, **kw)), TokenCounter(), catalog, metrics), metrics
 
 
 def compacted(catalog: Catalog, sid: str = "aaaa1111-s1", turns: int = 15,
@@ -71,7 +71,7 @@ def test_restore_after_compaction_puts_back_the_swallowed_messages() -> None:
     assert texts(sent[2:]) == texts(full[len(full) - len(sent[2:]):])
     assert role_problems(sent) == []
     assert rewrite.adjust is not None and rewrite.adjust.added > 0
-    assert rewrite.session_key == t.session_id
+    assert rewrite.decision.session_id == t.session_id
     assert metrics.rewrites.labels(kind="floor")._value.get() == 1
     assert metrics.tail_messages_injected._value.get() == len(raw) - len(
         [m for m in own if is_counted(m)])
@@ -186,7 +186,7 @@ def test_no_room_at_all_passes_through() -> None:
     assert rewrite.body is c.raw and rewrite.verdict == "none; reason=no_room"
 
 
-def pi_new_session(catalog: Catalog, rewriter: FloorRewriter, sys: dict[str, Any],
+def pi_new_session(catalog: Catalog, rewriter: FloorHarness, sys: dict[str, Any],
                    sid: str = "bbbb2222-old", group: str = "dir-a") -> Transcript:
     old = Transcript(sid)
     conversation(old, 12)

@@ -6,10 +6,10 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from proxy.floor.stage import FloorRewriter
 from proxy.floor.style import Prefix, learn_prefix, restyle
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
+from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, Transcript, chat, conversation, put, request_for, rules
 
 TS = datetime(2026, 11, 30, 2, 27, 40, tzinfo=UTC).timestamp()
@@ -49,13 +49,13 @@ def test_restored_messages_take_the_request_timezone() -> None:
     # The agent runs two hours east of the proxy.
     body["messages"] = [body["messages"][0], body["messages"][1]] + [
         shift(m, 2, "EET") if m["role"] == "user" else m for m in body["messages"][2:]]
-    rewriter = FloorRewriter(Holder(rules(n=10)), TokenCounter(), catalog)
+    rewriter = FloorHarness(Holder(rules(n=10)), TokenCounter(), catalog)
     decision = rewriter.decide(chat(body), {})
     assert decision.kind == "floor"
     users = [m["content"][0]["text"] for m in decision.added if m["role"] == "user"]
     assert users and all(PREFIX.match(u) and " EET] " in u for u in users)
     # Same instants as the catalog's UTC rendering, two hours later on the clock.
-    plain = FloorRewriter(Holder(rules(n=10)), TokenCounter(), catalog).decide(
+    plain = FloorHarness(Holder(rules(n=10)), TokenCounter(), catalog).decide(
         chat(request_for(catalog, t.session_id)), {})
     utc = [m["content"][0]["text"] for m in plain.added if m["role"] == "user"]
     assert [shift({"content": [{"text": u}]}, 2, "EET")["content"][0]["text"] for u in utc] \

@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.floor.stage import FloorRewriter
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream
+from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import (
     PI_TOOLS,
     Holder,
@@ -198,7 +198,7 @@ def _reset_session() -> Catalog:
 def test_a_named_session_with_an_empty_segment_carries_only_in_a_certain_tenant(
         single_tenant: bool, expected: str) -> None:
     catalog = _reset_session()
-    rewriter = FloorRewriter(Holder(rules(n=8)), TokenCounter(), catalog,
+    rewriter = FloorHarness(Holder(rules(n=8)), TokenCounter(), catalog,
                              single_tenant=single_tenant)
     decision = rewriter.decide(chat(hello(system())), {"x-tailfloor-session": VICTIM})
     if expected == "carry":

@@ -1,9 +1,9 @@
 """The compacted request satisfies the design's invariant, for generated conversations.
 
-Runs ``OverflowRecovery.on_error`` in process with a summarizer transport that answers from
-memory: system prompt unchanged, one summary, a raw tail that is the original's own suffix and
-holds the current turn and (unless trimmed to fit) ``min_tail_messages`` raw messages, tool
-exchanges whole, the same bytes for the same inputs, and the stored summary reused.
+Runs ``Recovery.on_error`` in process with a summarizer transport that answers from memory and
+checks: the system prompt unchanged, at most one summary (the summarizer's), a raw tail that is
+the original's own suffix and ends with the request's last message, no tool exchange cut, the
+same bytes for the same inputs, and the stored summary reused without a summarizer call.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
-from proxy.metrics import Metrics
-from proxy.model import ChatRequest, Rewrite, UpstreamAnswer
+from proxy.context import build_context
+from proxy.model import ChatRequest, Draft, UpstreamAnswer
+from proxy.policy.records import RuleSet
 from proxy.recovery.plan import turn_start
-from proxy.recovery.stage import OverflowRecovery
-from proxy.server.state import ProxyState
-from proxy.settings import Settings
-from proxy.upstream.pool import Upstream
+from proxy.recovery.request import RecoveryRequest
+from proxy.recovery.stage import Recovery
+from proxy.recovery.windows import LearnedWindows
+from proxy.tokens import TokenCounter
 from proxy.wire.boundary import legal_starts, role_problems
 from proxy.wire.summary import unwrap_summary
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
@@ -47,16 +47,26 @@ class MemorySummarizer:
                                                "finish_reason": "stop"}]})
 
 
+class Rules:
+    rules = RuleSet()
+
+
+TOKENS = TokenCounter()
+WINDOWS = LearnedWindows()
+
+
+async def inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """The worker pool's seam, run in place."""
+    return fn(*args, **kwargs)
+
+
 @pytest.fixture(scope="module")
-def recovery() -> Iterator[tuple[OverflowRecovery, MemorySummarizer]]:
+def recovery() -> Iterator[tuple[Recovery, MemorySummarizer]]:
     with tempfile.TemporaryDirectory() as tmp:
-        settings_ = Settings(state=Path(tmp), upstream="http://127.0.0.1:9")
-        state = ProxyState(settings=settings_, metrics=Metrics(CollectorRegistry()),
-                           upstream=Upstream(settings_.upstream, 1.0, 1.0))
-        instance = OverflowRecovery(state)
         transport = MemorySummarizer()
-        instance.summaries.transport = transport  # an in-memory summarizer
-        instance.open()
+        instance = Recovery(rules=Rules(), tokens=TOKENS, windows=WINDOWS,
+                            transport=transport, upstream="test", offload=inline)
+        instance.open(Path(tmp))
         yield instance, transport
         instance.close()
 
@@ -64,9 +74,15 @@ def recovery() -> Iterator[tuple[OverflowRecovery, MemorySummarizer]]:
 SESSIONS = itertools.count()
 
 
-def _request(messages: list[dict[str, Any]]) -> ChatRequest:
+def _request(instance: Recovery, messages: list[dict[str, Any]]
+             ) -> tuple[ChatRequest, RecoveryRequest]:
     body = {"model": "fake-model", "messages": messages, "max_completion_tokens": 64}
-    return ChatRequest.parse(orjson.dumps(body), body, None)
+    chat = ChatRequest.parse(orjson.dumps(body), body, None)
+    ctx = build_context(chat, {}, Rules.rules, windows=WINDOWS, upstream="test",
+                        sessions=None)
+    view = instance.view(ctx, Draft(chat.raw))
+    assert view is not None
+    return chat, view
 
 
 @settings(max_examples=80, deadline=None,
@@ -74,7 +90,7 @@ def _request(messages: list[dict[str, Any]]) -> ChatRequest:
 @given(shape=st.lists(st.integers(0, 3), min_size=2, max_size=80),
        words=st.integers(5, 400))
 def test_compacted_requests_keep_the_invariant(
-        recovery: tuple[OverflowRecovery, MemorySummarizer], shape: list[int],
+        recovery: tuple[Recovery, MemorySummarizer], shape: list[int],
         words: int) -> None:
     instance, transport = recovery
     system = {"role": "system", "content": f"agent {next(SESSIONS)}"}
@@ -83,22 +99,22 @@ def test_compacted_requests_keep_the_invariant(
         if isinstance(message.get("content"), str):
             message["content"] += " lorem ipsum" * words
     messages = [system, *body]
-    chat = _request(messages)
+    chat, view = _request(instance, messages)
     calls = transport.calls
-    result = asyncio.run(instance.on_error(chat, Rewrite(body=chat.raw), OVERFLOW, {},
-                                           attempt=0))
-    if not isinstance(result, Rewrite):
+    step = asyncio.run(instance.on_error(view, None, OVERFLOW, attempt=0))
+    result = step.compaction
+    if step.action != "retry" or result is None:
         # a 400 for the agent only when nothing can go: all of it is the current turn, or it
         # is the min_tail floor and fits by our count (the upstream disagreeing, the agent's
         # own recovery takes over)
-        estimate = instance._state.tokens.request(chat.body, "o200k_base", 0.2).total
+        assert step.action == "reply"
+        estimate = TOKENS.request(chat.body, "o200k_base", 0.2).total
         whole_turn = turn_start(body, legal_starts(body)) == 0
         assert whole_turn or (len(body) <= 30 and estimate <= 8192 - 2048)
         return
-    assert result.messages is not None
     sent = list(result.messages)
     assert sent[0] == system
-    if result.verdict == "compacted:overflow":
+    if result.label == "compacted:overflow":
         assert unwrap_summary(sent[1]) == SUMMARY_TEXT.strip()
         assert transport.calls > calls
     tail = sent[2:]
@@ -108,23 +124,7 @@ def test_compacted_requests_keep_the_invariant(
     assert sum(1 for m in sent if unwrap_summary(m) is not None) <= 1
     # same inputs, same bytes; and now the stored summary is reused, no new call
     calls = transport.calls
-    again = asyncio.run(instance.before_send(chat, Rewrite(body=chat.raw), {}))
-    if result.verdict == "compacted:overflow":
+    again = asyncio.run(instance.before_send(_request(instance, messages)[1]))
+    if result.label == "compacted:overflow":
+        assert again is not None and again.label == "reused"
         assert again.body == result.body and transport.calls == calls
-
-
-def test_a_bug_in_recovery_costs_the_recovery_not_the_request(
-        recovery: tuple[OverflowRecovery, MemorySummarizer],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    instance, _ = recovery
-    messages = [{"role": "system", "content": "bug"}, *conversation([0, 1] * 40 + [0])]
-    chat = _request(messages)
-    original = Rewrite(body=chat.raw)
-
-    def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("a bug")
-
-    monkeypatch.setattr(instance, "_compact", broken)
-    monkeypatch.setattr(instance, "_prior", broken)
-    assert asyncio.run(instance.before_send(chat, original, {})) is original
-    assert asyncio.run(instance.on_error(chat, original, OVERFLOW, {}, attempt=0)) is None

@@ -1,10 +1,11 @@
-"""Summaries for overflow recovery: the summarizer configured from the request's policy, its
-metrics, and a rest for a summarizer that keeps failing.
+"""Summaries for overflow recovery: the summarizer configured from the request's policy, and
+a rest for a summarizer that keeps failing.
 
 A summarizer that is down or hangs would make every overflow wait for its timeout before the
 fallback; after a failure of the service itself (timeout, transport, HTTP status) the
 summarizing model is left alone for a while and the fallback is used at once. Failures that
-belong to one request (material too large, an unusable answer) do not count.
+belong to one request (material too large, an unusable answer) do not count. Every attempt
+is returned as a ``SummaryAttempt`` for the caller to record.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from proxy.metrics import Metrics
 from proxy.policy.records import ModelSpec
+from proxy.recovery.outcome import SummaryAttempt
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.summarize.prompt import TokenField
 from proxy.recovery.summarize.summarizer import (
@@ -31,27 +32,27 @@ __all__ = ["REST_SECONDS", "Summaries"]
 
 REST_SECONDS = 60.0
 _SERVICE_FAILURES = frozenset({"timeout", "transport", "status"})
+_DETAIL = 200
 
 
 class Summaries:
-    def __init__(self, transport: SummarizerTransport, metrics: Metrics, tokens: TokenCounter,
+    def __init__(self, transport: SummarizerTransport, tokens: TokenCounter,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.transport = transport
-        self._metrics = metrics
         self._tokens = tokens
         self._clock = clock
         self._resting: BoundedMap[str, float] = BoundedMap(256)  # model -> rest until
 
     async def make(self, request: RecoveryRequest, material: list[dict[str, Any]], *,
                    previous: str | None, model: ModelSpec, window: int,
-                   headers: Mapping[str, str]) -> str:
-        """A summary of ``material`` updating ``previous``, by the summarizing model whose
-        table row is ``model`` and window ``window``; raises SummarizerError."""
+                   headers: Mapping[str, str]) -> tuple[str | None, SummaryAttempt]:
+        """A summary of ``material`` updating ``previous`` by the summarizing model (table
+        row ``model``, window ``window``), or None and the failure."""
         policy, body = request.policy, request.chat.body
         name = policy.summary_model or request.chat.model
         if (self._resting.get(name) or 0.0) > self._clock():
-            self._metrics.summarizer_failures.inc()
-            raise SummarizerError("resting", f"it failed less than {REST_SECONDS:.0f} s ago")
+            return None, SummaryAttempt(name, 0.0, failure="resting",
+                                        detail=f"it failed less than {REST_SECONDS:.0f} s ago")
         token_field: TokenField = ("max_tokens" if "max_tokens" in body
                                    and "max_completion_tokens" not in body
                                    else "max_completion_tokens")
@@ -67,15 +68,12 @@ class Summaries:
                                                 headers=summarizer_headers(headers),
                                                 previous_summary=previous)
         except ValueError as exc:  # a window too small for any summarizer call
-            self._metrics.summarizer_failures.inc()
-            raise SummarizerError("too_large", str(exc)) from exc
+            return None, SummaryAttempt(name, time.perf_counter() - started,
+                                        failure="too_large", detail=str(exc)[:_DETAIL])
         except SummarizerError as exc:
-            self._metrics.summarizer_failures.inc()
             if exc.kind in _SERVICE_FAILURES:
                 self._resting.put(name, self._clock() + REST_SECONDS)
-            raise
-        finally:
-            self._metrics.summarizer_duration.observe(time.perf_counter() - started)
-        self._metrics.summarizer_tokens.labels(type="input").inc(result.prompt_tokens)
-        self._metrics.summarizer_tokens.labels(type="output").inc(result.completion_tokens)
-        return result.text
+            return None, SummaryAttempt(name, time.perf_counter() - started,
+                                        failure=exc.kind, detail=exc.detail[:_DETAIL])
+        return result.text, SummaryAttempt(name, time.perf_counter() - started,
+                                           result.prompt_tokens, result.completion_tokens)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 from multidict import CIMultiDict
 
-from proxy.upstream.pool import Upstream, UpstreamResponse, forward_headers
+from proxy.upstream.headers import forward_headers
+from proxy.upstream.pool import Upstream, UpstreamResponse
 
 __all__ = ["UpstreamSummaryTransport", "summarizer_headers"]
 

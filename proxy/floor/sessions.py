@@ -1,0 +1,81 @@
+"""Finding the session of a request: the floor's memory of fingerprints and tenants.
+
+Holds what identification remembers between requests (the request fingerprint of each
+session, the roots ``[[agents]]`` bindings resolve to) and applies ``lineage.find_session``.
+No I/O beyond resolving a bound root once; the catalog queries it makes are in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.floor.fingerprints import Fingerprints, fingerprint
+from proxy.floor.identify import RequestSignals
+from proxy.floor.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
+from proxy.policy.records import RuleSet
+
+__all__ = ["Found", "SessionFinder"]
+
+_PRINT_CACHE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    lineage: Lineage
+    tenant: Tenant
+    print_: str | None  # the request's fingerprint (system prompt and tools)
+
+
+class SessionFinder:
+    def __init__(self, catalog: SessionIndex, *, prints: Fingerprints | None = None,
+                 single_tenant: bool = True,
+                 resolve_root: Callable[[str], str] = lambda root: root) -> None:
+        self.catalog = catalog
+        self.prints = prints if prints is not None else Fingerprints()
+        # One transcript tenant (one root, or the default roots of one user): weak evidence
+        # is trusted for any request. Else only through a bound agent prefix.
+        self.single_tenant = single_tenant
+        self._resolve_root = resolve_root
+        self._bound: dict[str, str] = {}
+        self._prints_by_head: dict[int, str | None] = {}
+
+    def find(self, signals: RequestSignals, body: Mapping[str, Any], rules: RuleSet) -> Found:
+        print_ = self._fingerprint(body)
+        tenant = self._tenant(signals, rules)
+        lineage = find_session(signals, body, self.catalog, prints=self.prints, print_=print_,
+                               tenant=tenant)
+        sid = lineage.session_id
+        if sid is not None and print_ is not None and (
+                lineage.evidence == "strong"
+                or (lineage.trusted and tenant.certain and self.prints.get(sid) is None)):
+            # A guessed text or a claimed id never replaces a fingerprint, and plants one only
+            # where the tenant is certain: a later fingerprint carry cannot be steered.
+            self.prints.record(sid, print_)
+        return Found(lineage, tenant, print_)
+
+    def _tenant(self, signals: RequestSignals, rules: RuleSet) -> Tenant:
+        """The transcript root the request may draw on without strong evidence."""
+        bound = rules.agent_root(signals.agent_id) if signals.agent_source == "path" else None
+        if bound is not None:
+            resolved = self._bound.get(bound)
+            if resolved is None:
+                resolved = self._bound[bound] = self._resolve_root(bound)
+            return Tenant(True, resolved)
+        return ONE_TENANT if self.single_tenant else Tenant(False)
+
+    def _fingerprint(self, body: Mapping[str, Any]) -> str | None:
+        # System prompts are 2-40 KB: normalise each distinct one once.
+        messages = body.get("messages")
+        head = messages[0] if isinstance(messages, list) and messages else None
+        key = hash((orjson.dumps(head), orjson.dumps(body.get("tools") or [])))
+        if key in self._prints_by_head:
+            return self._prints_by_head[key]
+        found = fingerprint(body)
+        if len(self._prints_by_head) >= _PRINT_CACHE:
+            self._prints_by_head.clear()
+        self._prints_by_head[key] = found
+        return found

@@ -1,0 +1,82 @@
+"""What overflow recovery did, as values: the stage returns them, the exchange records them.
+
+    Compaction    a request that goes upstream compacted (a summary replaces its prefix) or
+                  with a stored compaction applied again
+    ErrorStep     what to do with an error answer: retry with a compaction, answer the
+                  client with a reply of our own, or pass the upstream's answer on
+    AfterCheck    what a complete answer showed: an overflow recovered, a silent overflow,
+                  an overflow error inside a stream
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy.model import ErrorReply
+from proxy.recovery.detect import OverflowVerdict
+from proxy.recovery.silent import SilentOverflow
+
+__all__ = ["AfterCheck", "Compaction", "ErrorStep", "OverflowOutcome", "SummaryAttempt",
+           "Trigger"]
+
+Trigger = Literal["preflight", "overflow", "reused"]  # tailfloor_compactions_total{trigger}
+OverflowOutcome = Literal["recovered", "failed", "passthrough", "mid_stream", "silent"]
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryAttempt:
+    """One summary asked of the summarizing model (all its chunk calls)."""
+
+    model: str
+    seconds: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failure: str | None = None  # SummarizerError kind; None: a summary was made
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A request compacted (or given a stored compaction) before it goes upstream."""
+
+    body: bytes
+    messages: tuple[Message, ...]
+    trigger: Trigger
+    label: str  # its part of x-tailfloor: compacted:preflight, reused, dropped:overflow...
+    why: str
+    session: str
+    replaced: int  # conversation messages a summary (or the fallback note) replaced
+    kept: int
+    tokens_removed: int  # estimated, in the upstream's units as far as we can tell
+    window: int
+    summary: SummaryAttempt | None = None
+    store_error: str | None = None  # the summary was used but could not be stored
+
+    @property
+    def retry(self) -> bool:
+        """Made for the retry after an overflow error."""
+        return self.label.endswith(":overflow")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStep:
+    action: Literal["retry", "reply", "pass"]
+    compaction: Compaction | None = None  # retry: what to send
+    reply: ErrorReply | None = None  # reply: the answer the client gets instead
+    overflow: OverflowOutcome | None = None  # counted for this answer (failed, passthrough)
+    verdict: OverflowVerdict | None = None
+    learned_window: int | None = None  # the error taught the model's window
+    note: str = ""  # why, for the log
+
+    @classmethod
+    def passed(cls, **kw: Any) -> ErrorStep:
+        return cls("pass", **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class AfterCheck:
+    overflow: OverflowOutcome | None = None  # mid_stream | silent
+    silent: SilentOverflow | None = None
+    recovered: bool = False  # the retry after an overflow error was answered

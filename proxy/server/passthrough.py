@@ -1,0 +1,113 @@
+"""Every route but the chat route: forwarded as is, bodies streamed both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from proxy.errors import BodyTooLarge, ProxyError, Rejected
+from proxy.server.accounting import Accounting
+from proxy.server.body import body_encoding, decodable, decode_stream
+from proxy.server.exchange import error_response
+from proxy.server.state import STATE_KEY, ProxyState
+from proxy.server.target import Target
+from proxy.upstream.headers import forward_headers, response_headers
+
+__all__ = ["passthrough", "route_label"]
+
+_ROUTE_LABELS = {
+    "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
+    "/responses": "responses", "/completions": "completions", "/moderations": "moderations",
+}
+
+
+def route_label(client_path: str) -> str:
+    path = client_path[3:] if client_path.startswith("/v1/") else client_path
+    if path.startswith("/models"):
+        return "models"
+    return _ROUTE_LABELS.get(path, "other")
+
+
+async def passthrough(request: web.Request, target: Target) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    acct = Accounting(state, request, route_label(target.path))
+    try:
+        response, gone = await _forward(state, request, target, acct)
+        return acct.answer(response, gone=gone)
+    except (asyncio.CancelledError, ConnectionError):
+        acct.gone = True
+        raise
+    finally:
+        acct.finish()
+
+
+async def _limited(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The body as it streams in, cut off (and the upstream request with it) past ``limit``."""
+    seen = 0
+    async for piece in pieces:
+        seen += len(piece)
+        if seen > limit:
+            raise BodyTooLarge(f"request body is over the {limit}-byte limit")
+        yield piece
+
+
+async def _forward(state: ProxyState, request: web.Request, target: Target,
+                   acct: Accounting) -> tuple[web.StreamResponse, bool]:
+    """The upstream's answer relayed; and whether a write found the client gone."""
+    length = request.content_length
+    limit = state.settings.max_body_bytes
+    if length is not None and length > limit:
+        too_large = BodyTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
+        state.metrics.rejected.labels(reason=too_large.reason).inc()
+        return error_response(too_large, acct.request_id), False
+    encoding = body_encoding(request.headers) if request.body_exists else None
+    decoded = decodable(encoding)
+    headers = forward_headers(request.headers, decoded_body=decoded)
+    data: Any = None
+    if request.body_exists:
+        data = _limited(request.content.iter_any(), limit)
+        if decoded:
+            assert encoding is not None
+            data = decode_stream(data, encoding, limit)  # sent chunked: its length is unknown
+        elif length is not None:
+            headers["Content-Length"] = str(length)
+    overhead = time.perf_counter() - acct.started
+    try:
+        upstream = await state.upstream.send(request.method, target.path, target.query,
+                                             headers, data)
+    except Rejected as exc:  # a body past the limit or not decodable, a bad header
+        state.metrics.rejected.labels(reason=exc.reason).inc()
+        return error_response(exc, acct.request_id), False
+    except ProxyError as exc:
+        state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+        return error_response(exc, acct.request_id), False
+    before = time.perf_counter()
+    out_headers = response_headers(upstream.headers, keep_length=True)
+    out_headers["x-tailfloor-request-id"] = acct.request_id
+    response = web.StreamResponse(status=upstream.status, headers=out_headers)
+    await response.prepare(request)
+    overhead += time.perf_counter() - before
+    try:
+        async for chunk in upstream.chunks():
+            await response.write(chunk)
+    except ConnectionError:
+        upstream.close()  # the client is gone; nothing more to send
+        return response, True
+    except ProxyError as exc:
+        upstream.close()
+        state.metrics.upstream_errors.labels(kind="mid_stream").inc()
+        state.log.warning("upstream body broke mid-way: %s", exc.message)
+        if request.transport is not None:
+            request.transport.close()  # the body is cut short: the client must see an error
+        return response, False
+    except BaseException:
+        upstream.close()
+        raise
+    upstream.release()
+    await response.write_eof()
+    state.metrics.overhead_by(acct.route).observe(overhead)
+    return response, False

@@ -1,0 +1,123 @@
+"""Every metric and log line about a chat request, from the values the stages returned.
+
+The floor returns a ``Decision``, recovery a ``Compaction``, an ``ErrorStep`` and an
+``AfterCheck``, the relay a ``StreamOutcome``; the exchange hands them here once each. No stage
+touches a metric itself, so what is counted is exactly what happened to the request.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from proxy.floor.decision import Decision
+from proxy.metrics import Metrics
+from proxy.model import Usage
+from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, SummaryAttempt
+
+__all__ = ["Recorder"]
+
+floor_log = logging.getLogger("tailfloor.floor")
+recovery_log = logging.getLogger("tailfloor.overflow")
+_FAILURES_LOGGED = 1000
+
+
+class Recorder:
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._failures: set[str] = set()
+
+    def floor(self, decision: Decision) -> None:
+        m = self.metrics
+        if decision.error is not None and decision.error not in self._failures \
+                and len(self._failures) < _FAILURES_LOGGED:
+            self._failures.add(decision.error)
+            floor_log.error("floor rewrite failed (%s); request passed through unchanged, "
+                            "further failures like this one are only counted", decision.error)
+        if decision.kind == "shadow" or (decision.added_to_request
+                                         and floor_log.isEnabledFor(logging.DEBUG)):
+            floor_log.info("floor %s (session %s, from %s, %d tokens)", decision.verdict,
+                           decision.session_id, decision.source_session, decision.added_tokens,
+                           extra={"verdict": decision.verdict, "session": decision.session_id})
+        if decision.method is not None:
+            m.identification_by(decision.method).inc()
+        m.rewrites_by("none" if decision.kind == "off" else decision.kind).inc()
+        if decision.capped:
+            m.floor_capped.inc()
+        if decision.added_to_request:
+            m.tail_messages_injected.inc(decision.added_raw)
+            m.tail_tokens_injected.inc(decision.added_tokens)
+
+    def compaction(self, compaction: Compaction) -> None:
+        m = self.metrics
+        m.compactions.labels(trigger=compaction.trigger).inc()
+        m.tokens_removed.inc(compaction.tokens_removed)
+        if compaction.summary is not None:
+            self._summary(compaction.summary, compaction)
+        if compaction.store_error is not None:
+            recovery_log.warning("the summary was used but could not be stored (%s)",
+                                 compaction.store_error)
+        if compaction.trigger != "reused":
+            recovery_log.info(
+                "%s (%s): session %s, %d messages replaced, %d kept raw, about %d tokens "
+                "removed, window %d", compaction.label, compaction.why, compaction.session,
+                compaction.replaced, compaction.kept, compaction.tokens_removed,
+                compaction.window,
+                extra={"verdict": compaction.label, "reason": compaction.why,
+                       "session": compaction.session, "replaced": compaction.replaced,
+                       "kept": compaction.kept, "tokens_removed": compaction.tokens_removed,
+                       "window": compaction.window})
+
+    def _summary(self, attempt: SummaryAttempt, compaction: Compaction) -> None:
+        m = self.metrics
+        if attempt.failure != "resting":
+            m.summarizer_duration.observe(attempt.seconds)
+        if attempt.failure is not None:
+            m.summarizer_failures.inc()
+            recovery_log.warning("summarizer failed (%s: %s); dropping the %d oldest messages "
+                                 "instead", attempt.failure, attempt.detail,
+                                 compaction.replaced)
+            return
+        m.summarizer_tokens.labels(type="input").inc(attempt.prompt_tokens)
+        m.summarizer_tokens.labels(type="output").inc(attempt.completion_tokens)
+
+    def error_step(self, step: ErrorStep, model: str) -> None:
+        if step.learned_window is not None:
+            recovery_log.info("learned the context window of %s: %d tokens", model,
+                              step.learned_window)
+        if step.overflow is not None:
+            self.metrics.overflow.labels(outcome=step.overflow).inc()
+        if step.overflow == "passthrough" and step.verdict is not None:
+            recovery_log.info("context overflow passed through (%s)", step.verdict.pattern)
+        elif step.overflow == "failed":
+            recovery_log.warning("context overflow not recoverable: %s", step.note)
+        if step.compaction is not None:
+            self.compaction(step.compaction)
+
+    def after(self, check: AfterCheck) -> None:
+        m = self.metrics
+        if check.recovered:
+            m.overflow.labels(outcome="recovered").inc()
+        if check.overflow == "mid_stream":
+            m.overflow.labels(outcome="mid_stream").inc()
+            recovery_log.warning("context overflow inside the stream, passed on (bytes had "
+                                 "reached the client); the session's next request is "
+                                 "compacted first")
+        elif check.overflow == "silent" and check.silent is not None:
+            m.overflow.labels(outcome="silent").inc()
+            s = check.silent
+            recovery_log.warning("silent context overflow (%s): prompt %d tokens, window %d, "
+                                 "our estimate %s; the session's next request is compacted "
+                                 "first", s.kind, s.prompt_tokens, s.window, s.estimate)
+
+    def usage(self, usage: Usage | None, model: str, agent: str | None) -> None:
+        m = self.metrics
+        if usage is None:
+            m.usage_missing.labels(route="chat_completions").inc()
+            return
+        model_label = m.model_label(model)
+        agent_label = m.agent_label(agent or "none")
+        for kind, value in (("input", usage.input_tokens), ("output", usage.completion_tokens),
+                            ("cached_input", usage.cached_tokens),
+                            ("reasoning", usage.reasoning_tokens)):
+            if value:
+                m.tokens_by(model_label, agent_label, kind).inc(value)

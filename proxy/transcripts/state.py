@@ -1,0 +1,97 @@
+"""One session's bounded window of entry records, as the catalog keeps it. No I/O.
+
+The window holds the newest entries (at most about ``limit`` raw messages; older ones are
+trimmed) plus every compaction and reset entry seen (the *marks*). The catalog owns the
+content index and updates it from what these methods return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxy.transcripts.entries import Entry
+from proxy.transcripts.records import SessionInfo, SessionRecord, TranscriptStore
+
+__all__ = ["SessionState"]
+
+_MARK_KINDS = ("compaction", "reset")
+
+
+class SessionState:
+    __slots__ = ("before_count", "by_id", "complete", "entries", "info", "marks",
+                 "marks_known", "record", "store")
+
+    def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
+        self.info = info
+        self.store = store
+        self.entries: list[Entry] = []
+        self.by_id: dict[str, Entry] = {}
+        self.marks: dict[str, Entry] = {}
+        self.complete = False
+        self.marks_known = False
+        # raw messages before the window, when known (the window once reached the top)
+        self.before_count: int | None = None
+        self.record: SessionRecord | None = None
+
+    @property
+    def held(self) -> list[Entry]:
+        """Every entry whose index keys the session keeps: the window and the marks."""
+        return [*self.entries, *self.marks.values()]
+
+    def set_window(self, entries: list[Entry], complete: bool, *, reread: bool = False
+                   ) -> list[Entry]:
+        """Replace the window; returns the entries it held before."""
+        old = self.entries
+        if reread and old and entries:
+            # keep what was appended since the store's view (it may lag the file by a line)
+            known = {e.id for e in entries}
+            entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
+        self.entries = entries
+        self.by_id = {e.id: e for e in entries}
+        self.complete = complete
+        self.before_count = 0 if complete else None
+        for e in entries:
+            if e.kind in _MARK_KINDS:
+                self.marks[e.id] = e
+        return old
+
+    def append(self, entries: Sequence[Entry]) -> list[Entry]:
+        """Entries appended to the transcript; returns those that were new."""
+        added = []
+        for e in entries:
+            if e.id in self.by_id:
+                continue  # already read by an on-demand re-read of the transcript
+            self.entries.append(e)
+            self.by_id[e.id] = e
+            if e.kind in _MARK_KINDS:
+                self.marks[e.id] = e
+            added.append(e)
+        return added
+
+    def add_marks(self, marks: Sequence[Entry]) -> list[Entry]:
+        """Compaction and reset entries found before the window; returns the new ones."""
+        new = [m for m in marks if m.id not in self.marks]
+        for m in new:
+            self.marks[m.id] = m
+        return new
+
+    def trim(self, limit: int) -> list[Entry]:
+        """Drop the oldest entries beyond ``limit`` raw messages (with some slack so that
+        appends do not trim every time); returns the dropped entries."""
+        raw = sum(1 for e in self.entries if e.is_raw_message)
+        if raw <= limit + max(8, limit // 4):
+            return []
+        drop = 0
+        for e in self.entries:
+            if raw <= limit:
+                break
+            drop += 1
+            if e.is_raw_message:
+                raw -= 1
+        gone, self.entries = self.entries[:drop], self.entries[drop:]
+        if self.before_count is not None:
+            self.before_count += sum(1 for e in gone if e.is_raw_message)
+        for e in gone:
+            self.by_id.pop(e.id, None)
+        self.complete = False
+        return gone
