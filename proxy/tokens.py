@@ -112,13 +112,33 @@ class Tokenizer(Protocol):
 
 
 class TiktokenTokenizer:
+    """tiktoken's count, cut into pieces: one pathological text (megabytes of one repeated
+    character) makes its regex recurse until it panics, and costs quadratic time; pieces of
+    ``PIECE`` characters keep both bounded. A text over ``ESTIMATE_ABOVE`` characters is
+    estimated: counting it exactly would take seconds of CPU for no decision it changes."""
+
+    PIECE = 16_384
+    ESTIMATE_ABOVE = 1_000_000
+
     def __init__(self, encoding: Any) -> None:
         self.name: str = encoding.name
         self.exact = True
         self._encode: Callable[[str], list[int]] = encoding.encode_ordinary
 
     def count(self, text: str) -> int:
-        return len(self._encode(text)) if text else 0
+        if not text:
+            return 0
+        if len(text) > self.ESTIMATE_ABOVE:
+            return -(-len(text) // CHARS_PER_TOKEN)
+        try:
+            if len(text) <= self.PIECE:
+                return len(self._encode(text))
+            piece = self.PIECE
+            return sum(len(self._encode(text[i:i + piece])) for i in range(0, len(text), piece))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # tiktoken's Rust core panics (a BaseException) on some input
+            return -(-len(text) // CHARS_PER_TOKEN)
 
 
 class EstimateTokenizer:
@@ -173,12 +193,6 @@ class Encodings:
         self.degraded: dict[str, str] = {}  # encoding name -> why the estimate is used
         self._background = background
         self._loading: set[str] = set()
-
-    def preload(self, names: Sequence[str] = tuple(_FACTS)) -> None:
-        """Load tables up front (about 0.4 s each): call it at start-up, off the event loop,
-        so the first request does not pay for it."""
-        for name in names:
-            self.get(name)
 
     def get(self, name: str) -> Tokenizer:
         """The tokenizer for ``name``; loads it on first use, the estimate if that fails."""

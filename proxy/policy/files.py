@@ -110,10 +110,11 @@ async def watch_rules(holder: RulesHolder, stop_event: asyncio.Event | None = No
     stop = stop_event or asyncio.Event()
     while not stop.is_set():
         try:
-            holder.reload()  # catches edits made while no watch was running
+            # Reading and parsing the files is disk work: never on the event loop.
+            await asyncio.to_thread(holder.reload)  # edits made while no watch was running
             async for _changes in awatch(holder.directory, watch_filter=None, debounce=debounce_ms,
                                          step=10, stop_event=stop, recursive=True):
-                holder.reload()
+                await asyncio.to_thread(holder.reload)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the directory vanished or the watcher broke: retry

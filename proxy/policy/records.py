@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "CARRY_PLACEHOLDERS",
@@ -26,16 +26,22 @@ __all__ = [
     "AgentRoot",
     "Identification",
     "Match",
+    "Mode",
     "ModelSpec",
     "Notes",
+    "OnOverflow",
     "Pattern",
     "Policy",
+    "ReportUsage",
     "Rule",
     "RuleSet",
     "StoreLimits",
     "builtin_rules",
 ]
 
+Mode = Literal["enforce", "shadow", "off"]
+OnOverflow = Literal["recover", "passthrough"]
+ReportUsage = Literal["client", "upstream"]
 MODES: Final = ("enforce", "shadow", "off")
 RESET_KINDS: Final = ("daily", "idle", "new", "reset")
 REPORT_USAGE: Final = ("client", "upstream")
@@ -84,13 +90,13 @@ class Notes:
 class Policy:
     """Everything the floor and overflow recovery need to decide for one request."""
 
-    mode: str = "enforce"
+    mode: Mode = "enforce"
     min_tail_messages: int = 30
     carry_forward_on_reset: bool = True
     carry_reset_kinds: frozenset[str] = frozenset(RESET_KINDS)
     reserve_tokens: int = 16384
-    report_usage: str = "client"
-    on_overflow: str = "recover"
+    report_usage: ReportUsage = "client"
+    on_overflow: OnOverflow = "recover"
     preflight: bool = True
     summary_model: str | None = None
     summary_max_tokens: int = 4096

@@ -64,10 +64,6 @@ class OverflowVerdict:
     requested_output_tokens: int | None = None
     message: str = ""  # the error message, bounded, for logs
 
-    @property
-    def learned_window(self) -> int | None:
-        return self.window if self.is_overflow else None
-
 
 @dataclass(frozen=True, slots=True)
 class _Parsed:

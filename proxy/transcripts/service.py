@@ -4,9 +4,13 @@ Wiring (aiohttp)::
 
     service = TranscriptService(settings.sessions or default_roots(os.environ, Path.home()),
                                 metrics)
-    await service.start()   # scan (in a worker thread), then watch
+    await service.start()   # scan, then watch
     ...                     # service.catalog, service.sessions_summary()
     await service.stop()
+
+Every file and database read (the scan, each batch of changes) runs in the service's own
+worker thread, one batch after the other, never on the event loop; the catalog is safe for
+the requests that query it meanwhile.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+from typing import TypeVar
 
 from proxy.metrics import Metrics
 from proxy.transcripts.catalog import Catalog
@@ -29,29 +36,45 @@ from proxy.transcripts.watch import watch_batches
 
 __all__ = ["ErrorLog", "TranscriptService"]
 
+T = TypeVar("T")
+
 log = logging.getLogger(__name__)
 SOURCES: tuple[SourceKind, ...] = ("pi", "openclaw-jsonl", "openclaw-sqlite")
 
 
 class ErrorLog:
-    """Logs and counts each transcript problem once per (kind, location)."""
+    """Counts every transcript problem and logs it, at most once a minute per file and kind
+    (a file that fills with garbage must not fill the log: the next line says how many more
+    there were)."""
 
-    def __init__(self, metrics: Metrics | None = None, cap: int = 20_000) -> None:
+    def __init__(self, metrics: Metrics | None = None, cap: int = 20_000,
+                 every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._metrics = metrics
-        self._seen: set[tuple[str, str]] = set()
         self._cap = cap
+        self._every = every
+        self._clock = clock
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # -> (logged at, skipped)
         self.count = 0
 
     def __call__(self, kind: str, where: str, detail: str) -> None:
-        key = (kind, where)
-        if key in self._seen:
-            return
-        if len(self._seen) < self._cap:
-            self._seen.add(key)
         self.count += 1
         if self._metrics is not None:
             self._metrics.transcript_errors.labels(kind=kind).inc()
-        log.warning("transcript %s at %s: %s", kind, where, detail)
+        key = (kind, _POSITION.sub("", where))
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self._every:
+            self._last[key] = (last[0], last[1] + 1)
+            return
+        if last is None and len(self._last) >= self._cap:
+            self._last.clear()  # a bound on memory: at worst a problem is logged again
+        skipped = last[1] if last is not None else 0
+        self._last[key] = (now, 0)
+        more = f" ({skipped} more like it since the last line)" if skipped else ""
+        log.warning("transcript %s at %s: %s%s", kind, where, detail, more)
+
+
+_POSITION = re.compile(r" (?:@byte \d+|seq \d+)$")
 
 
 class TranscriptService:
@@ -77,7 +100,8 @@ class TranscriptService:
         self._step = step_ms
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Condition()
+        # One reader thread: batches are applied in order, and never on the event loop.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailfloor-reader")
         self._scanned = False
         self._early: set[Path] = set()  # changes seen while the scan ran
         self.generation = 0
@@ -94,10 +118,10 @@ class TranscriptService:
         self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")
         for _ in range(3):  # let the task install its directory watches before the scan
             await asyncio.sleep(0)
-        await asyncio.to_thread(self._tracker.scan)
+        await self._read(self._tracker.scan)
         self._scanned = True
         early, self._early = self._early, set()
-        self._apply(sorted(early))
+        await self._apply(sorted(early))
         self._publish()
         log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
                  time.monotonic() - began)
@@ -112,6 +136,10 @@ class TranscriptService:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._task
             self._task = None
+        await self._read(self._close_databases)
+        self._reader.shutdown(wait=False, cancel_futures=True)
+
+    def _close_databases(self) -> None:
         for state in self._tracker.dbs.values():
             state.db.close()
 
@@ -119,25 +147,8 @@ class TranscriptService:
         """Metadata of every session, newest first (no message content)."""
         return [r.summary() for r in self.catalog.sessions()]
 
-    async def wait_for(self, predicate: Callable[[], bool], within: float = 1.0) -> bool:
-        """Wait until ``predicate()`` holds after some batch is applied (False on timeout)."""
-        async def until() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-        try:
-            await asyncio.wait_for(until(), within)
-        except TimeoutError:
-            return predicate()
-        return True
-
-    async def wait_idle(self, quiet: float = 0.15, within: float = 2.0) -> None:
-        """Return once no batch was applied for ``quiet`` seconds (at most ``within``)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            gen = self.generation
-            await asyncio.sleep(quiet)
-            if gen == self.generation:
-                return
+    async def _read(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
     async def _follow(self, paths: list[str]) -> None:
         if not paths:
@@ -147,32 +158,37 @@ class TranscriptService:
             async for batch in watch_batches(paths, self._stop, debounce_ms=self._debounce,
                                              step_ms=self._step):
                 if self._scanned:
-                    self._apply([Path(p) for p in batch])
+                    await self._apply([Path(p) for p in batch])
                 else:
                     self._early.update(Path(p) for p in batch)
         except Exception:  # the watcher must never take the server down
             log.exception("transcript watcher stopped; views will no longer update")
 
-    def _apply(self, paths: list[Path]) -> None:
+    async def _apply(self, paths: list[Path]) -> None:
         if not paths:
             return
         try:
-            touched = self._tracker.changed(paths)
+            lags = await self._read(self._batch, paths)
         except Exception:  # one bad batch must not stop following the others
             log.exception("transcript update failed")
             self.errors("internal", "update", "batch skipped")
             return
-        if touched:
-            self._observe_lag(paths)
+        for lag in lags:
+            self.metrics.transcript_lag.observe(lag)
         self._publish()
 
-    def _observe_lag(self, paths: list[Path]) -> None:
+    def _batch(self, paths: list[Path]) -> list[float]:
+        """Apply one batch (reader thread); the lag of each changed file that was read."""
+        if not self._tracker.changed(paths):
+            return []
         now = time.time()
+        lags = []
         for path in paths:
             with contextlib.suppress(OSError):
                 lag = now - os.stat(path).st_mtime
                 if 0 <= lag < 3600:
-                    self.metrics.transcript_lag.observe(lag)
+                    lags.append(lag)
+        return lags
 
     def _publish(self) -> None:
         counts: dict[str, int] = dict.fromkeys(SOURCES, 0)
@@ -184,12 +200,7 @@ class TranscriptService:
             if delta > 0:
                 self.metrics.transcript_lines.labels(source=source).inc(delta)
             self._lines_seen[source] = total
-        self.generation += 1
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        self.generation += 1  # batches applied so far: tests and benchmarks poll it
 
 
 def _local_tz() -> tzinfo:

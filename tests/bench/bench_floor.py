@@ -95,7 +95,7 @@ def main() -> None:
         body: dict[str, Any] = request_for(catalog, TARGET)
         c = chat(body)
         tokens = TokenCounter()
-        tokens.encodings.preload(["o200k_base"])
+        tokens.encodings.get("o200k_base")
         counted = tokens.request(body, "o200k_base")
         print(f"conversation: {len(body['messages'])} request messages, "
               f"{counted.messages} tokens; {len(catalog)} tracked sessions")

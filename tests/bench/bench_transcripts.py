@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from proxy.metrics import Metrics
 from proxy.transcripts.service import TranscriptService
+from tests.transcripts.waiting import until
 
 FILLER = ("The quick brown fox jumps over the lazy dog while the build runs its tests; "
           "lines of output scroll past, some warnings, mostly passing. ")
@@ -115,7 +116,7 @@ async def measure(root: Path, made: list[tuple[str, Path]], appends: int) -> dic
         t0 = time.perf_counter()
         with path.open("a") as f:
             f.write(line)
-        ok = await svc.wait_for(lambda s=sid, e=eid: bool(
+        ok = await until(lambda s=sid, e=eid: bool(
             (t := svc.catalog.tail(s, 1)) and t[0].entry_id == e), 2.0)
         lat.append((time.perf_counter() - t0) if ok else float("inf"))
         await asyncio.sleep(0.01)

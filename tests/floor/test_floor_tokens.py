@@ -76,7 +76,7 @@ def test_damaged_table_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         load_bundled_encoding("o200k_base")
 
 
-def test_preload_loads_each_table_once() -> None:
+def test_each_table_is_loaded_once() -> None:
     calls: list[str] = []
 
     def loader(name: str) -> Any:
@@ -84,8 +84,9 @@ def test_preload_loads_each_table_once() -> None:
         return load_bundled_encoding(name)
 
     encodings = Encodings(loader=loader)
-    encodings.preload()
-    encodings.preload()
+    for _ in range(2):
+        encodings.get("o200k_base")
+        encodings.get("cl100k_base")
     assert sorted(calls) == ["cl100k_base", "o200k_base"]
     assert encodings.get("o200k_base").exact and not encodings.degraded
     assert not encodings.get("estimate").exact
@@ -218,3 +219,13 @@ def test_background_loading_answers_with_the_estimate_until_the_table_is_there()
             break
         threading.Event().wait(0.02)
     assert encodings.get("o200k_base").exact
+
+
+def test_pathological_texts_are_counted_without_a_panic() -> None:
+    """tiktoken's core panics (a BaseException) on megabytes of spaces; the counter cuts
+    such texts into pieces, and estimates the huge ones (their cost: tests/bench/bench_loop.py)."""
+    tokenizer = Encodings().get("o200k_base")
+    assert tokenizer.exact
+    for text in (" " * 1_000_000, "a" * 400_000, "\n" * 400_000):
+        assert 0 < tokenizer.count(text) <= len(text)
+    assert tokenizer.count("x" * 2_000_000) == 500_000  # over the limit: the estimate

@@ -66,7 +66,7 @@ def test_the_fake_upstreams_real_400_body() -> None:
     assert verdict.pattern == "openai_code"
     assert verdict.shape == "openai"
     assert (verdict.window, verdict.prompt_tokens) == (8192, 9000)
-    assert verdict.learned_window == 8192
+    assert verdict.is_overflow and verdict.window == 8192
 
 
 def test_error_messages_the_agents_recorded_are_overflow() -> None:

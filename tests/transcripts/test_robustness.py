@@ -15,6 +15,7 @@ import pytest
 from proxy.metrics import Metrics
 from proxy.transcripts.service import TranscriptService
 from tests.transcripts.conftest import CAPTURES, OC9_MAIN, PI_FILE, snapshot, writable_db
+from tests.transcripts.waiting import until
 
 PI_ID = "01a22a42-1ed4-778c-a542-c559c46de9e7"
 HEADER = {"type": "session", "version": 3, "id": "s-1", "timestamp": "2026-11-30T03:00:00Z",
@@ -79,7 +80,7 @@ async def test_bad_lines_are_skipped_logged_once_and_counted(
         # the watcher keeps going after bad input
         with path.open("ab") as f:
             f.write(b"not json either\n" + _line(_user("e6", "e5", "after the bad ones")))
-        assert await svc.wait_for(lambda: svc.catalog.tail("s-1", 1)[0].entry_id == "e6")
+        assert await until(lambda: svc.catalog.tail("s-1", 1)[0].entry_id == "e6")
         assert errors(metrics, "malformed_json") == 2
     finally:
         await svc.stop()
@@ -97,7 +98,7 @@ async def test_line_over_16_mib_is_skipped(pi_dir: Path) -> None:
         assert errors(metrics, "line_too_long") == 1
         with path.open("ab") as f:  # and while following
             f.write(_line(huge) + _line(_user("e3", "e2", "still following")))
-        assert await svc.wait_for(lambda: svc.catalog.tail("s-1", 1)[0].entry_id == "e3", 2.0)
+        assert await until(lambda: svc.catalog.tail("s-1", 1)[0].entry_id == "e3", 2.0)
         assert errors(metrics, "line_too_long") == 2
     finally:
         await svc.stop()
@@ -181,8 +182,8 @@ async def test_watcher_survives_a_deleted_root_file(roots: dict[str, Path]) -> N
     try:
         path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
         path.unlink()
-        assert await svc.wait_for(lambda: svc.catalog.get(PI_ID) is None)
+        assert await until(lambda: svc.catalog.get(PI_ID) is None)
         path.write_bytes(_line({**HEADER, "id": "again"}) + _line(_user("e1", None, "x")))
-        assert await svc.wait_for(lambda: svc.catalog.get("again") is not None)
+        assert await until(lambda: svc.catalog.get("again") is not None)
     finally:
         await svc.stop()

@@ -21,6 +21,7 @@ from tests.transcripts.conftest import (
     snapshot,
     writable_db,
 )
+from tests.transcripts.waiting import idle, until
 
 PI_ID = "01a22a42-1ed4-778c-a542-c559c46de9e7"
 
@@ -116,12 +117,12 @@ async def test_append_with_partial_line(service: TranscriptService, roots: dict[
     start = time.monotonic()
     with path.open("ab") as f:
         f.write(line[:20])
-    await service.wait_idle()
+    await idle(service)
     assert service.catalog.tail(PI_ID, 1)[0].entry_id == "a92efea1"  # half a line waits
     with path.open("ab") as f:
         f.write(line[20:])
     start = time.monotonic()
-    ok = await service.wait_for(lambda: service.catalog.tail(PI_ID, 1)[0].entry_id
+    ok = await until(lambda: service.catalog.tail(PI_ID, 1)[0].entry_id
                                 == "aaaa0001", 1.0)
     assert ok and time.monotonic() - start < 1.0
     assert PI_ID in service.catalog.find_user_text("a live line")
@@ -134,7 +135,7 @@ async def test_rename_to_reset_archive_then_new_session(service: TranscriptServi
     folder = roots["oc7"] / "agents" / "main" / "sessions"
     live = folder / f"{OC7_LIVE}.jsonl"
     live.rename(folder / f"{OC7_LIVE}.jsonl.reset.2026-11-30T03-10-00.000Z")
-    ok = await service.wait_for(lambda: (r := service.catalog.get(OC7_LIVE)) is not None
+    ok = await until(lambda: (r := service.catalog.get(OC7_LIVE)) is not None
                                 and r.info.ended, 1.0)
     assert ok
     new_id = "11111111-2222-3333-4444-555555555555"
@@ -142,7 +143,7 @@ async def test_rename_to_reset_archive_then_new_session(service: TranscriptServi
               "timestamp": "2026-11-30T03:10:00.001Z", "cwd": "/w"}
     (folder / f"{new_id}.jsonl").write_bytes(
         _line(header) + _line(_user("bbbb0001", None, "after reset")))  # type: ignore[arg-type]
-    ok = await service.wait_for(lambda: (r := service.catalog.get(new_id)) is not None
+    ok = await until(lambda: (r := service.catalog.get(new_id)) is not None
                                 and r.predecessor == OC7_LIVE, 1.0)
     assert ok
     rec = service.catalog.get(new_id)
@@ -170,7 +171,7 @@ async def test_sqlite_rows_added_while_watching(service: TranscriptService,
                  "event_zstd, event_utf8_bytes, navigation_json) VALUES (?,?,?,?,?,?,?)",
                  (OC9_NEXT, last + 1, None, 1796007600000,
                   zstandard.ZstdCompressor().compress(blob), len(blob), nav))
-    ok = await service.wait_for(
+    ok = await until(
         lambda: service.catalog.tail(OC9_NEXT, 1)[0].entry_id == "cccc0001", 1.0)
     conn.close()
     assert ok, f"still at {leaf}"
@@ -235,7 +236,7 @@ async def test_a_single_file_root(roots: dict[str, Path]) -> None:
         (path.parent / "neighbour.jsonl").write_bytes(b"not ours\n")
         with path.open("ab") as f:
             f.write(_line(_user("dddd0001", "a92efea1", "file root append")))
-        assert await svc.wait_for(
+        assert await until(
             lambda: svc.catalog.tail(PI_ID, 1)[0].entry_id == "dddd0001", 1.0)
         assert len(svc.catalog) == 1
         assert metrics.registry.get_sample_value(
@@ -249,13 +250,13 @@ async def test_shrunk_or_replaced_file_is_read_again(service: TranscriptService,
     path = roots["pi"] / "--home-agent-pi-work--" / PI_FILE
     header = json.loads(path.read_bytes().split(b"\n", 1)[0])
     path.write_bytes(_line(header) + _line(_user("e1", None, "rewritten")))  # shrinks
-    assert await service.wait_for(
+    assert await until(
         lambda: [t.entry_id for t in service.catalog.tail(PI_ID, 5)] == ["e1"], 1.0)
     other = {**header, "id": "another-session"}
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(_line(other) + _line(_user("x1", None, "replaced")))
     tmp.replace(path)  # atomic replace: same name, another session
-    assert await service.wait_for(lambda: service.catalog.get("another-session") is not None
+    assert await until(lambda: service.catalog.get("another-session") is not None
                                   and service.catalog.get(PI_ID) is None, 1.0)
 
 
@@ -273,7 +274,7 @@ async def test_metrics_and_successor_transcript(service: TranscriptService,
               "parentSession": str(folder / f"{OC7_LIVE}.jsonl")}
     (folder / "2026-11-30T03-20-00-000Z_succ-1.jsonl").write_bytes(
         _line(header) + _line(_user("s1", None, "continued")))  # type: ignore[arg-type]
-    assert await service.wait_for(lambda: (r := service.catalog.get("succ-1")) is not None
+    assert await until(lambda: (r := service.catalog.get("succ-1")) is not None
                                   and r.predecessor == OC7_LIVE, 1.0)
     rec = service.catalog.get("succ-1")
     assert rec is not None and rec.link == "parent_session" and rec.agent_id == "main"
