@@ -9,7 +9,7 @@ are not carried twice: the carried tail stops where the request's own messages b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +27,8 @@ from proxy.floor.style import Prefix
 from proxy.policy.records import Notes
 from proxy.transcripts.records import TailMessage
 from proxy.wire.boundary import incomplete_tool_calls, tail_start
+from proxy.wire.content import message_text
+from proxy.wire.openclaw import is_reset_command
 from proxy.wire.summary import agent_summary
 
 __all__ = ["CarrySource", "frame", "plan_carry", "reset_kind"]
@@ -63,9 +65,28 @@ def _overlap(carried: Sequence[Message], own: Sequence[Any]) -> int:
     return 0
 
 
+def _agent_made(record: TailMessage) -> bool:
+    """A turn the agent answered itself (OpenClaw's reply to a command it handles), which no
+    model wrote and the agent does not send to one."""
+    inner = record.raw.get("message")
+    return isinstance(inner, Mapping) and inner.get("role") == "assistant" \
+        and inner.get("provider") == "openclaw" and inner.get("model") == "gateway-injected"
+
+
+def _without_commands(tail: Sequence[TailMessage]) -> list[TailMessage]:
+    """The tail without the command exchange that ended the session (``/new`` or ``/reset``
+    and the agent's own answer to it): the agent's, not conversation."""
+    out = list(tail)
+    while out and (_agent_made(out[-1]) or (out[-1].role == "user" and any(
+            is_reset_command(message_text(m)) for m in out[-1].messages))):
+        out.pop()
+    return out
+
+
 def plan_carry(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
                strip_underscore: bool | None, prefix: Prefix | None = None) -> Block:
     """The predecessor's last ``n`` raw messages, legal on their own, minus what repeats."""
+    tail = _without_commands(tail)
     rendered, times = flatten(tail, prefix)
     rendered = adapt_ids(rendered, strip_underscore)
     cut = len(rendered) - _overlap(rendered, own)

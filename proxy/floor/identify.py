@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from proxy.policy.records import Identification
+from proxy.transcripts.entries import summary_key, user_text_key
 from proxy.wire.boundary import call_ids
 from proxy.wire.content import first_text, head_length, message_text
 from proxy.wire.openclaw import (
@@ -77,6 +78,11 @@ class RequestSignals:
     tool_call_ids: tuple[str, ...]  # the newest ids (at most MAX_TOOL_IDS), in request order
     latest_user_text: str | None  # prefix and Runtime suffix stripped
     style: RenderStyle
+    has_assistant: bool = False  # the conversation holds an assistant message
+    # The index keys of the latest user text and of the summary, computed with the rest
+    # (off the event loop for a large request: normalising megabytes of text is not free).
+    latest_user_key: int | None = None
+    summary_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,7 @@ class _TailScan:
     user_prefix: bool
     internal_context: bool
     user_parts: bool | None
+    has_assistant: bool
 
 
 def split_agent_path(path: str) -> tuple[str | None, str]:
@@ -136,6 +143,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
     runtime, summary_index, first_raw = (None, None, None) if summarization else _leading(messages)
     scan = _tail(messages, first_raw)
     ids = scan.tool_call_ids
+    summary = unwrap_summary(messages[summary_index]) if summary_index is not None else None
 
     agent, agent_source = None, None
     header_agent = lowered.get(config.agent_header) if config.agent_header else None
@@ -156,14 +164,16 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
         session_source=session_source, session_key=runtime.session_key if runtime else None,
         header_session_id=header_session, prompt_cache_key=cache_key, runtime=runtime,
         is_summarization=summarization, summary_index=summary_index,
-        summary_text=unwrap_summary(messages[summary_index])
-        if summary_index is not None else None,
+        summary_text=summary,
         first_raw_index=first_raw, raw_after_summary=scan.raw, tool_call_ids=ids,
         latest_user_text=scan.latest_user_text,
+        latest_user_key=user_text_key(scan.latest_user_text) if scan.latest_user_text else None,
+        summary_key=summary_key(summary) if summary else None,
         style=RenderStyle(user_prefix=scan.user_prefix, user_parts=scan.user_parts,
                           tool_ids_without_underscore=(all("_" not in i for i in ids)
                                                        if ids else None),
-                          internal_context=scan.internal_context))
+                          internal_context=scan.internal_context),
+        has_assistant=scan.has_assistant)
 
 
 def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, int | None]:
@@ -196,7 +206,7 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
     raw = 0
     latest: str | None = None
     ids: list[str] = []
-    prefix = internal = False
+    prefix = internal = assistant = False
     parts: bool | None = None
     start = first_raw if first_raw is not None else len(messages)
     for k in range(len(messages) - 1, start - 1, -1):
@@ -206,6 +216,7 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
         role = message.get("role")
         if role == "assistant":
             raw += 1
+            assistant = True
             if len(ids) < MAX_TOOL_IDS and message.get("tool_calls"):
                 ids[:0] = list(call_ids(message))[: MAX_TOOL_IDS - len(ids)]
         elif role == "tool":
@@ -226,4 +237,4 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
                 latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
     if not prefix and first_raw is not None and first_raw < len(messages):
         prefix = USER_PREFIX.match(first_text(messages[first_raw]) or "") is not None
-    return _TailScan(raw, latest, tuple(ids), prefix, internal, parts)
+    return _TailScan(raw, latest, tuple(ids), prefix, internal, parts, assistant)

@@ -25,7 +25,7 @@ and the caller passes the request through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,9 +49,7 @@ class SessionIndex(Protocol):
 
     def find_tool_call(self, call_id: str) -> frozenset[str]: ...
 
-    def find_user_text(self, text: str) -> frozenset[str]: ...
-
-    def find_summary(self, summary: str) -> frozenset[str]: ...
+    def find_key(self, key: int | None) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +104,6 @@ def _agent_conflict(record: SessionRecord, signals: RequestSignals) -> bool:
         return True
     return bool(signals.session_key and record.session_key
                 and signals.session_key != record.session_key)
-
-
-def _has_assistant(messages: Sequence[Any]) -> bool:
-    return any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
 
 
 def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: SessionIndex, *,
@@ -172,12 +166,12 @@ def _content_scores(signals: RequestSignals, catalog: SessionIndex) -> dict[str,
             found.score += 1
             found.strong = found.strong or strong
 
-    if signals.summary_text:
-        add(catalog.find_summary(signals.summary_text), "summary", True)
+    if signals.summary_key is not None:
+        add(catalog.find_key(signals.summary_key), "summary", True)
     for call_id in reversed(signals.tool_call_ids[-_MAX_TOOL_SIGNALS:]):
         add(catalog.find_tool_call(call_id), "tool_call", True)
-    if signals.latest_user_text:
-        add(catalog.find_user_text(signals.latest_user_text), "user_text", False)
+    if signals.latest_user_key is not None:
+        add(catalog.find_key(signals.latest_user_key), "user_text", False)
     return hits
 
 
@@ -205,9 +199,7 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
                  prints: Fingerprints, print_: str | None, tenant: Tenant) -> Lineage:
     """A request no tracked transcript holds: the first requests of a new session. Nothing
     in it is proof, so a predecessor is found only within a certain tenant."""
-    messages = body.get("messages")
-    listed: Sequence[Any] = messages if isinstance(messages, list) else ()
-    if signals.summary_index is not None or _has_assistant(listed):
+    if signals.summary_index is not None or signals.has_assistant:
         # A compacted or longer conversation that no transcript holds: not a new session.
         return Lineage("unidentified")
     if signals.session_key and signals.agent_id:

@@ -80,7 +80,7 @@ class Recovery:
         self._windows = windows
         self._upstream = upstream
         self._offload = offload
-        self._summaries = Summaries(transport, tokens)
+        self._summaries = Summaries(transport, tokens, offload)
         self._marked: BoundedMap[str, str] = BoundedMap(4096)  # session -> why
         self._detectors: BoundedMap[tuple[str, ...], OverflowDetector] = BoundedMap(64)
         self._locks = SessionLocks()
@@ -269,6 +269,15 @@ class Recovery:
         return self._compaction(request, messages, trigger, label, why=why, covered=covered,
                                 attempt=attempt, store_error=store_error)
 
+    def _fallback(self, request: RecoveryRequest, prior: Prior, cut: Cut, costs: list[int], *,
+                  trigger: Trigger, why: str, attempt: SummaryAttempt) -> Compaction:
+        """The summarizer failed: the oldest messages are dropped instead, with a note."""
+        messages = fallback_messages(request.head, request.conversation, prior, cut.keep,
+                                     sum(costs[prior.covered:cut.keep]),
+                                     note=request.policy.notes.summary_followed)
+        return self._compaction(request, messages, trigger, f"dropped:{trigger}", why=why,
+                                covered=cut.keep, attempt=attempt)
+
     def _compaction(self, request: RecoveryRequest, messages: list[Message], trigger: Trigger,
                     label: str, *, why: str, covered: int, attempt: SummaryAttempt | None,
                     store_error: str | None = None) -> Compaction:
@@ -305,12 +314,8 @@ class Recovery:
                 model=self._rules.rules.model(name), headers=request.ctx.headers,
                 window=request.window if name == request.chat.model else self._window(name))
             if summary is None:
-                messages = fallback_messages(request.head, request.conversation, prior,
-                                             cut.keep, sum(costs[prior.covered:cut.keep]),
-                                             note=request.policy.notes.summary_followed)
-                return await self._offload(
-                    self._compaction, request, messages, trigger, f"dropped:{trigger}",
-                    why=why, covered=cut.keep, attempt=attempt)
+                return await self._offload(self._fallback, request, prior, cut, costs,
+                                           trigger=trigger, why=why, attempt=attempt)
             self._sessions.add(request.session)
             if len(self._sessions) > 2 * self._rules.rules.store.max_entries_total \
                     and self._store is not None:

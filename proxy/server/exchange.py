@@ -77,8 +77,10 @@ class ChatExchange:
         decision = await self._floor(ctx)
         state.record.floor(decision)
         outgoing = Outgoing(decision, report_client_usage=ctx.policy.report_usage == "client")
-        view = (await state.offload(state.recovery.view, ctx, outgoing.draft) if ctx.large
-                else state.recovery.view(ctx, outgoing.draft))
+        view = None
+        if chat.inspected:
+            view = (await state.offload(state.recovery.view, ctx, outgoing.draft) if ctx.large
+                    else state.recovery.view(ctx, outgoing.draft))
         compaction = await self._before_send(view)
         if compaction is not None:
             state.record.compaction(compaction)
@@ -142,6 +144,8 @@ class ChatExchange:
 
     async def _floor(self, ctx: RequestContext) -> Decision:
         floor = self.state.floor
+        if not ctx.chat.inspected:
+            return none(ctx.chat, "too_large", "too_large")
         if floor is None:
             return none(ctx.chat, "no_transcripts", "unidentified")
         settled = floor.settle(ctx)
@@ -153,7 +157,7 @@ class ChatExchange:
         """Send the body upstream; returns the response and whether usage is to be hidden."""
         state, chat = self.state, self.chat
         upstream_url = state.settings.upstream
-        hide_usage = (chat.stream and not chat.include_usage
+        hide_usage = (chat.inspected and chat.stream and not chat.include_usage
                       and state.settings.inject_stream_usage
                       and state.stream_options.accepted(upstream_url))
         body = with_stream_usage(outgoing.body, chat.body) if hide_usage else outgoing.body

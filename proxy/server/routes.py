@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.context import LARGE_BYTES
 from proxy.errors import (
     BadRequest,
     BodyTooLarge,
@@ -32,6 +33,9 @@ from proxy.server.state import STATE_KEY
 from proxy.server.target import Target, parse_target, route_path
 
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+# Above this many JSON objects a body is not parsed (it would hold the interpreter, and so
+# every other request, for ~17 ms per 100,000): it is forwarded as it came, counted.
+MAX_OBJECTS = 100_000
 # Compressed chat bodies above this size are decoded in a worker thread.
 _DECODE_INLINE = 256 * 1024
 
@@ -63,11 +67,16 @@ async def chat_completions(request: web.Request, target: Target) -> web.StreamRe
     try:
         try:
             raw = await _read_body(request, state.settings.max_body_bytes, state.offload)
-            body = _parse_json_object(raw)
+            if len(raw) > LARGE_BYTES and raw.count(b"{") > MAX_OBJECTS:
+                chat = ChatRequest.unread(raw, target.agent)
+            else:
+                # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
+                body = (await state.offload(_parse_json_object, raw) if len(raw) > LARGE_BYTES
+                        else _parse_json_object(raw))
+                chat = ChatRequest.parse(raw, body, target.agent)
         except Rejected as exc:
             state.metrics.rejected.labels(reason=exc.reason).inc()
             return acct.answer(error_response(exc, acct.request_id))
-        chat = ChatRequest.parse(raw, body, target.agent)
         acct.model = chat.model
         finished = await ChatExchange(state, request, target, chat,
                                       request_id=acct.request_id, started=acct.started).run()

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.transcripts import view
-from proxy.transcripts.entries import Entry, summary_key, tool_call_key, user_text_key
+from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import (
     SessionInfo,
@@ -219,10 +219,10 @@ class Catalog:
         with self._lock:
             return self._index.lookup(user_text_key(text))
 
-    def find_summary(self, summary: str) -> frozenset[str]:
-        """Sessions with a compaction whose summary is this text (whitespace ignored)."""
+    def find_key(self, key: int | None) -> frozenset[str]:
+        """Sessions holding an index key (``entries.user_text_key``, ``summary_key``)."""
         with self._lock:
-            return self._index.lookup(summary_key(summary))
+            return self._index.lookup(key)
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages of the active branch, oldest first (store reads).

@@ -23,6 +23,7 @@ __all__ = [
     "USER_PREFIX",
     "RuntimeLine",
     "find_runtime",
+    "is_reset_command",
     "normalise_user_text",
     "parse_runtime",
     "render_prefix",
@@ -67,6 +68,15 @@ def normalise_user_text(text: str) -> str:
     """User text as both the transcript and any request carry it: prefix and Runtime
     suffix dropped, whitespace collapsed."""
     return " ".join(strip_user_prefix(text.lstrip()).split())
+
+
+def is_reset_command(text: str) -> bool:
+    """OpenClaw's ``/new`` and ``/reset``: stored as the user's last turn of the ended
+    session, but handled by the agent itself and never sent to a model."""
+    return _RESET_COMMAND.match(normalise_user_text(text)) is not None
+
+
+_RESET_COMMAND = re.compile(r"^/(?:new|reset)(?:\s|$)")
 
 
 def clean_id(value: object) -> str | None:

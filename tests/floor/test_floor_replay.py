@@ -4,12 +4,20 @@ Every recorded request made after a compaction (it carries the agent's summary) 
 reset (its session has a predecessor or a reset entry, or it is the first request of a new
 session) comes out holding the last N raw messages of the transcript, in order and without a
 gap before its own; a request that already holds the floor comes out byte for byte.
+
+The oracle for what is put back is the agents themselves: every message the floor restores
+or carries must be, exactly as rendered, a message the agent itself sent in one of its
+earlier recorded requests (where it was still raw), but for the session's last answer,
+which the agent never sent back before the reset. A rendering bug cannot pass on both
+sides; the order and contiguity are checked against the transcript.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.floor.fingerprints import Fingerprints
@@ -18,7 +26,7 @@ from proxy.floor.restore import is_counted, is_internal, wire_key
 from proxy.tokens import TokenCounter
 from proxy.wire.boundary import role_problems
 from tests.floor.harness import FloorHarness
-from tests.floor.replay import bodies, catalog_at, chat, expected_tail, sessions
+from tests.floor.replay import bodies, catalog_at, chat, expected_tail, recorded_at, sessions
 from tests.floor.synthetic import Holder, rules
 from tests.transcripts.capture_replay import RUNS
 
@@ -46,6 +54,42 @@ def replay(run: str, n: int) -> list[tuple[int, str, dict[str, Any], Any, Any]]:
 CASES = [(run, n) for run in RUNS for n in (8, 30)]
 
 
+def _key(message: dict[str, Any]) -> bytes:
+    """A message as rendered, but for OpenClaw's Runtime line: it rides on whatever message
+    comes first on the wire (the first user message, or the summary after a compaction), so
+    it is no part of the message itself."""
+    content = message.get("content")
+    if message.get("role") == "user" and isinstance(content, str):
+        message = {**message, "content": RUNTIME_SUFFIX.sub("", content)}
+    return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+
+
+RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
+
+
+def segment_end(segment: list[Any], carried: list[Any]) -> int:
+    """Where ``carried`` ends in ``segment``: at most two messages (a command exchange)
+    before the segment's end."""
+    keys = [wire_key(m) for m in segment]
+    mine = [wire_key(m) for m in carried]
+    for end in range(len(keys), max(len(keys) - 3, 0), -1):
+        if keys[end - len(mine):end] == mine:
+            return end
+    return -1
+
+
+def rendered_by_the_agent(ts: float, block: list[Any]) -> list[Any]:
+    """The messages of ``block`` that no agent request recorded before ``ts`` (in any run:
+    a session may span two agent processes) sent as rendered; the block's final assistant
+    answer excepted, as the agent never sent it back."""
+    sent = {_key(m) for run in RUNS for _n, earlier, body in bodies(run) if earlier < ts
+            for m in body["messages"]}
+    missing = [m for m in block if _key(m) not in sent]
+    if missing and missing[-1] is block[-1] and block[-1].get("role") == "assistant":
+        missing.pop()
+    return missing
+
+
 @pytest.mark.parametrize(("run", "n"), CASES, ids=[f"{r}-N{n}" for r, n in CASES])
 def test_replayed_requests_hold_the_floor(run: str, n: int) -> None:
     rewritten = 0
@@ -71,6 +115,9 @@ def test_replayed_requests_hold_the_floor(run: str, n: int) -> None:
         first = signals.first_raw_index or 1
         own = body["messages"][first:]
         assert sent[-len(own):] == own, where
+        added = [m for m in decision.added if not is_internal(m)]
+        assert rendered_by_the_agent(recorded_at(run, number), added) == [], (
+            f"{where}: messages put back that the agent never sent so")
         if decision.kind == "floor":
             sid = decision.session_id
             want = expected_tail(catalog, sid, n + sum(1 for m in own if is_counted(m)))
@@ -85,11 +132,16 @@ def test_replayed_requests_hold_the_floor(run: str, n: int) -> None:
             before = None
             if decision.source_session == decision.session_id:
                 before = record.resets[-1].entry_id
-            want = [m for m in expected_tail(catalog, record.session_id, n, before=before)
-                    if is_counted(m)]
-            carried = sent[first + 1:-len(own) - 1]
-            assert contiguous(want[-len([m for m in carried if is_counted(m)]):], carried), where
-            assert sum(1 for m in carried if is_counted(m)) >= min(n, len(want)), where
+            # The segment's last messages, but for the command exchange that may have ended it
+            # (OpenClaw's "/new" and its own refusal: two messages at most).
+            segment = [m for m in expected_tail(catalog, record.session_id, 10_000,
+                                                before=before) if is_counted(m)]
+            carried = [m for m in sent[first + 1:-len(own) - 1] if is_counted(m)]
+            # The segment's last messages, in order, but for the command exchange that may
+            # have ended it (OpenClaw's "/new" and its own answer: two messages at most).
+            end = segment_end(segment, carried)
+            assert end >= 0, where
+            assert len(carried) >= min(n, end), where
     if run not in ("oc735-00-precheck", "oc735-00b-compacts", "pi-00-smoke",
                    "pi-01-print-continue", "oc96-01-local"):
         assert rewritten > 0

@@ -11,7 +11,7 @@ is returned as a ``SummaryAttempt`` for the caller to record.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy.policy.records import ModelSpec
@@ -37,9 +37,11 @@ _DETAIL = 200
 
 class Summaries:
     def __init__(self, transport: SummarizerTransport, tokens: TokenCounter,
+                 offload: Callable[..., Awaitable[Any]],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.transport = transport
         self._tokens = tokens
+        self._offload = offload
         self._clock = clock
         self._resting: BoundedMap[str, float] = BoundedMap(256)  # model -> rest until
 
@@ -63,7 +65,7 @@ class Summaries:
                 timeout=policy.summarizer_timeout, call_timeout=policy.summarizer_timeout,
                 token_field=token_field)
             summarizer = Summarizer(self.transport, config, lambda m: with_margin(
-                self._tokens.message(m, model.encoding), model.margin))
+                self._tokens.message(m, model.encoding), model.margin), offload=self._offload)
             result = await summarizer.summarize(material, model=name,
                                                 headers=summarizer_headers(headers),
                                                 previous_summary=previous)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -120,8 +120,16 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
+async def _in_place(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
 class Summarizer:
-    """Summarizes OpenAI messages with one call per chunk, each chunk updating the last summary."""
+    """Summarizes OpenAI messages with one call per chunk, each chunk updating the last summary.
+
+    Planning the chunks counts every message and serializing a chunk is as long as the
+    chunk: both go through ``offload`` (the proxy's worker pool), the calls stay on the loop.
+    """
 
     def __init__(
         self,
@@ -129,11 +137,13 @@ class Summarizer:
         config: SummarizerConfig,
         count_tokens: CountTokens,
         clock: Callable[[], float] = time.monotonic,
+        offload: Callable[..., Awaitable[Any]] = _in_place,
     ) -> None:
         self._transport = transport
         self._config = config
         self._count = count_tokens
         self._clock = clock
+        self._offload = offload
 
     async def summarize(
         self,
@@ -151,7 +161,8 @@ class Summarizer:
             raise SummarizerError("too_large", f"previous summary of {carried} tokens leaves no "
                                   "room in the summarizer's window")
         tool_chars = config.tool_result_chars
-        chunks = plan_chunks(messages, budget, lambda m: self._count(_as_read(m, tool_chars)))
+        chunks = await self._offload(
+            plan_chunks, messages, budget, lambda m: self._count(_as_read(m, tool_chars)))
         if not chunks:
             if previous_summary is None:
                 raise SummarizerError("too_large", "nothing to summarize")
@@ -174,10 +185,8 @@ class Summarizer:
             text_chars = None
             if chunk.tokens > budget:
                 text_chars = max(1000, budget * 3 // (chunk.end - chunk.start))
-            conversation = serialize_messages(messages[chunk.start:chunk.end], tool_chars,
-                                              text_chars=text_chars)
-            body = _encode(build_request(conversation, model, config.max_output_tokens,
-                                         summary, config.token_field))
+            body = await self._offload(self._body, messages[chunk.start:chunk.end], model,
+                                       summary, text_chars)
             answer = await self._call(body, call_headers, deadline, calls)
             calls += 1
             summary = text = answer.text
@@ -186,6 +195,14 @@ class Summarizer:
             truncated = truncated or answer.finish_reason == "length"
         return SummaryResult(text, prompt_tokens, completion_tokens,
                              self._clock() - started, calls, truncated)
+
+    def _body(self, chunk: Sequence[dict[str, Any]], model: str, summary: str | None,
+              text_chars: int | None) -> bytes:
+        config = self._config
+        conversation = serialize_messages(chunk, config.tool_result_chars,
+                                          text_chars=text_chars)
+        return _encode(build_request(conversation, model, config.max_output_tokens, summary,
+                                     config.token_field))
 
     async def _call(self, body: bytes, headers: Mapping[str, str], deadline: float,
                     calls_before: int) -> SummaryAnswer:

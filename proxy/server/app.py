@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sqlite3
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -163,6 +164,9 @@ async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:
 def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain for the grace period."""
     logs.configure(settings.log_format, settings.log_level, settings.access_log)
+    # Heavy work runs in worker threads; a short switch interval hands the GIL back to the
+    # event loop every millisecond (default 5 ms), so other requests stay fast meanwhile.
+    sys.setswitchinterval(0.001)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it

@@ -1,0 +1,108 @@
+"""The package keeps its shape: small modules, pure cores, imports that only point down.
+
+- every module of proxy/ has at most 400 lines;
+- wire/, the floor's and recovery's pure modules and the transcript catalog import no aiohttp,
+  asyncio, watchfiles, prometheus_client or file/process/network I/O, and call no ``open``;
+- only server/ and upstream/ import aiohttp;
+- nothing outside server/ and cli/ imports server/ or cli/ (the request path's layers below
+  never reach back up);
+- no ``create_task`` whose task is dropped (a task nobody references can be collected
+  mid-flight).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "proxy"
+MAX_LINES = 400
+PURE = [
+    "wire/*.py",
+    "floor/decision.py", "floor/identify.py", "floor/lineage.py", "floor/restore.py",
+    "floor/carry.py", "floor/style.py", "floor/fingerprints.py", "floor/sessions.py",
+    "recovery/plan.py", "recovery/detect.py", "recovery/patterns.py", "recovery/silent.py",
+    "recovery/fingerprint.py", "recovery/request.py", "recovery/outcome.py",
+    "recovery/windows.py", "recovery/summarize/prompt.py", "recovery/summarize/chunks.py",
+    "recovery/summarize/response.py",
+    "transcripts/catalog.py", "transcripts/entries.py", "transcripts/view.py",
+    "transcripts/index.py", "transcripts/records.py", "transcripts/render.py",
+    "transcripts/state.py",
+    "context.py", "model.py", "errors.py",
+]
+IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",
+                    "pathlib", "sqlite3", "shutil", "tempfile", "socket", "subprocess",
+                    "uvloop", "multidict"})
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def name_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def top(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+@pytest.mark.parametrize("path", modules(), ids=name_of)
+def test_modules_are_small(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name_of(path)} has {lines} lines (at most {MAX_LINES})"
+
+
+def pure_modules() -> list[Path]:
+    found: set[Path] = set()
+    for pattern in PURE:
+        matched = sorted(PACKAGE.glob(pattern))
+        assert matched, f"no module matches {pattern}: keep PURE in step with the layout"
+        found.update(matched)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", pure_modules(), ids=name_of)
+def test_pure_modules_do_no_io(path: Path) -> None:
+    bad = sorted(i for i in imports(path) if top(i) in IMPURE)
+    assert not bad, f"{name_of(path)} imports {bad}"
+    calls = [node for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id == "open"]
+    assert not calls, f"{name_of(path)} calls open()"
+
+
+@pytest.mark.parametrize("path", modules(), ids=name_of)
+def test_imports_point_down(path: Path) -> None:
+    name = name_of(path)
+    layer = name.split(".")[1] if name.count(".") else ""
+    found = imports(path)
+    if layer not in ("server", "upstream"):
+        assert not any(top(i) == "aiohttp" for i in found), f"{name} imports aiohttp"
+    if layer not in ("server", "cli", "__main__"):
+        up = sorted(i for i in found if i.startswith(("proxy.server", "proxy.cli")))
+        assert not up, f"{name} imports {up}: nothing reaches back up into server/ or cli/"
+
+
+@pytest.mark.parametrize("path", modules(), ids=name_of)
+def test_no_task_is_dropped(path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            assert called not in ("create_task", "ensure_future"), (
+                f"{name_of(path)} line {node.lineno}: keep a reference to the task")
