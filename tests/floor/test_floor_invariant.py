@@ -66,8 +66,8 @@ def check_common(decision: Decision, body: dict[str, Any], again: Decision, wind
     assert sent[0] == body["messages"][0]
     assert role_problems(sent) == []
     assert sum(1 for m in sent if is_summary(m)) <= 1
-    own_cost = TOKENS.request(body, "estimate").total
-    assert own_cost + decision.added_tokens <= window
+    # Recount what is actually sent, not the stage's own sum.
+    assert TOKENS.request({**body, "messages": sent}, "estimate").total <= window
     assert decision.added_raw > 0
     if not decision.capped:
         assert decision.added_raw <= n + 3 * 2  # a tool exchange may push past N, no more

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import openai
 import orjson
+import pytest
 
 from proxy.recovery.summarize.transport import summarizer_headers
 from tests.conftest import ProxyProcess
@@ -218,12 +219,11 @@ def test_overflow_inside_a_stream_is_passed_on_and_counted(clean_fake: FakeUpstr
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-sdk-key", max_retries=0,
                                timeout=30)
         received = []
-        try:
+        # the SDK raises the error event: it reached the client
+        with pytest.raises(openai.APIError, match="maximum context length"):
             for chunk in client.chat.completions.create(
                     model="fake-model", messages=messages, stream=True):  # type: ignore[arg-type]
                 received.extend(c.delta.content or "" for c in chunk.choices)
-        except openai.APIError as exc:  # the SDK raises the error event: it reached the client
-            assert "maximum context length" in str(exc)
         assert "par" in received
         assert proxy.sample("tailfloor_overflow_total", outcome="mid_stream") == 1
         assert len(clean_fake.chat_requests()) == 1  # never retried once bytes went out

@@ -1,0 +1,86 @@
+"""Regressions of the one-request-context redesign, through a real ``tailfloor serve``.
+
+- The floor and recovery read one policy: a rule that turns tailfloor off for an agent named
+  by the agent header turns off both (recovery used to take the agent from the path only and
+  still compacted the request before sending it).
+- One client's 400 that does not say ``stream_options`` is refused (here: the client's own
+  mistake in a field next to it) leaves usage injection on for the next streaming client.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import ProxyProcess
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.recovery.conversation import history
+
+RULES = """[defaults]
+min_tail_messages = 2
+
+[[rules]]
+name = "ops is left alone"
+agent = "ops"
+mode = "off"
+
+[[models]]
+pattern = "fake*"
+context_window = 4000
+encoding = "estimate"
+margin = 0.0
+"""
+
+
+def post(proxy: ProxyProcess, body: dict[str, object], headers: dict[str, str]
+         ) -> tuple[int, str]:
+    request = urllib.request.Request(proxy.url + "/v1/chat/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            response.read()
+            return response.status, response.headers.get("x-tailfloor", "")
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("x-tailfloor", "")
+
+
+def test_an_agent_header_rule_turns_off_the_floor_and_recovery(clean_fake: FakeUpstream,
+                                                               tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "00.toml").write_text(RULES)
+    proxy = ProxyProcess(clean_fake.url, "--rules", str(rules))
+    try:
+        # Far over the 4000-token window: preflight would compact it for any other agent.
+        body = {"model": "fake-model", "messages": history("ops", 12, 1500), "stream": False}
+        status, verdict = post(proxy, body, {"x-tailfloor-agent": "ops"})
+        assert status == 200 and verdict == "off"
+        sent = clean_fake.chat_requests()
+        assert len(sent) == 1 and orjson.loads(sent[0].body) == body  # no summary call
+        assert proxy.sample("tailfloor_compactions_total") == 0
+        # Without the header the same request is compacted before it is sent.
+        clean_fake.received.clear()
+        status, verdict = post(proxy, body, {})
+        assert status == 200 and "preflight" in verdict, verdict
+    finally:
+        proxy.stop()
+
+
+def test_a_400_not_about_stream_options_keeps_usage_injection_on(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    body = {"model": "fake-model", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    clean_fake.script.append(Reply(status=400, error={
+        "message": "'stream_options.include_obfuscation' must be a boolean",
+        "type": "invalid_request_error", "param": "stream_options.include_obfuscation",
+        "code": None}))
+    status, _ = post(proxy, body, {})
+    assert status == 400
+    post(proxy, body, {})
+    last = orjson.loads(clean_fake.chat_requests()[-1].body)
+    assert last["stream_options"] == {"include_usage": True}
+    assert proxy.sample("tailfloor_upstream_errors_total", kind="stream_options_rejected") == 0
