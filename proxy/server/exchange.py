@@ -39,6 +39,15 @@ JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """An upstream answer whose head arrived, and whether tailfloor added the stream's usage
+    request (so the usage-only event is hidden from the client again)."""
+
+    upstream: UpstreamResponse
+    usage_injected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """The answer the client gets, and whether a write found the client gone (a 499)."""
 
@@ -89,7 +98,8 @@ class ChatExchange:
         attempt = 0
         while True:
             try:
-                upstream, hide_usage = await self._send(outgoing)
+                sent = await self._send(outgoing)
+                upstream = sent.upstream
                 if upstream.status < 400:
                     break
                 answer = await upstream.read()
@@ -125,7 +135,8 @@ class ChatExchange:
                 return Finished(error_response(exc, self.request_id), outgoing.verdict)
             return await self._finish_plain(upstream, answer, outgoing, view)
         return await self._finish_stream(
-            upstream, StreamScanner(hide_usage=hide_usage, adjust=outgoing.adjust), outgoing,
+            upstream, StreamScanner(hide_usage=sent.usage_injected, adjust=outgoing.adjust),
+            outgoing,
             view)
 
     # ------------------------------------------------------------------ stages
@@ -153,8 +164,8 @@ class ChatExchange:
             return settled
         return await self.state.offload(floor.decide, ctx)
 
-    async def _send(self, outgoing: Outgoing) -> tuple[UpstreamResponse, bool]:
-        """Send the body upstream; returns the response and whether usage is to be hidden."""
+    async def _send(self, outgoing: Outgoing) -> Sent:
+        """Send the body upstream (asking a stream for its usage when the client did not)."""
         state, chat = self.state, self.chat
         upstream_url = state.settings.upstream
         hide_usage = (chat.inspected and chat.stream and not chat.include_usage
@@ -169,14 +180,14 @@ class ChatExchange:
         if hide_usage and upstream.status == 400:
             answer = await upstream.read()
             if not names_stream_options(answer):
-                return Replayed(upstream, answer), False
+                return Sent(Replayed(upstream, answer))
             # This upstream does not know stream_options: remember (for a while), and send
             # the request as the client did.
             state.stream_options.refused(upstream_url)
             state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
             upstream = await state.upstream.send("POST", path, query, headers, outgoing.body)
             hide_usage = False
-        return upstream, hide_usage
+        return Sent(upstream, hide_usage)
 
     # ------------------------------------------------------------------ answers
     def _client_headers(self, upstream: UpstreamResponse, verdict: str) -> CIMultiDict[str]:

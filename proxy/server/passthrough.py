@@ -17,7 +17,7 @@ from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target
 from proxy.upstream.headers import forward_headers, response_headers
 
-__all__ = ["passthrough", "route_label"]
+__all__ = ["forward", "passthrough", "route_label"]
 
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
@@ -36,7 +36,7 @@ async def passthrough(request: web.Request, target: Target) -> web.StreamRespons
     state = request.app[STATE_KEY]
     acct = Accounting(state, request, route_label(target.path))
     try:
-        response, gone = await _forward(state, request, target, acct)
+        response, gone = await forward(state, request, target, acct)
         return acct.answer(response, gone=gone)
     except (asyncio.CancelledError, ConnectionError):
         acct.gone = True
@@ -55,9 +55,11 @@ async def _limited(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[by
         yield piece
 
 
-async def _forward(state: ProxyState, request: web.Request, target: Target,
-                   acct: Accounting) -> tuple[web.StreamResponse, bool]:
-    """The upstream's answer relayed; and whether a write found the client gone."""
+async def forward(state: ProxyState, request: web.Request, target: Target,
+                  acct: Accounting, *, verdict: str | None = None
+                  ) -> tuple[web.StreamResponse, bool]:
+    """The upstream's answer relayed; and whether a write found the client gone. ``verdict``:
+    the ``x-tailfloor`` value of a chat request forwarded unread."""
     length = request.content_length
     limit = state.settings.max_body_bytes
     if length is not None and length > limit:
@@ -88,6 +90,8 @@ async def _forward(state: ProxyState, request: web.Request, target: Target,
     before = time.perf_counter()
     out_headers = response_headers(upstream.headers, keep_length=True)
     out_headers["x-tailfloor-request-id"] = acct.request_id
+    if verdict is not None and state.settings.tailfloor_header:
+        out_headers["x-tailfloor"] = verdict
     response = web.StreamResponse(status=upstream.status, headers=out_headers)
     await response.prepare(request)
     overhead += time.perf_counter() - before

@@ -16,6 +16,7 @@ from typing import cast
 from multidict import CIMultiDict
 
 MAX_HEAD = 64 * 1024
+_JOIN_BELOW = 64 * 1024  # smaller bodies leave in the head's write (one segment)
 HIGH_WATER = 4 * 1024 * 1024
 
 
@@ -104,7 +105,12 @@ class Http1Connection(asyncio.Protocol):
     def start_request(self, head: bytes, body: bytes | None, no_body: bool) -> None:
         assert self.transport is not None
         self._reset(no_body)
-        self.transport.write(head + body if body else head)
+        if body and len(body) > _JOIN_BELOW:
+            # Joining would copy a large body once more on the event loop.
+            self.transport.write(head)
+            self.transport.write(body)
+        else:
+            self.transport.write(head + body if body else head)
 
     async def write_body_chunk(self, data: bytes) -> None:
         assert self.transport is not None

@@ -3,10 +3,15 @@
 Starts the scripted fake upstream and a real ``tailfloor serve`` following a transcript root,
 then, for each input below, pings ``/healthz`` every 10 ms on its own connection while the
 input is processed, and reports the worst and p99 ping latency (target: worst <= 20 ms).
+In the same run the fake upstream (another aiohttp server on this machine, which receives
+the same inputs) is pinged the same way: the ``baseline_`` figures show what the machine
+itself adds on a 2-core box while megabytes move between the processes.
 
-- ``repeat_4mb``: a chat request with 4 MB of one repeated character (``--big``: also 30 MB);
+- ``repeat_4mb``: a chat request with 4 MB of one repeated character (``--big``: also 30 MB,
+  over the 8 MiB parsing bound: forwarded unread);
 - ``empty_1m``: a chat request of one million ``{}`` messages;
-- ``tools_50k``: 50,000 tool exchanges in one request;
+- ``tools_50k``: 50,000 tool exchanges in one request (over the 50,000-object bound:
+  forwarded unread); ``tools_8k``: 8,000 (under it: parsed, floored, counted, compacted);
 - ``transcript_52mb``: the first floor read of a 52 MB transcript (a request after the
   agent's compaction, identified, restored);
 - ``store_900``: a request whose 900-message prefix has stored compactions (looked up);
@@ -53,10 +58,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Pinger:
-    """GET /healthz every 10 ms; latencies of the pings sent while ``active``."""
+    """GET ``path`` every 10 ms; latencies of the pings sent while ``active``."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, path: str = "/healthz") -> None:
         self.url = url
+        self.path = path
         self.samples: list[float] = []
         self.active = False
         self._stop = False
@@ -65,7 +71,7 @@ class Pinger:
         async with aiohttp.ClientSession() as session:
             while not self._stop:
                 started = time.perf_counter()
-                async with session.get(self.url + "/healthz") as response:
+                async with session.get(self.url + self.path) as response:
                     await response.read()
                 elapsed = time.perf_counter() - started
                 if self.active:
@@ -173,25 +179,35 @@ async def garbage(url: str, path: Path, megabytes: int) -> tuple[int, str]:
     return 200, f"{last:.0f} errors counted"
 
 
-async def scenario(pinger: Pinger, work: Callable[[], Awaitable[tuple[int, str]]]
-                   ) -> dict[str, Any]:
-    pinger.samples = []
-    pinger.active = True
+async def scenario(pinger: Pinger, work: Callable[[], Awaitable[tuple[int, str]]],
+                   baseline: Pinger | None = None) -> dict[str, Any]:
+    """``baseline`` pings the fake upstream meanwhile (another aiohttp server on the same
+    machine): what the machine itself adds while the input is sent and answered."""
+    for p in (pinger, baseline):
+        if p is not None:
+            p.samples, p.active = [], True
     started = time.perf_counter()
     status, verdict = await work()
     took = time.perf_counter() - started
     await asyncio.sleep(0.05)
-    pinger.active = False
-    samples = pinger.samples or [float("nan")]
-    return {"status": status, "verdict": verdict, "seconds": round(took, 3),
-            "pings": len(samples), "worst_ms": round(max(samples) * 1e3, 1),
-            "p99_ms": round(percentile(samples, 0.99) * 1e3, 1)}
+    result = {"status": status, "verdict": verdict, "seconds": round(took, 3)}
+    for name, p in (("", pinger), ("baseline_", baseline)):
+        if p is None:
+            continue
+        p.active = False
+        samples = p.samples or [float("nan")]
+        result.update({f"{name}pings": len(samples),
+                       f"{name}worst_ms": round(max(samples) * 1e3, 1),
+                       f"{name}p99_ms": round(percentile(samples, 0.99) * 1e3, 1)})
+    return result
 
 
 async def run(args: argparse.Namespace, url: str, fake: str, big_request: dict[str, Any],
               garbage_path: Path) -> dict[str, dict[str, Any]]:
     pinger = Pinger(url)
     ping_task = asyncio.create_task(pinger.run())
+    baseline = Pinger(fake, "/v1/models")
+    baseline_task = asyncio.create_task(baseline.run())
     # The tokenizer tables load in the background on first use; a request larger in bytes
     # than the default budget in tokens makes the proxy count, so they are there from here.
     words = " ".join(f"warm{i}" for i in range(30_000))
@@ -202,27 +218,30 @@ async def run(args: argparse.Namespace, url: str, fake: str, big_request: dict[s
         ("repeat_4mb", lambda: post(url, chat([{"role": "user", "content": "a" * 4_000_000}]))),
         ("empty_1m", lambda: post(url, chat([{}] * 1_000_000))),
         ("tools_50k", lambda: post(url, chat(tool_exchanges(50_000)))),
+        ("tools_8k", lambda: post(url, chat(tool_exchanges(8_000)))),
         ("transcript_52mb", lambda: post(url, orjson.dumps({**big_request, "stream": False}))),
     ]
     if args.big:
         cases.insert(1, ("repeat_30mb", lambda: post(
             url, chat([{"role": "user", "content": "a" * 30_000_000}]))))
     for name, work in cases:
-        results[name] = await scenario(pinger, work)
+        results[name] = await scenario(pinger, work, baseline)
         print(f"{name:16} {results[name]}", flush=True)
     # Store a compaction for a 900-message prefix (an overflow recovered), then look it up.
     script_overflow(fake)
     messages = store_request(900)
     await post(url, chat([*messages, {"role": "user", "content": "first"}]))
     results["store_900"] = await scenario(pinger, lambda: post(url, chat(
-        [*messages, {"role": "user", "content": "second"}])))
+        [*messages, {"role": "user", "content": "second"}])), baseline)
     print(f"{'store_900':16} {results['store_900']}", flush=True)
     size = 20 if args.quick else 200
     results[f"garbage_{size}mb"] = await scenario(
-        pinger, lambda: garbage(url, garbage_path, size))
+        pinger, lambda: garbage(url, garbage_path, size), baseline)
     print(f"{f'garbage_{size}mb':16} {results[f'garbage_{size}mb']}", flush=True)
     pinger.stop()
+    baseline.stop()
     await ping_task
+    await baseline_task
     return results
 
 
