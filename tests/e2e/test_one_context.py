@@ -86,30 +86,27 @@ def test_a_400_not_about_stream_options_keeps_usage_injection_on(
     assert proxy.sample("tailfloor_upstream_errors_total", kind="stream_options_rejected") == 0
 
 
-def test_a_body_too_large_to_read_is_forwarded_as_it_came(
-        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
-    """More than 50,000 JSON objects: parsing alone would stall every other request, so
-    the body goes upstream unread, said in x-tailfloor and counted."""
+def unread(proxy: ProxyProcess, fake: FakeUpstream, body: dict[str, object]) -> None:
+    """The body goes upstream byte for byte, unread, said in x-tailfloor and counted."""
     before = proxy.sample("tailfloor_identification_total", method="too_large")
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}] * 60_000}
     raw = json.dumps(body).encode()
     request = urllib.request.Request(proxy.url + "/v1/chat/completions", data=raw,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         response.read()
         assert response.headers["x-tailfloor"] == "none; reason=too_large"
-    assert clean_fake.chat_requests()[-1].body == raw
+    assert fake.chat_requests()[-1].body == raw
     assert proxy.sample("tailfloor_identification_total", method="too_large") == before + 1
+
+
+def test_a_body_of_too_many_objects_is_forwarded_unread(proxy: ProxyProcess,
+                                                        clean_fake: FakeUpstream) -> None:
+    """More than 50,000 JSON objects: parsing alone would stall every other request."""
+    unread(proxy, clean_fake, {"model": "fake-model",
+                               "messages": [{"role": "user", "content": "hi"}] * 60_000})
 
 
 def test_a_body_over_8_mib_streams_through_unread(proxy: ProxyProcess,
                                                   clean_fake: FakeUpstream) -> None:
-    body = {"model": "fake-model", "stream": False,
-            "messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]}
-    raw = json.dumps(body).encode()
-    request = urllib.request.Request(proxy.url + "/v1/chat/completions", data=raw,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
-        assert response.headers["x-tailfloor"] == "none; reason=too_large"
-    assert clean_fake.chat_requests()[-1].body == raw
+    unread(proxy, clean_fake, {"model": "fake-model", "stream": False, "messages": [
+        {"role": "user", "content": "x" * (9 * 1024 * 1024)}]})
