@@ -173,7 +173,10 @@ async def garbage(url: str, path: Path, megabytes: int) -> tuple[int, str]:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and still < 10:
         await asyncio.sleep(0.2)
-        now = await asyncio.to_thread(metric, url, "tailfloor_transcript_errors_total")
+        try:
+            now = await asyncio.to_thread(metric, url, "tailfloor_transcript_errors_total")
+        except OSError:  # a proxy stalled for longer than the fetch's timeout
+            continue
         still = still + 1 if now == last and now > 0 else 0
         last = now
     return 200, f"{last:.0f} errors counted"

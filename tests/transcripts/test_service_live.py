@@ -278,5 +278,7 @@ async def test_metrics_and_successor_transcript(service: TranscriptService,
                                   and r.predecessor == OC7_LIVE, 1.0)
     rec = service.catalog.get("succ-1")
     assert rec is not None and rec.link == "parent_session" and rec.agent_id == "main"
-    assert reg.get_sample_value("tailfloor_transcript_lag_seconds_count") >= 1  # type: ignore[operator]
+    # The catalog changes in the reader thread; the loop records the batch's lag right after.
+    assert await until(lambda: (reg.get_sample_value("tailfloor_transcript_lag_seconds_count")
+                                or 0) >= 1, 1.0)
     assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-jsonl"}) == 3
