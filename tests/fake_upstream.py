@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import re
 import time
 from collections import deque
@@ -209,7 +210,10 @@ class FakeUpstream:
             if chars > self.behaviour.max_chars:
                 return Reply(status=400, error=fb.overflow_error(chars))
         if summarizing:
-            reply = Reply(text=fb.SUMMARY_TEXT)
+            # A real model's summary is its own for each conversation: the digest of what it
+            # summarized makes the fake's so too (two sessions never share one).
+            digest = hashlib.blake2b(orjson.dumps(messages), digest_size=6).hexdigest()
+            reply = Reply(text=f"{fb.SUMMARY_TEXT}\n(digest {digest})")
         elif last.get("role") == "tool":
             reply = Reply(text=f"The tool returned: {fb.text_of(last.get('content'))[:200]}")
         elif "USE_TOOL" in (turn := fb.current_turn_text(messages)):

@@ -1,0 +1,150 @@
+"""The floor on the real Pi agent in RPC mode, in real time: the first request after Pi's own
+compaction, in Pi's default configuration (no session headers) and with affinity headers,
+with a text-only tail and with tool calls in it, for N = 8 and N = 30.
+
+Pi writes the new user message to its transcript about 10 ms before it sends the request,
+and the watcher sees it after the request has been answered: identification must not wait
+for the transcript to be current. Each scenario runs three times in a row (a race shows up as
+one failure in three). The oracle is Pi's own transcript, read by the test: the request after
+the compaction holds Pi's summary and then at least min(N, available) raw messages, exactly the
+transcript's, contiguous, ending with the new prompt, tool pairs intact.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.agents.pi_agent import PiAgent
+from tests.agents.pi_rpc import PiRpc
+from tests.conftest import ProxyProcess
+from tests.fake_behaviour import AgentBehaviour, is_summarization
+from tests.fake_upstream import FakeUpstream
+
+RULES = """[defaults]
+min_tail_messages = {n}
+
+[[models]]
+pattern = "fake*"
+context_window = 200000
+encoding = "estimate"
+margin = 0.3
+"""
+TEXT_TURNS = ["Hello, a first turn.", "USE_TOOL:bash run one early command",
+              "A LONG_REPLY please (1)", "A LONG_REPLY please (2)", "A LONG_REPLY please (3)",
+              "A LONG_REPLY please (4)", "A LONG_REPLY please (5)", "A LONG_REPLY please (6)"]
+TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)", "A LONG_REPLY please (2)",
+              "A LONG_REPLY please (3)", "USE_TOOL:bash run a command now",
+              "USE_TOOL:bash and another", "A LONG_REPLY please (4)",
+              "USE_TOOL:bash one more", "A LONG_REPLY please (5)"]
+AFTER = "The first question after the compaction."
+SCENARIOS = [(tail, n, affinity) for tail in ("text", "tools") for n in (8, 30)
+             for affinity in (False, True)]
+
+
+def transcript_raw(path: Path) -> list[tuple[str, str]]:
+    """The raw messages of a Pi transcript in file order, as (role, what it says)."""
+    out = []
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if not isinstance(message, dict):
+            continue
+        role, content = message.get("role"), message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        if role == "user":
+            out.append(("user", text))
+        elif role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
+            calls = ",".join(b["id"] for b in blocks if b.get("type") == "toolCall")
+            out.append(("assistant", text + "|" + calls))
+        elif role == "toolResult":
+            out.append(("tool", str(message.get("toolCallId")) + "|" + text))
+    return out
+
+
+def request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The same view of a request's messages after its system prompt and summary."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        text = content if isinstance(content, str) else "".join(
+            p.get("text", "") for p in content or [] if isinstance(p, dict))
+        if m["role"] == "user":
+            out.append(("user", text))
+        elif m["role"] == "assistant":
+            calls = ",".join(c["id"] for c in m.get("tool_calls") or [])
+            out.append(("assistant", (text or "") + "|" + calls))
+        elif m["role"] == "tool":
+            out.append(("tool", f"{m['tool_call_id']}|{text}"))
+    return out
+
+
+def pairs_intact(messages: list[dict[str, Any]]) -> bool:
+    open_calls: set[str] = set()
+    for m in messages:
+        if m["role"] == "assistant":
+            if open_calls:
+                return False
+            open_calls = {c["id"] for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool":
+            if m["tool_call_id"] not in open_calls:
+                return False
+            open_calls.discard(m["tool_call_id"])
+        elif open_calls:
+            return False
+    return not open_calls
+
+
+@pytest.mark.parametrize(("tail", "n", "affinity"), SCENARIOS,
+                         ids=[f"{t}-N{n}-{'affinity' if a else 'default'}"
+                              for t, n, a in SCENARIOS])
+def test_the_first_request_after_pi_compacts_holds_the_floor(
+        fake: FakeUpstream, tmp_path: Path, tail: str, n: int, affinity: bool) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "floor.toml").write_text(RULES.format(n=n))
+    root = tmp_path / "sessions"
+    root.mkdir()
+    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules))
+    results = []
+    try:
+        for run in range(3):
+            fake.reset()
+            fake.behaviour = AgentBehaviour()
+            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=16000,
+                         reserve_tokens=11500, keep_recent_tokens=800,
+                         affinity_headers=affinity)
+            pi.sessions = root / f"run{run}"
+            pi.sessions.mkdir()
+            rpc = PiRpc(pi)
+            try:
+                # Each run's own words: the sessions of one root never say the same things.
+                turns = [f"{t} [run {run}]" for t in (TEXT_TURNS if tail == "text"
+                                                      else TOOL_TURNS)]
+                assert any(rpc.prompt(message) for message in turns), "Pi never compacted"
+                before = len(fake.chat_requests())
+                rpc.prompt(f"{AFTER} [run {run}]")
+            finally:
+                rpc.close()
+            after = next(orjson.loads(r.body) for r in fake.chat_requests()[before:]
+                         if not is_summarization(orjson.loads(r.body)["messages"]))
+            (transcript,) = pi.session_files()
+            theirs = transcript_raw(transcript)
+            upto = max(i for i, m in enumerate(theirs)
+                       if m == ("user", f"{AFTER} [run {run}]")) + 1
+            sent = after["messages"][2:]
+            ours = request_raw(sent)
+            results.append(len(ours))
+            assert "<summary>" in str(after["messages"][1]["content"]), f"run {run}"
+            assert ours == theirs[upto - len(ours):upto], f"run {run}: not the transcript's"
+            assert len(ours) >= min(n, upto), f"run {run}: {len(ours)} raw messages"
+            assert pairs_intact(sent), f"run {run}: a tool exchange was cut"
+    finally:
+        fake.behaviour = None
+        proxy.stop()
+    print(f"{tail} N={n} affinity={affinity}: raw messages after the summary {results}")
