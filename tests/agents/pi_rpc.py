@@ -14,20 +14,19 @@ import queue
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from tests.agents.pi_agent import PiAgent, pi_cli
+from tests.agents.pi_agent import PiAgent
 
 
 class PiRpc:
-    def __init__(self, agent: PiAgent, cli: Path | None = None, node: str = "node") -> None:
+    def __init__(self, agent: PiAgent) -> None:
         self.agent = agent
         self.events: list[dict[str, Any]] = []
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
         env = {**os.environ, "PI_CODING_AGENT_DIR": str(agent.agent_dir), "PI_OFFLINE": "1"}
         self._proc = subprocess.Popen(
-            [node, str(cli or pi_cli()), "--mode", "rpc", "--session-dir", str(agent.sessions)],
+            [*agent.pi.command(), "--mode", "rpc", "--session-dir", str(agent.sessions)],
             cwd=agent.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         self._ids = 0
@@ -37,8 +36,8 @@ class PiRpc:
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            line = line.strip()
+        for raw in self._proc.stdout:
+            line = raw.strip()
             if not line:
                 continue
             try:
@@ -74,16 +73,18 @@ class PiRpc:
         raise TimeoutError(f"no {kind} event from pi within {timeout:.0f} s")
 
     def prompt(self, message: str) -> bool:
-        """One user turn, to its end; whether Pi compacted right after it."""
+        """One user turn, to its end; whether Pi compacted during it or right after it (Pi
+        1.x also compacts inside a tool loop, between a tool result and the next call)."""
         seen = len(self.events)
         self.send({"type": "prompt", "message": message})
         self.wait("agent_end")
         # Pi checks its threshold after the turn and compacts before taking the next one.
         time.sleep(0.3)
-        if any(e.get("type") == "compaction_start" for e in self.events[seen:]):
+        kinds = [e.get("type") for e in self.events[seen:]]
+        starts = kinds.count("compaction_start")
+        if starts > kinds.count("compaction_end"):
             self.wait("compaction_end")
-            return True
-        return False
+        return starts > 0
 
     def new_session(self) -> None:
         self.send({"type": "new_session"})

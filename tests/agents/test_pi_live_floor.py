@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.pi_agent import PiAgent
+from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization
@@ -37,13 +37,14 @@ margin = 0.3
 TEXT_TURNS = ["Hello, a first turn.", "USE_TOOL:bash run one early command",
               "A LONG_REPLY please (1)", "A LONG_REPLY please (2)", "A LONG_REPLY please (3)",
               "A LONG_REPLY please (4)", "A LONG_REPLY please (5)", "A LONG_REPLY please (6)"]
-TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)", "A LONG_REPLY please (2)",
-              "A LONG_REPLY please (3)", "USE_TOOL:bash run a command now",
-              "USE_TOOL:bash and another", "A LONG_REPLY please (4)",
-              "USE_TOOL:bash one more", "A LONG_REPLY please (5)"]
+# Long replies fill the context; the tool turns after them cross Pi's threshold, so the tail
+# Pi keeps holds tool calls.
+TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)",
+              *(f"USE_TOOL:bash BIG_OUTPUT command {i}" for i in range(40))]
+FILLERS = 14
 AFTER = "The first question after the compaction."
-SCENARIOS = [(tail, n, affinity) for tail in ("text", "tools") for n in (8, 30)
-             for affinity in (False, True)]
+SCENARIOS = [(version, tail, n, affinity) for version in (PI_VERSION, PI_LATEST)
+             for tail in ("text", "tools") for n in (8, 30) for affinity in (False, True)]
 
 
 def transcript_raw(path: Path) -> list[tuple[str, str]]:
@@ -65,6 +66,16 @@ def transcript_raw(path: Path) -> list[tuple[str, str]]:
         elif role == "toolResult":
             out.append(("tool", str(message.get("toolCallId")) + "|" + text))
     return out
+
+
+def kept_by_pi(path: Path) -> list[str]:
+    """Roles of the raw messages Pi itself keeps after its last compaction."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    compaction = [e for e in entries if e.get("type") == "compaction"][-1]
+    ids = [e.get("id") for e in entries]
+    start = ids.index(compaction["firstKeptEntryId"])
+    return [e["message"]["role"] for e in entries[start:]
+            if e.get("type") == "message" and e["message"].get("role") != "system"]
 
 
 def request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -100,11 +111,12 @@ def pairs_intact(messages: list[dict[str, Any]]) -> bool:
     return not open_calls
 
 
-@pytest.mark.parametrize(("tail", "n", "affinity"), SCENARIOS,
-                         ids=[f"{t}-N{n}-{'affinity' if a else 'default'}"
-                              for t, n, a in SCENARIOS])
+@pytest.mark.parametrize("scenario", SCENARIOS,
+                         ids=[f"pi{v}-{t}-N{n}-{'affinity' if a else 'default'}"
+                              for v, t, n, a in SCENARIOS])
 def test_the_first_request_after_pi_compacts_holds_the_floor(
-        fake: FakeUpstream, tmp_path: Path, tail: str, n: int, affinity: bool) -> None:
+        fake: FakeUpstream, tmp_path: Path, scenario: tuple[str, str, int, bool]) -> None:
+    version, tail, n, affinity = scenario
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "floor.toml").write_text(RULES.format(n=n))
@@ -118,33 +130,46 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
             fake.behaviour = AgentBehaviour()
             pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=16000,
                          reserve_tokens=11500, keep_recent_tokens=800,
-                         affinity_headers=affinity)
+                         affinity_headers=affinity, pi=release(version))
             pi.sessions = root / f"run{run}"
             pi.sessions.mkdir()
             rpc = PiRpc(pi)
             try:
                 # Each run's own words: the sessions of one root never say the same things.
-                turns = [f"{t} [run {run}]" for t in (TEXT_TURNS if tail == "text"
-                                                      else TOOL_TURNS)]
+                # Enough short turns first that N = 30 raw messages exist to be restored.
+                fillers = [f"Short question {i}." for i in range(FILLERS if n > 8 else 0)]
+                turns = [f"{t} [run {run}]" for t in (*fillers, *(TEXT_TURNS if tail == "text"
+                                                                   else TOOL_TURNS))]
                 assert any(rpc.prompt(message) for message in turns), "Pi never compacted"
-                before = len(fake.chat_requests())
                 rpc.prompt(f"{AFTER} [run {run}]")
             finally:
                 rpc.close()
-            after = next(orjson.loads(r.body) for r in fake.chat_requests()[before:]
-                         if not is_summarization(orjson.loads(r.body)["messages"]))
+            bodies = [orjson.loads(r.body) for r in fake.chat_requests()]
+            summarized = next(i for i, b in enumerate(bodies) if is_summarization(b["messages"]))
+            # Every request after the compaction: Pi 1.x's continuation of the tool loop it
+            # compacted in, then the new prompt.
+            after = [b for b in bodies[summarized:] if not is_summarization(b["messages"])]
             (transcript,) = pi.session_files()
             theirs = transcript_raw(transcript)
-            upto = max(i for i, m in enumerate(theirs)
-                       if m == ("user", f"{AFTER} [run {run}]")) + 1
-            sent = after["messages"][2:]
-            ours = request_raw(sent)
-            results.append(len(ours))
-            assert "<summary>" in str(after["messages"][1]["content"]), f"run {run}"
-            assert ours == theirs[upto - len(ours):upto], f"run {run}: not the transcript's"
-            assert len(ours) >= min(n, upto), f"run {run}: {len(ours)} raw messages"
-            assert pairs_intact(sent), f"run {run}: a tool exchange was cut"
+            seen = []
+            for k, body in enumerate(after):
+                sent = body["messages"][2:]
+                ours = request_raw(sent)
+                upto = max(i for i, m in enumerate(theirs) if m == ours[-1]) + 1
+                seen.append(len(ours))
+                where = f"run {run}, request {k} after the compaction"
+                assert "<summary>" in str(body["messages"][1]["content"]), where
+                assert ours == theirs[upto - len(ours):upto], f"{where}: not the transcript's"
+                assert len(ours) >= min(n, upto), f"{where}: {len(ours)} raw messages"
+                assert n <= 8 or upto > n, f"{where}: only {upto} raw messages to restore from"
+                assert pairs_intact(sent), f"{where}: a tool exchange was cut"
+            assert request_raw(after[-1]["messages"])[-1] == ("user", f"{AFTER} [run {run}]")
+            results.append(seen)
+            kept = kept_by_pi(transcript)
+            assert ("toolResult" in kept) == (tail == "tools"), f"run {run}: Pi kept {kept}"
+            assert len(kept) < n, f"run {run}: Pi itself kept {len(kept)}: nothing to restore"
     finally:
         fake.behaviour = None
         proxy.stop()
-    print(f"{tail} N={n} affinity={affinity}: raw messages after the summary {results}")
+    print(f"pi {version} {tail} N={n} affinity={affinity}: raw messages after the summary, "
+          f"per request after the compaction, per run: {results}")
