@@ -73,6 +73,7 @@ class Received:
     completed: bool = False
     raw_path: str = ""  # the request target exactly as it arrived
     peer: int = 0  # the client port: requests with the same peer shared a connection
+    at: float = 0.0  # wall-clock time the whole request had arrived
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -141,7 +142,7 @@ class FakeUpstream:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         received = Received(request.method, request.path, request.query_string,
                             dict(request.headers), body, raw_path=request.raw_path,
-                            peer=peer[1] if peer else 0)
+                            peer=peer[1] if peer else 0, at=time.time())
         self.received.append(received)
         return received
 
@@ -209,7 +210,9 @@ class FakeUpstream:
             chars = fb.total_chars(messages)
             if chars > self.behaviour.max_chars:
                 return Reply(status=400, error=fb.overflow_error(chars))
-        if summarizing:
+        if (payload.get("max_completion_tokens") or payload.get("max_tokens")) == 1:
+            reply = Reply(text="O")  # a cache-warming request: one token, then the cap
+        elif summarizing:
             # A real model's summary is its own for each conversation: the digest of what it
             # summarized makes the fake's so too (two sessions never share one).
             digest = hashlib.blake2b(orjson.dumps(messages), digest_size=6).hexdigest()

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from proxy.transcripts import view
+from proxy.transcripts import loading, view
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import (
@@ -31,7 +31,7 @@ from proxy.transcripts.records import (
     TranscriptStore,
     Window,
 )
-from proxy.transcripts.render import Flavor, RenderOptions, Source, render
+from proxy.transcripts.render import Flavor, RenderOptions
 from proxy.transcripts.state import SessionState
 
 __all__ = ["Catalog"]
@@ -239,6 +239,7 @@ class Catalog:
             path, rooted = self._path(st)
             picked = view.tail_of(path, k, before)
             short = len(picked) < k and not view.segment_within(path, rooted, before)
+            edits = view.replacements(path, picked)
         if short and before is None:
             # Read just enough from the end; a window up to tail_limit is kept so the next
             # request for this session is served from memory.
@@ -252,10 +253,13 @@ class Catalog:
                     rooted = window.complete
             picked = view.tail_of(path, k, before)
             short = len(picked) < k and not view.segment_within(path, rooted, before)
+            edits = view.replacements(path, picked)
         if short:
             whole = st.store.read_window(None)  # a branch that leaves the window
-            picked = view.tail_of(view.active_branch(whole.entries).entries, k, before)
-        return self._tail_records(st, picked)
+            path = list(view.active_branch(whole.entries).entries)
+            picked = view.tail_of(path, k, before)
+            edits = view.replacements(path, picked)
+        return self._tail_records(st, picked, edits)
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
         """The messages the agent itself would send now, system prompt excluded (store
@@ -274,11 +278,7 @@ class Catalog:
 
     def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
                     opts: RenderOptions) -> list[dict[str, Any]]:
-        wanted = ([plan.compaction] if plan.compaction else []) + list(plan.entries)
-        objs = store.load(wanted)
-        items = [Source(e.kind, o, e.timestamp) for e, o in zip(wanted, objs, strict=True)
-                 if o is not None]
-        return render(items, opts)
+        return loading.render_plan(store, plan, opts)
 
     def render_options(self, session_id: str) -> RenderOptions:
         with self._lock:
@@ -303,18 +303,11 @@ class Catalog:
             rooted = True  # a dangling parent in a complete file: the branch ends there
         return path, rooted or (st.complete and not path)
 
-    def _tail_records(self, st: SessionState, picked: Sequence[Entry]) -> list[TailMessage]:
-        objs = st.store.load(picked)
+    def _tail_records(self, st: SessionState, picked: Sequence[Entry],
+                      edits: Mapping[str, Entry]) -> list[TailMessage]:
         with self._lock:
             opts = self._flavour(st)
-        out: list[TailMessage] = []
-        for entry, obj in zip(picked, objs, strict=True):
-            if obj is None:
-                continue
-            msgs = render([Source(entry.kind, obj, entry.timestamp)], opts, replay=False)
-            out.append(TailMessage(entry.id, entry.timestamp, entry.role or entry.kind, obj,
-                                   tuple(msgs)))
-        return out
+        return loading.tail_records(st.store, picked, edits, opts)
 
     def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
                     reread: bool = False) -> None:

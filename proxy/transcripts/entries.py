@@ -36,6 +36,9 @@ __all__ = [
 KNOWN_KINDS = frozenset({
     "message", "compaction", "branch_summary", "custom_message", "model_change",
     "thinking_level_change", "custom", "label", "session_info", "reset",
+    # Pi 1.x: usage (e.g. a cache warm) is a tree node without context; a context edit
+    # removes or replaces an earlier message in what the model is shown.
+    "usage", "context_edit",
 })
 # Entry kinds that can put a message in front of the model.
 MESSAGE_KINDS = frozenset({"message", "custom_message", "branch_summary"})
@@ -84,6 +87,8 @@ class Entry:
     first_kept_id: str | None = None
     reason: str | None = None
     keys: tuple[int, ...] = ()
+    target_id: str | None = None  # context_edit: the entry it edits
+    removes: bool = False  # context_edit: ``replacement: null``, the target leaves the context
 
     @property
     def is_raw_message(self) -> bool:
@@ -164,7 +169,8 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     entry_id = sys.intern(entry_id)
     parent = sys.intern(parent) if parent else None
     ts = parse_timestamp(obj.get("timestamp"))
-    role = stop = summary = first_kept = reason = None
+    role = stop = summary = first_kept = reason = target = None
+    removes = False
     keys: tuple[int, ...] = ()
     if kind == "message":
         msg = obj.get("message")
@@ -190,9 +196,24 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         reason = _str(obj, "reason")
     elif kind == "custom_message":
         keys = _user_keys(obj.get("content"))
+    elif kind == "context_edit":
+        target, removes = _edit_target(obj)
     return Entry(kind=kind, id=entry_id, parent_id=parent, timestamp=ts, pos=pos, size=size,
                  role=role, stop_reason=stop, summary=summary, first_kept_id=first_kept,
-                 reason=reason, keys=keys)
+                 reason=reason, keys=keys, target_id=target, removes=removes)
+
+
+def _edit_target(obj: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """A context edit's target and whether it removes it. An edit Pi could not have written
+    (no target, a replacement without content) stays a tree node that changes nothing, so
+    the entries after it keep their branch."""
+    replacement = obj.get("replacement")
+    usable = replacement is None or (isinstance(replacement, Mapping) and isinstance(
+        replacement.get("content"), str | list))
+    target = _str(obj, "targetId") if usable else None
+    if not target:
+        return None, False
+    return sys.intern(target), replacement is None
 
 
 def _digest(tag: bytes, text: str) -> int:

@@ -28,7 +28,7 @@ from proxy.wire.openclaw import render_prefix
 from proxy.wire.summary import BRANCH_PREFIX, BRANCH_SUFFIX, agent_summary
 from proxy.wire.tool_ids import openclaw_form
 
-__all__ = ["Flavor", "RenderOptions", "Source", "render"]
+__all__ = ["Flavor", "RenderOptions", "Source", "edited", "render"]
 
 Flavor = Literal["pi", "openclaw"]
 NO_RESULT = "No result provided"
@@ -52,6 +52,27 @@ class Source:
 
 
 Message = dict[str, Any]
+
+
+_EDITABLE = ("user", "assistant", "toolResult", "custom")
+
+
+def edited(kind: str, obj: Mapping[str, Any], edit: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A transcript object with the content of a Pi context edit's replacement (the edit
+    object itself). Pi keeps role and metadata; string content becomes one text block for the
+    roles that need blocks."""
+    replacement = edit.get("replacement")
+    content = replacement.get("content") if isinstance(replacement, Mapping) else None
+    if not isinstance(content, str | list):
+        return obj
+    if kind == "custom_message":
+        return {**obj, "content": content}
+    msg = obj.get("message")
+    if kind != "message" or not isinstance(msg, Mapping) or msg.get("role") not in _EDITABLE:
+        return obj
+    if isinstance(content, str) and msg.get("role") in ("assistant", "toolResult"):
+        content = [{"type": "text", "text": content}]
+    return {**obj, "message": {**msg, "content": content}}
 
 
 def _bash_text(msg: Mapping[str, Any]) -> str:

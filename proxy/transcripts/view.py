@@ -8,18 +8,22 @@ The rules follow Pi's ``buildSessionContext`` plus OpenClaw's ``reset`` entries:
 3. The last compaction C after R: its summary, then the branch entries before C starting
    at ``C.firstKeptEntryId`` (none if that id is not found there), then everything after C.
 4. Only ``message``, ``custom_message`` and non-empty ``branch_summary`` entries are shown.
+5. Pi 1.x ``context_edit`` entries among the chosen entries: the latest one per target wins;
+   ``replacement: null`` hides the target, a replacement changes its content (rendered by
+   ``render.edited``). System-role messages carry Pi's prompt, never a chat message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.transcripts.entries import MESSAGE_KINDS, Entry
 from proxy.transcripts.records import CompactionInfo, ResetMark
 
 __all__ = ["Branch", "ContextPlan", "active_branch", "boundaries", "context_plan",
-           "plan_is_local", "segment_start", "segment_within", "tail_of"]
+           "edits_of", "plan_is_local", "replacements", "segment_start", "segment_within",
+           "tail_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class ContextPlan:
     compaction: Entry | None
     entries: tuple[Entry, ...]
     reset: Entry | None
+    edits: Mapping[str, Entry] = field(default_factory=dict)  # entry id -> its replacement
 
 
 def active_branch(entries: Sequence[Entry], by_id: Mapping[str, Entry] | None = None,
@@ -96,21 +101,45 @@ def context_plan(path: Sequence[Entry]) -> ContextPlan:
             comp_index = i
             break
     if comp_index < 0:
-        chosen = path[start:]
-        return ContextPlan(None, tuple(e for e in chosen if _shown(e)), reset)
+        return _plan(None, path[start:], reset)
     comp = path[comp_index]
     kept_from = comp_index
     for i in range(start, comp_index):
         if path[i].id == comp.first_kept_id:
             kept_from = i
             break
-    chosen = [*path[kept_from:comp_index], *path[comp_index + 1:]]
-    return ContextPlan(comp, tuple(e for e in chosen if _shown(e)), reset)
+    return _plan(comp, [*path[kept_from:comp_index], *path[comp_index + 1:]], reset)
+
+
+def _plan(compaction: Entry | None, chosen: Sequence[Entry], reset: Entry | None
+          ) -> ContextPlan:
+    edits = edits_of(chosen)
+    shown = tuple(e for e in chosen if _shown(e) and not _removed(e, edits))
+    replaced = {e.id: edits[e.id] for e in shown if e.id in edits}
+    return ContextPlan(compaction, shown, reset, replaced)
+
+
+def edits_of(entries: Iterable[Entry]) -> dict[str, Entry]:
+    """The latest context edit of each target among ``entries``."""
+    return {e.target_id: e for e in entries if e.kind == "context_edit" and e.target_id}
+
+
+def _removed(entry: Entry, edits: Mapping[str, Entry]) -> bool:
+    edit = edits.get(entry.id)
+    return edit is not None and edit.removes
+
+
+def replacements(path: Sequence[Entry], picked: Sequence[Entry]) -> dict[str, Entry]:
+    """The edits that change the content of ``picked`` entries (from ``tail_of(path)``)."""
+    edits = edits_of(path)
+    return {e.id: edits[e.id] for e in picked if e.id in edits and not edits[e.id].removes}
 
 
 def _shown(entry: Entry) -> bool:
     if entry.kind == "branch_summary":
         return bool(entry.summary)
+    if entry.kind == "message" and entry.role == "system":
+        return False
     return entry.kind in MESSAGE_KINDS
 
 
@@ -127,9 +156,10 @@ def tail_of(path: Sequence[Entry], k: int, before: str | None = None) -> list[En
     start, _reset = segment_start(path[:end])
     if k <= 0:
         return []
+    edits = edits_of(path[start:end])
     picked: list[Entry] = []
     for i in range(end - 1, start - 1, -1):
-        if path[i].is_raw_message:
+        if path[i].is_raw_message and not _removed(path[i], edits):
             picked.append(path[i])
             if len(picked) >= k:
                 break

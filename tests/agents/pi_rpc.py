@@ -53,13 +53,16 @@ class PiRpc:
         for line in self._proc.stderr:
             self._stderr.append(line.decode("utf-8", "replace"))
 
-    def send(self, command: dict[str, Any]) -> None:
+    def send(self, command: dict[str, Any]) -> str:
         self._ids += 1
         assert self._proc.stdin is not None
-        self._proc.stdin.write((json.dumps({**command, "id": f"t{self._ids}"}) + "\n").encode())
+        ident = f"t{self._ids}"
+        self._proc.stdin.write((json.dumps({**command, "id": ident}) + "\n").encode())
         self._proc.stdin.flush()
+        return ident
 
-    def wait(self, kind: str, timeout: float = 60) -> dict[str, Any]:
+    def wait(self, kind: str, timeout: float = 60, ident: str | None = None
+             ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -68,7 +71,7 @@ class PiRpc:
                 continue
             if event.get("type") == "_eof":
                 raise RuntimeError("pi exited: " + "".join(self._stderr)[-2000:])
-            if event.get("type") == kind:
+            if event.get("type") == kind and (ident is None or event.get("id") == ident):
                 return event
         raise TimeoutError(f"no {kind} event from pi within {timeout:.0f} s")
 
@@ -87,8 +90,8 @@ class PiRpc:
         return starts > 0
 
     def new_session(self) -> None:
-        self.send({"type": "new_session"})
-        self.wait("response")
+        # The answer to this command, not a late one to an earlier prompt.
+        self.wait("response", ident=self.send({"type": "new_session"}))
 
     def close(self) -> None:
         if self._proc.poll() is None:

@@ -87,7 +87,7 @@ def bodies(run: str) -> Iterator[tuple[int, float, dict[str, Any]]]:
                  for i in range(req["tools"])]
         body: dict[str, Any] = {"model": "fake-model", "messages": messages, "stream": True,
                                 "stream_options": {"include_usage": True},
-                                "max_completion_tokens": 1024}
+                                "max_completion_tokens": req.get("max_tokens") or 1024}
         if tools:
             body["tools"] = tools
         yield req["n"], req["ts"], body

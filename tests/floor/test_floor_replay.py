@@ -93,9 +93,18 @@ def rendered_by_the_agent(ts: float, block: list[Any]) -> list[Any]:
 @pytest.mark.parametrize(("run", "n"), CASES, ids=[f"{r}-N{n}" for r, n in CASES])
 def test_replayed_requests_hold_the_floor(run: str, n: int) -> None:
     rewritten = 0
+    warmed: Any = None
     for number, _run, body, decision, (catalog, c) in replay(run, n):
         where = f"{run} request {number}"
         signals = identify(None, {}, body)
+        if body.get("max_completion_tokens") == 1:
+            # Pi 1.x's cache warming repeats the request before it after the transcript has
+            # gained its answer: it must get that request's rewrite, or it warms nothing.
+            assert warmed is not None, where
+            assert (decision.kind, decision.messages) == (warmed.kind, warmed.messages), where
+            continue
+        if not signals.is_summarization:
+            warmed = decision
         if decision.kind == "none":
             assert decision.body is c.raw, where
             assert decision.verdict != "none; reason=no_anchor", where

@@ -219,3 +219,51 @@ def test_pi_directory_predecessor() -> None:
     assert new is not None and new.predecessor == "old" and new.link == "pi_directory"
     other = cat.get("other")
     assert other is not None and other.predecessor is None
+
+
+def _edited_session() -> list[dict[str, Any]]:
+    return [user("u1", None, "first"),
+            msg("a1", "u1", "assistant", [{"type": "toolCall", "id": "call_1", "name": "bash",
+                                           "arguments": {}}], stopReason="toolUse"),
+            msg("t1", "a1", "toolResult", [{"type": "text", "text": "long output"}],
+                toolCallId="call_1"),
+            msg("a2", "t1", "assistant", [{"type": "text", "text": "done"}], stopReason="stop"),
+            user("u2", "a2", "second"),
+            {"type": "usage", "id": "w1", "parentId": "u2", "kind": "cache_warm"},
+            {"type": "context_edit", "id": "e1", "parentId": "w1", "targetId": "t1",
+             "replacement": {"content": "pruned"}},
+            {"type": "context_edit", "id": "e2", "parentId": "e1", "targetId": "a2",
+             "replacement": None},
+            # Pi could not have written these: they stay nodes that change nothing.
+            {"type": "context_edit", "id": "e3", "parentId": "e2", "targetId": "u1",
+             "replacement": {"text": "no content field"}},
+            {"type": "context_edit", "id": "e4", "parentId": "e3", "replacement": None},
+            msg("a3", "e4", "assistant", [{"type": "text", "text": "third"}],
+                stopReason="stop")]
+
+
+def test_context_edits_shape_the_view_and_the_tail() -> None:
+    cat, _store = _catalog(_edited_session())
+    context = cat.context("s")
+    assert context == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "content": "pruned", "tool_call_id": "call_1"},
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": "third"}]
+    tail = cat.tail("s", 3)
+    assert [t.entry_id for t in tail] == ["t1", "u2", "a3"]  # a2 left the context
+    assert tail[0].messages[0]["content"] == "pruned"
+
+
+def test_edits_outside_the_kept_range_do_not_apply() -> None:
+    objs = _edited_session()
+    # A compaction after everything, keeping from u2: the edits are kept (after u2), their
+    # targets t1 and a2 are not, so nothing they say shows.
+    objs.append({"type": "compaction", "id": "c1", "parentId": "a3", "summary": "S",
+                 "firstKeptEntryId": "u2"})
+    plan = view.context_plan(view.active_branch(MemStore(objs).entries()).entries)
+    assert [e.id for e in plan.entries] == ["u2", "a3"]
+    assert dict(plan.edits) == {}
