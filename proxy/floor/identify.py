@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from proxy.policy.records import Identification
-from proxy.transcripts.entries import summary_key, user_text_key
+from proxy.transcripts.entries import assistant_text_key, summary_key, user_text_key
 from proxy.wire.boundary import call_ids
 from proxy.wire.content import first_text, head_length, message_text
 from proxy.wire.openclaw import (
@@ -44,6 +44,7 @@ __all__ = [
 
 SUMMARIZER_PROMPT = "You are a context summarization assistant"
 MAX_TOOL_IDS = 16
+CONTENT_KEYS = 8  # newest user and assistant texts looked up besides the latest user text
 _LEADING_SCAN = 3  # messages after the system prompt searched for the summary / Runtime line
 
 _AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
@@ -83,6 +84,12 @@ class RequestSignals:
     # (off the event loop for a large request: normalising megabytes of text is not free).
     latest_user_key: int | None = None
     summary_key: int | None = None
+    # Index keys of the newest user and assistant texts but the latest user text: the
+    # transcript may lag the request by its newest messages, not by those before them.
+    content_keys: tuple[int, ...] = ()
+    # A prompt-cache refresh (Pi 1.x ``cacheWarming``): the request before it again, capped
+    # at one output token. It must get that request's rewrite and start nothing new.
+    cache_warm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,7 @@ class _TailScan:
     internal_context: bool
     user_parts: bool | None
     has_assistant: bool
+    content_keys: tuple[int, ...]
 
 
 def split_agent_path(path: str) -> tuple[str | None, str]:
@@ -119,9 +127,17 @@ def is_summarization(body: Mapping[str, Any]) -> bool:
     if body.get("tools") or not isinstance(messages, list) or len(messages) != 2:
         return False
     system, user = messages
+    head = message_text(user).lstrip()
+    # Pi 1.x summarizes the start of a split turn as "# Conversation" (its turn prefix).
     return (_role(system) in ("system", "developer") and _role(user) == "user"
             and message_text(system).lstrip().startswith(SUMMARIZER_PROMPT)
-            and message_text(user).lstrip().startswith("<conversation>"))
+            and (head.startswith("<conversation>") or head.startswith("# Conversation\n")))
+
+
+def is_cache_warm(body: Mapping[str, Any]) -> bool:
+    """A request capped at one output token: an agent keeping its prompt cache alive."""
+    cap = body.get("max_completion_tokens", body.get("max_tokens"))
+    return cap == 1 and not isinstance(cap, bool)
 
 
 def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[str, Any],
@@ -173,7 +189,8 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
                           tool_ids_without_underscore=(all("_" not in i for i in ids)
                                                        if ids else None),
                           internal_context=scan.internal_context),
-        has_assistant=scan.has_assistant)
+        has_assistant=scan.has_assistant, content_keys=scan.content_keys,
+        cache_warm=not summarization and is_cache_warm(body))
 
 
 def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, int | None]:
@@ -209,6 +226,7 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
     prefix = internal = assistant = False
     parts: bool | None = None
     start = first_raw if first_raw is not None else len(messages)
+    keys: list[int] = []
     for k in range(len(messages) - 1, start - 1, -1):
         message = messages[k]
         if not isinstance(message, dict):
@@ -219,6 +237,10 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
             assistant = True
             if len(ids) < MAX_TOOL_IDS and message.get("tool_calls"):
                 ids[:0] = list(call_ids(message))[: MAX_TOOL_IDS - len(ids)]
+            if len(keys) < CONTENT_KEYS:
+                found = assistant_text_key(message_text(message))
+                if found is not None:
+                    keys.append(found)
         elif role == "tool":
             raw += 1
         elif role == "user":
@@ -235,6 +257,11 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
                 prefix = prefix or USER_PREFIX.match(text) is not None
                 stripped = strip_user_prefix(text)
                 latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
+            elif len(keys) < CONTENT_KEYS:
+                found = user_text_key(message_text(message))
+                if found is not None:
+                    keys.append(found)
     if not prefix and first_raw is not None and first_raw < len(messages):
         prefix = USER_PREFIX.match(first_text(messages[first_raw]) or "") is not None
-    return _TailScan(raw, latest, tuple(ids), prefix, internal, parts, assistant)
+    return _TailScan(raw, latest, tuple(ids), prefix, internal, parts, assistant,
+                     tuple(dict.fromkeys(keys)))

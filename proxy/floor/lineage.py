@@ -6,7 +6,8 @@ sessions) and grades the evidence:
 
 - ``strong``: the request holds something only its session can know: one of the session's
   tool-call ids (random, unguessable) or the agent's compaction summary;
-- ``weak``: only the latest user text matches ("yes", "thanks" are in many sessions);
+- ``weak``: only texts match: the latest user text, the newest user and assistant texts
+  before it ("yes", "thanks", a canned reply are in many sessions);
 - ``claim``: the request names the session (a header, ``prompt_cache_key``, OpenClaw's
   Runtime line) and its content neither confirms nor contradicts it.
 
@@ -172,6 +173,9 @@ def _content_scores(signals: RequestSignals, catalog: SessionIndex) -> dict[str,
         add(catalog.find_tool_call(call_id), "tool_call", True)
     if signals.latest_user_key is not None:
         add(catalog.find_key(signals.latest_user_key), "user_text", False)
+    # Texts are guessable ("hi", a canned reply): weak, however many agree.
+    for key in signals.content_keys:
+        add(catalog.find_key(key), "content", False)
     return hits
 
 
@@ -180,18 +184,19 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex, tenant: Tenant
     scores = _content_scores(signals, catalog)
     if not scores:
         return None
-    candidates: list[tuple[int, str, SessionRecord]] = []
+    candidates: list[tuple[tuple[bool, int], str, SessionRecord]] = []
     for sid, hits in scores.items():
         record = catalog.get(sid)
         if record is not None and not _agent_conflict(record, signals) \
                 and not tenant.excludes(record):
-            candidates.append((hits.score, sid, record))
+            candidates.append(((hits.strong, hits.score), sid, record))
     if not candidates:
         return Lineage("agent_mismatch")
+    # A session holding something unguessable beats any number of matching texts.
     candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
     if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
         return Lineage("ambiguous")
-    _score, sid, record = candidates[0]
+    _rank, sid, record = candidates[0]
     return record, scores[sid]
 
 

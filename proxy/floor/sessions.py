@@ -49,7 +49,7 @@ class SessionFinder:
         lineage = find_session(signals, body, self.catalog, prints=self.prints, print_=print_,
                                tenant=tenant)
         sid = lineage.session_id
-        if sid is not None and print_ is not None and (
+        if sid is not None and print_ is not None and not signals.cache_warm and (
                 lineage.evidence == "strong"
                 or (lineage.trusted and tenant.certain and self.prints.get(sid) is None)):
             # A guessed text or a claimed id never replaces a fingerprint, and plants one only

@@ -153,8 +153,12 @@ class Floor:
         session (a common "hi") is not that session's, and gets nothing carried into it."""
         assert self.catalog is not None
         mine = [m for m in self._own(ctx) if is_counted(m)]
-        segment = [m for r in self.catalog.tail(session_id, len(mine) + 1) for m in r.messages
+        segment = [m for r in self.catalog.tail(session_id, len(mine) + 2) for m in r.messages
                    if is_counted(m)]
+        if ctx.signals.cache_warm and len(segment) == len(mine) + 1 \
+                and segment[-1].get("role") == "assistant":
+            # A cache warm repeats the request the transcript's last answer answered.
+            segment = segment[:-1]
         if len(segment) > len(mine):
             return False
         # The transcript may lag the request by its newest messages, never the other way.

@@ -114,8 +114,11 @@ class Recovery:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
             return None
         prior, found, over = await self._offload(self._preflight, request)
-        why = self._marked.pop(request.session)
-        if why is None and over:
+        # A cache warm never starts a summary: it repeats a request that fitted, or reuses
+        # what that request was given.
+        warm = request.ctx.signals.cache_warm
+        why = None if warm else self._marked.pop(request.session)
+        if why is None and over and not warm:
             why = "preflight"
         if why is not None:
             compacted = await self._compact(request, prior, trigger="preflight", why=why)
@@ -146,7 +149,8 @@ class Recovery:
             if verdict.window != request.window:
                 request = replace(request, ctx=request.ctx.with_window(verdict.window))
         policy = request.policy
-        if policy.on_overflow == "passthrough" or policy.mode != "enforce":
+        if policy.on_overflow == "passthrough" or policy.mode != "enforce" \
+                or request.ctx.signals.cache_warm:
             return ErrorStep.passed(overflow="passthrough", verdict=verdict,
                                     learned_window=learned)
         if not retried:

@@ -25,6 +25,7 @@ __all__ = [
     "Entry",
     "EntryError",
     "Header",
+    "assistant_text_key",
     "parse_entry",
     "parse_header",
     "parse_timestamp",
@@ -227,6 +228,13 @@ def user_text_key(text: str) -> int | None:
     return _digest(b"u", norm) if norm else None
 
 
+def assistant_text_key(text: str) -> int | None:
+    """Index key of an assistant message's text, whitespace removed: agents join text blocks
+    with nothing or with newlines (None for no text)."""
+    norm = "".join(text.split())
+    return _digest(b"a", norm) if norm else None
+
+
 def tool_call_key(call_id: str) -> int | None:
     """Index key of a tool-call id, the same for each of its wire forms (wire.tool_ids)."""
     core = call_id_key(call_id)
@@ -250,12 +258,16 @@ def _message_keys(msg: Mapping[str, Any]) -> tuple[int, ...]:
     if role == "user":
         return _user_keys(msg.get("content"))
     ids: list[object] = []
+    text = None
     if role == "assistant":
-        ids = [b.get("id") for b in _blocks(msg.get("content")) if b.get("type") == "toolCall"]
+        blocks = _blocks(msg.get("content"))
+        ids = [b.get("id") for b in blocks if b.get("type") == "toolCall"]
+        text = assistant_text_key("".join(str(b.get("text", "")) for b in blocks
+                                          if b.get("type") == "text"))
     elif role == "toolResult":
         ids = [msg.get("toolCallId")]
-    keys = (tool_call_key(i) for i in ids if isinstance(i, str))
-    return tuple(dict.fromkeys(k for k in keys if k is not None))
+    keys = [tool_call_key(i) for i in ids if isinstance(i, str)]
+    return tuple(dict.fromkeys(k for k in (*keys, text) if k is not None))
 
 
 def _blocks(content: object) -> Iterable[Mapping[str, Any]]:

@@ -42,6 +42,7 @@ TEXT_TURNS = ["Hello, a first turn.", "USE_TOOL:bash run one early command",
 TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)",
               *(f"USE_TOOL:bash BIG_OUTPUT command {i}" for i in range(40))]
 FILLERS = 14
+NEW_SESSION = ["A new session starts here.", "And goes on for a turn."]
 AFTER = "The first question after the compaction."
 SCENARIOS = [(version, tail, n, affinity) for version in (PI_VERSION, PI_LATEST)
              for tail in ("text", "tools") for n in (8, 30) for affinity in (False, True)]
@@ -111,6 +112,22 @@ def pairs_intact(messages: list[dict[str, Any]]) -> bool:
     return not open_calls
 
 
+def check_carry(messages: list[dict[str, Any]], before: list[tuple[str, str]],
+                new: list[tuple[str, str]], n: int, where: str) -> int:
+    """A request of the new session: the old session's last raw messages between tailfloor's
+    notes, then the new session's own, as their transcripts hold them."""
+    texts = [json.dumps(m.get("content")) for m in messages]
+    assert "[tailfloor] The " in texts[1], where
+    end = next(i for i, t in enumerate(texts) if "[tailfloor] End of" in t)
+    carried, own = messages[2:end], messages[end + 1:]
+    ours = request_raw(carried)
+    assert ours == before[len(before) - len(ours):], f"{where}: not the old session's end"
+    assert len(ours) >= min(n, len(before)), f"{where}: {len(ours)} carried"
+    assert pairs_intact(carried), f"{where}: a tool exchange was cut"
+    assert request_raw(own) == new[:len(own)], f"{where}: not the new session's own"
+    return len(ours)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS,
                          ids=[f"pi{v}-{t}-N{n}-{'affinity' if a else 'default'}"
                               for v, t, n, a in SCENARIOS])
@@ -123,7 +140,8 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
     root = tmp_path / "sessions"
     root.mkdir()
     proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules))
-    results = []
+    results: list[list[int]] = []
+    carried: list[list[int]] = []
     try:
         for run in range(3):
             fake.reset()
@@ -142,15 +160,23 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
                                                                    else TOOL_TURNS))]
                 assert any(rpc.prompt(message) for message in turns), "Pi never compacted"
                 rpc.prompt(f"{AFTER} [run {run}]")
+                rpc.new_session()
+                for text in NEW_SESSION:
+                    rpc.prompt(f"{text} [run {run}]")
             finally:
                 rpc.close()
             bodies = [orjson.loads(r.body) for r in fake.chat_requests()]
             summarized = next(i for i, b in enumerate(bodies) if is_summarization(b["messages"]))
+            reset = next(i for i, b in enumerate(bodies)
+                         if NEW_SESSION[0] in json.dumps(b["messages"][-1]))
             # Every request after the compaction: Pi 1.x's continuation of the tool loop it
             # compacted in, then the new prompt.
-            after = [b for b in bodies[summarized:] if not is_summarization(b["messages"])]
-            (transcript,) = pi.session_files()
+            after = [b for b in bodies[summarized:reset] if not is_summarization(b["messages"])]
+            transcript, fresh = pi.session_files()
             theirs = transcript_raw(transcript)
+            carried.append([check_carry(b["messages"], theirs, transcript_raw(fresh), n,
+                                        f"run {run}, request {k} after the new session")
+                            for k, b in enumerate(bodies[reset:])])
             seen = []
             for k, body in enumerate(after):
                 sent = body["messages"][2:]
@@ -171,5 +197,6 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
     finally:
         fake.behaviour = None
         proxy.stop()
-    print(f"pi {version} {tail} N={n} affinity={affinity}: raw messages after the summary, "
-          f"per request after the compaction, per run: {results}")
+    print(f"pi {version} {tail} N={n} affinity={affinity}: raw messages after the summary "
+          f"per request after the compaction, per run: {results}; carried per request after "
+          f"new_session, per run: {carried}")
