@@ -21,6 +21,7 @@ OVERHEAD_BUCKETS = (
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25)
 SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
 OTHER = "other"
@@ -124,6 +125,11 @@ class Metrics:
             buckets=LAG_BUCKETS, registry=r)
 
         # Floor enforcement.
+        self.identification_wait = Histogram(
+            "tailfloor_identification_wait_seconds",
+            "Time a request that runs ahead of its transcript waited for the watcher "
+            "(outcome: identified|unidentified|timeout).",
+            ["outcome"], buckets=WAIT_BUCKETS, registry=r)
         self.rewrites = Counter(
             "tailfloor_rewrites_total",
             "Chat requests by what the floor did (kind: floor|carry|shadow|none).",

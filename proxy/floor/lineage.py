@@ -192,6 +192,10 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex, tenant: Tenant
             candidates.append(((hits.strong, hits.score), sid, record))
     if not candidates:
         return Lineage("agent_mismatch")
+    if signals.summary_key is not None and not any(c[0][0] for c in candidates):
+        # The request holds an agent summary no tracked session wrote: its session is one
+        # the watcher has not read yet, whatever texts others share with it.
+        return Lineage("unidentified")
     # A session holding something unguessable beats any number of matching texts.
     candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
     if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:

@@ -36,6 +36,16 @@ from proxy.upstream.headers import forward_headers, response_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
 
 JSON = "application/json"
+LAG_WAIT = 0.2  # seconds a request that runs ahead of its transcript may wait for it
+ACTIVE_WITHIN = 2.0  # only while some transcript changed this recently
+
+
+def runs_ahead(ctx: RequestContext) -> bool:
+    """A conversation with history (a summary, an answer) that no transcript holds."""
+    signals = ctx.signals
+    return (ctx.lineage.method == "unidentified" and ctx.policy.mode != "off"
+            and not signals.is_summarization
+            and (signals.has_assistant or signals.summary_index is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +159,29 @@ class ChatExchange:
             # (memory) stays on it, where the fingerprint memory lives.
             signals = await state.offload(identify, chat.agent_id, self.request.headers,
                                           chat.body, rules.identification)
-        return build_context(chat, self.request.headers, rules, windows=state.windows,
-                             upstream=state.settings.upstream, sessions=state.sessions,
-                             signals=signals)
+        ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                            upstream=state.settings.upstream, sessions=state.sessions,
+                            signals=signals)
+        service = state.transcripts
+        if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
+            return ctx
+        # A conversation no transcript holds while an agent is writing: the watcher may not
+        # have seen its newest turns yet. Wait for its next batch (bounded), then look again.
+        began = time.perf_counter()
+        changed = False
+        while runs_ahead(ctx):
+            left = LAG_WAIT - (time.perf_counter() - began)
+            if left <= 0 or not await service.next_change(left):
+                break
+            changed = True
+            ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                                upstream=state.settings.upstream, sessions=state.sessions,
+                                signals=ctx.signals)
+        outcome = "timeout" if not changed else (
+            "identified" if ctx.lineage.identified else "unidentified")
+        state.metrics.identification_wait.labels(outcome=outcome).observe(
+            time.perf_counter() - began)
+        return ctx
 
     async def _floor(self, ctx: RequestContext) -> Decision:
         floor = self.state.floor

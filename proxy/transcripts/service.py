@@ -106,6 +106,8 @@ class TranscriptService:
         self._early: set[Path] = set()  # changes seen while the scan ran
         self.generation = 0
         self._lines_seen: dict[SourceKind, int] = {}
+        self.changed_at = 0.0  # monotonic time of the last batch that changed a view
+        self._waiters: list[asyncio.Future[None]] = []
 
     async def start(self) -> None:
         """Start watching, scan the roots (in a worker thread), then apply what changed
@@ -143,6 +145,23 @@ class TranscriptService:
         for state in self._tracker.dbs.values():
             state.db.close()
 
+    def active(self, within: float) -> bool:
+        """Whether a transcript changed in the last ``within`` seconds (an agent is at work)."""
+        return self.changed_at > 0 and time.monotonic() - self.changed_at < within
+
+    async def next_change(self, within: float) -> bool:
+        """Wait (at most ``within`` s) for the next batch of changes; whether one came."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, within)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
     def sessions_summary(self) -> list[dict[str, object]]:
         """Metadata of every session, newest first (no message content)."""
         return [r.summary() for r in self.catalog.sessions()]
@@ -175,7 +194,13 @@ class TranscriptService:
             return
         for lag in lags:
             self.metrics.transcript_lag.observe(lag)
+        if lags:
+            self.changed_at = time.monotonic()
         self._publish()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _batch(self, paths: list[Path]) -> list[float]:
         """Apply one batch (reader thread); the lag of each changed file that was read."""

@@ -98,7 +98,7 @@ class Tracker:
         touched: set[str] = set()
         dirs: set[Path] = set()
         later: list[Path] = []
-        for path in sorted(set(paths), key=str):
+        for path in sorted(set(self._with_new_dirs(paths)), key=str):
             kind = classify(path)
             if kind.role == "ignored":
                 continue
@@ -129,6 +129,20 @@ class Tracker:
         if touched:
             self.catalog.relink()
         return touched
+
+    def _with_new_dirs(self, paths: Iterable[Path]) -> list[Path]:
+        """The paths plus the files already inside directories that just appeared: the
+        watcher starts following a new directory only once it has seen it, so a file written
+        right after the ``mkdir`` (Pi's first session in a new working directory, a new
+        OpenClaw agent) is never reported and must be looked for."""
+        out = list(paths)
+        for path in list(out):
+            if path in self._folders or path.is_symlink() or not path.is_dir():
+                continue
+            if inside(path.absolute(), self._absolute) or inside(path.absolute(),
+                                                                  self._resolved):
+                out.extend(found for found, _kind in walk([path], self._on_error))
+        return out
 
     # ------------------------------------------------------------------- jsonl
     def _source(self, kind: FileKind) -> SourceKind:

@@ -100,7 +100,8 @@ def test_a_guessed_user_text_restores_nothing_across_tenants() -> None:
         MALLORY, {"role": "user", "content": FAKE_SUMMARY}, {"role": "user", "content": "yes"}]}
     decision = stage(pi_victim()).decide(chat(body), {})
     assert decision.kind == "none" and not leaked(decision)
-    assert decision.method == "untrusted"
+    # A summary no tracked session wrote: not this session's, whatever text they share.
+    assert decision.method == "unidentified"
 
 
 def test_a_guessed_user_text_carries_nothing_after_a_reset() -> None:

@@ -282,3 +282,27 @@ async def test_metrics_and_successor_transcript(service: TranscriptService,
     assert await until(lambda: (reg.get_sample_value("tailfloor_transcript_lag_seconds_count")
                                 or 0) >= 1, 1.0)
     assert reg.get_sample_value("tailfloor_sessions", {"source": "openclaw-jsonl"}) == 3
+
+
+async def test_a_session_inside_a_directory_that_appears_is_seen(tmp_path: Path) -> None:
+    """Pi's first session in a new working directory: mkdir, then the file at once. The
+    watcher follows a new directory only once it has seen it, so the file's own event may
+    never come (about one time in six here). A directory moved into the root with its file
+    already inside never reports the file at all: that case makes the race certain."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    svc = TranscriptService([root], Metrics(), tz=None)
+    await svc.start()
+    try:
+        for n in range(3):
+            folder = tmp_path / f"--home-a-project{n}--"
+            folder.mkdir()
+            sid = f"01a22a42-1ed4-778c-a542-c559c46de9{n:02d}"
+            header = {"type": "session", "version": 3, "id": sid,
+                      "timestamp": "2026-11-30T03:00:00.000Z", "cwd": f"/home/a/project{n}"}
+            (folder / f"2026-11-30T03-00-00-000Z_{sid}.jsonl").write_bytes(
+                _line(header) + _line(_user("u1", "", f"first words {n}")))
+            folder.rename(root / folder.name)
+            assert await until(lambda sid=sid: svc.catalog.get(sid) is not None, 2.0), n
+    finally:
+        await svc.stop()
