@@ -157,7 +157,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
 
     summarization = is_summarization(body)
     runtime, summary_index, first_raw = (None, None, None) if summarization else _leading(messages)
-    scan = _tail(messages, first_raw)
+    scan = _tail(messages, first_raw, summary_index is not None)
     ids = scan.tool_call_ids
     summary = unwrap_summary(messages[summary_index]) if summary_index is not None else None
 
@@ -218,7 +218,7 @@ def _leading(messages: Sequence[Any]) -> tuple[RuntimeLine | None, int | None, i
     return runtime, summary_index, first_raw
 
 
-def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
+def _tail(messages: Sequence[Any], first_raw: int | None, summarized: bool) -> _TailScan:
     """One tight backward pass: this loop runs over every message of every request."""
     raw = 0
     latest: str | None = None
@@ -226,6 +226,8 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
     prefix = internal = assistant = False
     parts: bool | None = None
     start = first_raw if first_raw is not None else len(messages)
+    # Earlier texts matter only without a summary: the summary decides a compacted request.
+    want = 0 if summarized else CONTENT_KEYS
     keys: list[int] = []
     for k in range(len(messages) - 1, start - 1, -1):
         message = messages[k]
@@ -237,8 +239,9 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
             assistant = True
             if len(ids) < MAX_TOOL_IDS and message.get("tool_calls"):
                 ids[:0] = list(call_ids(message))[: MAX_TOOL_IDS - len(ids)]
-            if len(keys) < CONTENT_KEYS:
-                found = assistant_text_key(message_text(message))
+            content = message.get("content")
+            if len(keys) < want and isinstance(content, str):
+                found = assistant_text_key(content)
                 if found is not None:
                     keys.append(found)
         elif role == "tool":
@@ -257,7 +260,7 @@ def _tail(messages: Sequence[Any], first_raw: int | None) -> _TailScan:
                 prefix = prefix or USER_PREFIX.match(text) is not None
                 stripped = strip_user_prefix(text)
                 latest = None if stripped.startswith(OPENCLAW_CONTINUE) else stripped
-            elif len(keys) < CONTENT_KEYS:
+            elif len(keys) < want:
                 found = user_text_key(message_text(message))
                 if found is not None:
                     keys.append(found)

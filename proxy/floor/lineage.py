@@ -38,7 +38,9 @@ __all__ = ["ONE_TENANT", "Evidence", "Lineage", "SessionIndex", "Tenant", "find_
 
 Evidence = Literal["strong", "weak", "claim", "none"]
 _SOURCE_METHOD = {"prompt_cache_key": "prompt_cache_key", "runtime": "runtime"}
-_MAX_TOOL_SIGNALS = 4
+# Every tool-call id the request's scan kept: in a tool loop the newest ones may not be in
+# the transcript yet (the running turn), the ones before them are.
+_MAX_TOOL_SIGNALS = 16
 
 
 class SessionIndex(Protocol):

@@ -126,7 +126,8 @@ class ModelSpec:
 class Identification:
     """Where a request's session is named (read before any policy is known, so global)."""
 
-    session_headers: tuple[str, ...] = ("x-tailfloor-session", "session_id", "x-session-affinity")
+    session_headers: tuple[str, ...] = ("x-tailfloor-session", "session_id", "x-session-affinity",
+                                        "x-client-request-id")
     agent_header: str | None = "x-tailfloor-agent"
 
 

@@ -229,10 +229,10 @@ def user_text_key(text: str) -> int | None:
 
 
 def assistant_text_key(text: str) -> int | None:
-    """Index key of an assistant message's text, whitespace removed: agents join text blocks
-    with nothing or with newlines (None for no text)."""
-    norm = "".join(text.split())
-    return _digest(b"a", norm) if norm else None
+    """Index key of an assistant message's text as the agents send it: its non-blank text
+    blocks joined (None for no text). Not normalised: it is computed for several messages of
+    every request, and a reply is long."""
+    return _digest(b"a", text) if text else None
 
 
 def tool_call_key(call_id: str) -> int | None:
@@ -262,8 +262,8 @@ def _message_keys(msg: Mapping[str, Any]) -> tuple[int, ...]:
     if role == "assistant":
         blocks = _blocks(msg.get("content"))
         ids = [b.get("id") for b in blocks if b.get("type") == "toolCall"]
-        text = assistant_text_key("".join(str(b.get("text", "")) for b in blocks
-                                          if b.get("type") == "text"))
+        texts = (b.get("text") for b in blocks if b.get("type") == "text")
+        text = assistant_text_key("".join(t for t in texts if isinstance(t, str) and t.strip()))
     elif role == "toolResult":
         ids = [msg.get("toolCallId")]
     keys = [tool_call_key(i) for i in ids if isinstance(i, str)]

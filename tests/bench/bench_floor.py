@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,24 @@ def main() -> None:
         lag = chat(lagging)
         assert restore.decide(lag, {}).kind == "floor"
 
+        # Before any compaction (no summary: earlier texts are looked up too), and with the
+        # transcript one turn behind (the newest user text is in no transcript yet).
+        plain = {**body, "messages": [body["messages"][0], *body["messages"][2:]]}
+        ahead = {**plain, "messages": [*plain["messages"], {
+            "role": "user", "content": [{"type": "text", "text": "a turn not written yet"}]}]}
+
+        def identified(request: dict[str, Any]) -> Callable[[], None]:
+            def run() -> None:
+                signals = identify(None, {}, request)
+                found = find_session(signals, request, catalog, prints=restore.prints,
+                                     print_="fp")
+                assert found.session_id == TARGET, found
+            return run
+
         for label, fn in (
                 ("identification alone", identification),
+                ("identification, no summary", identified(plain)),
+                ("identification, lagging turn", identified(ahead)),
                 ("pass-through (floor holds)", lambda: holds.rewrite(c, {})),
                 ("rewrite (restore 30 of 500)", lambda: restore.rewrite(c, {})),
                 ("shadow (computed, not sent)", lambda: shadow.rewrite(c, {})),

@@ -271,3 +271,15 @@ def test_raw_tail_count_and_latest_user_text(case: tuple[list[dict[str, Any]], b
     expected = strip_user_prefix(message_text(users[-1])) if users else None
     assert found.latest_user_text == expected
     assert found.style.internal_context == any(m is INTERNAL for m in after)
+
+
+def test_the_affinity_headers_of_pi_1_and_openclaw_name_the_session() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    # Pi 1.x: x-session-affinity and x-client-request-id, both its session id.
+    pi = identify(None, {"x-client-request-id": "01a2-pi", "x-session-affinity": "01a2-pi"},
+                  body)
+    assert (pi.session_id, pi.session_source) == ("01a2-pi", "header:x-session-affinity")
+    # x-client-request-id alone is enough; OpenClaw's "<id>:<count>" loses its count.
+    alone = identify(None, {"X-Client-Request-Id": "01a2-oc:4"}, body)
+    assert (alone.session_id, alone.session_source) == ("01a2-oc",
+                                                         "header:x-client-request-id")
