@@ -8,7 +8,10 @@ drive real agents (Pi, OpenClaw) through tool calls, compaction and overflow.
   with ``BIG_OUTPUT`` too, a bash/exec command that prints about 2.3 KB;
 - a request right after tool results gets "The tool returned: ...";
 - with ``max_chars`` set, a request whose message text exceeds it gets the OpenAI
-  context_length_exceeded 400 (summarization requests are exempt unless ``strict``).
+  context_length_exceeded 400 (summarization requests are exempt unless ``strict``);
+- with ``overflow_word`` set, a request whose current turn says it and whose size (the usage
+  measure below) exceeds ``window_tokens`` gets that 400 naming ``window_tokens``: one turn of
+  one session overflows while the other sessions of the same fake go on.
 
 Usage is reported from the request size, (len(messages JSON) + len(tools JSON)) / 4, so agents
 see their context grow the way they would with a real model.
@@ -31,6 +34,8 @@ _SUMMARY_REQUEST = re.compile(
 class AgentBehaviour:
     max_chars: int = 0
     strict: bool = False
+    overflow_word: str = ""
+    window_tokens: int = 8192
 
 
 def text_of(content: Any) -> str:
@@ -79,9 +84,9 @@ def size_usage(payload: dict[str, Any], completion_text: str) -> dict[str, int]:
             "total_tokens": prompt + completion}
 
 
-def overflow_error(chars: int) -> dict[str, Any]:
-    return {"message": "This model's maximum context length is 8192 tokens. However, your "
-                       f"messages resulted in 9000 tokens. Please reduce the length of the "
+def overflow_error(chars: int, window: int = 8192, tokens: int = 9000) -> dict[str, Any]:
+    return {"message": f"This model's maximum context length is {window} tokens. However, your "
+                       f"messages resulted in {tokens} tokens. Please reduce the length of the "
                        f"messages. (chars={chars})",
             "type": "invalid_request_error", "param": "messages",
             "code": "context_length_exceeded"}

@@ -205,6 +205,13 @@ class FakeUpstream:
         last = messages[-1] if messages else {}
         sized = self.behaviour is not None
         summarizing = fb.is_summarization(messages)
+        word = self.behaviour.overflow_word if self.behaviour is not None else ""
+        if word and not summarizing and word in fb.current_turn_text(messages):
+            window = self.behaviour.window_tokens if self.behaviour is not None else 0
+            size = fb.size_usage(payload, "")["prompt_tokens"]
+            if size > window:
+                return Reply(status=400, error=fb.overflow_error(fb.total_chars(messages),
+                                                                 window, size))
         if self.behaviour is not None and self.behaviour.max_chars and (
                 not summarizing or self.behaviour.strict):
             chars = fb.total_chars(messages)

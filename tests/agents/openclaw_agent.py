@@ -1,0 +1,202 @@
+"""Driving the real OpenClaw gateway (2026.9.6, node 24 from PyPI), installed by ``.ci/test``
+under ``.ci-cache/openclaw``. A missing install fails the test that needs it with the command
+to fix it, never a skip.
+
+Turns go through the gateway's own OpenAI-compatible endpoint (``/v1/chat/completions`` on the
+gateway port, the same agent run as ``openclaw agent``), one HTTP request a turn with the
+session key in ``x-openclaw-session-key``: no CLI process per turn. Gateway methods without an
+HTTP form (``sessions.reset``) go through ``openclaw gateway call``. Each agent of the gateway
+has its own provider whose base URL is tailfloor's ``/agents/<id>/v1``, so one gateway runs the
+default configuration and the one with affinity headers side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.agents.pi_agent import ROOT, _node24
+from tests.conftest import free_port
+
+OPENCLAW_VERSION = "2026.9.6"
+ENTRY = ROOT / ".ci-cache/openclaw/node_modules/openclaw/openclaw.mjs"
+TOKEN = "local-test-token"
+# OpenClaw's fixed prompt (40 KB of system prompt, 10 KB of tools) is ~16k tokens by its
+# estimate; 28000 leaves room for a few long turns before it compacts (captures README).
+CONTEXT_WINDOW = 28000
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent of the gateway: its id and whether its model sends affinity headers."""
+
+    id: str
+    affinity: bool = False
+
+
+def _model(agent: Agent, model_id: str) -> dict[str, Any]:
+    model: dict[str, Any] = {
+        "id": model_id, "name": model_id, "reasoning": False, "input": ["text"],
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+        "contextWindow": CONTEXT_WINDOW, "maxTokens": 1024}
+    if agent.affinity:
+        model["compat"] = {"sendSessionAffinityHeaders": True}
+    return model
+
+
+def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
+           idle_minutes: int = 0, models: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The gateway's openclaw.json: one provider per agent, reaching tailfloor through the
+    agent's own path prefix, offering ``fake-model`` (every agent's own) and ``models``."""
+    reset: dict[str, Any] = ({"mode": "idle", "idleMinutes": idle_minutes} if idle_minutes
+                             else {"mode": "none"})
+    return {
+        "gateway": {"mode": "local", "port": port, "bind": "loopback",
+                    "auth": {"mode": "token", "token": TOKEN},
+                    "http": {"endpoints": {"chatCompletions": {"enabled": True}}}},
+        "agents": {
+            "defaults": {
+                "model": {"primary": f"p-{agents[0].id}/fake-model"},
+                "workspace": str(workspace),
+                "compaction": {"mode": "default", "keepRecentTokens": 2000,
+                               "memoryFlush": {"enabled": False}}},
+            "list": [{"id": a.id, "default": i == 0,
+                      "model": {"primary": f"p-{a.id}/fake-model"}}
+                     for i, a in enumerate(agents)]},
+        "models": {"mode": "merge", "providers": {
+            f"p-{a.id}": {"baseUrl": f"{proxy_url}/agents/{a.id}/v1", "apiKey": "sk-fake-local",
+                          "api": "openai-completions",
+                          "models": [_model(a, m) for m in ("fake-model", *models)]}
+            for a in agents}},
+        "session": {"reset": reset},
+        "logging": {"file": str(workspace.parent / "openclaw.log")},
+    }
+
+
+# Fixed places OpenClaw writes whatever HOME and TMPDIR say: its lock files and the directory
+# of its default log (created at start even when logging.file points elsewhere).
+FIXED_DIRS = (Path(f"/tmp/openclaw-state-locks-{os.getuid()}"), Path("/tmp/openclaw"))
+
+
+class Gateway:
+    """A running ``openclaw gateway`` with its own HOME (state in HOME/.openclaw) and log
+    file. What appeared in OpenClaw's fixed /tmp directories while it ran is removed when it
+    stops."""
+
+    def __init__(self, home: Path, proxy_url: str, agents: list[Agent],
+                 idle_minutes: int = 0, models: tuple[str, ...] = ()) -> None:
+        node = _node24()
+        if not ENTRY.exists() or not Path(node).exists():
+            raise RuntimeError(f"OpenClaw {OPENCLAW_VERSION} is not installed at {ENTRY} (or "
+                               f"node 24 at {node}): run `bash .ci/test`, which installs it")
+        self.home = home
+        self.state = home / ".openclaw"
+        self.state.mkdir(parents=True, exist_ok=True)
+        (home / "work").mkdir(exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        (self.state / "openclaw.json").write_text(json.dumps(
+            config(self.port, proxy_url, home / "work", agents, idle_minutes=idle_minutes,
+                   models=models), indent=1))
+        self.env = {**os.environ, "HOME": str(home),
+                    "PATH": f"{Path(node).parent}:{os.environ.get('PATH', '')}",
+                    "OPENCLAW_GATEWAY_TOKEN": TOKEN}
+        self.node = node
+        self._fixed_before = {d: set(d.iterdir()) if d.is_dir() else None for d in FIXED_DIRS}
+        self.log_path = home / "gateway.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [node, str(ENTRY), "gateway", "run", "--port", str(self.port), "--bind", "loopback",
+             "--auth", "token", "--token", TOKEN],
+            cwd=home / "work", env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited early:\n{self.logs()[-4000:]}")
+            try:
+                request = urllib.request.Request(
+                    self.url + "/v1/models", headers={"Authorization": f"Bearer {TOKEN}"})
+                with urllib.request.urlopen(request, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the gateway did not become ready:\n{self.logs()[-4000:]}")
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def turn(self, agent: str, key: str, text: str, model: str = "",
+             timeout: float = 240) -> dict[str, Any]:
+        """One user turn of session ``key`` (with ``model``, another of the agent's provider's
+        models); the gateway's whole answer (an OpenAI completion, or its error body)."""
+        body = json.dumps({"model": f"openclaw/{agent}",
+                           "messages": [{"role": "user", "content": text}]}).encode()
+        request = urllib.request.Request(
+            self.url + "/v1/chat/completions", data=body, method="POST",
+            headers={"Authorization": f"Bearer {TOKEN}", "content-type": "application/json",
+                     "x-openclaw-session-key": key,
+                     **({"x-openclaw-model": f"p-{agent}/{model}"} if model else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                answer: dict[str, Any] = json.load(response)
+        except urllib.error.HTTPError as error:
+            answer = {"status": error.code, "error": error.read().decode(errors="replace")}
+        return answer
+
+    def call(self, method: str, params: dict[str, Any]) -> str:
+        """A gateway RPC through the CLI (a node process of its own: seconds)."""
+        done = subprocess.run(
+            [self.node, str(ENTRY), "gateway", "call", method, "--params", json.dumps(params),
+             "--json", "--url", f"ws://127.0.0.1:{self.port}", "--token", TOKEN],
+            cwd=self.home / "work", env=self.env, capture_output=True, timeout=180, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"gateway call {method} failed: {done.stdout!r} {done.stderr!r}")
+        return done.stdout.decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+        for directory, before in self._fixed_before.items():
+            if not directory.is_dir():
+                continue
+            for path in set(directory.iterdir()) - (before or set()):
+                path.unlink(missing_ok=True)
+            if before is None and not any(directory.iterdir()):
+                directory.rmdir()
+
+    def session_id(self, agent: str, key: str) -> str:
+        """The session id OpenClaw's store has for ``key`` now (read-only)."""
+        db = sqlite3.connect(f"file:{self.state}/agents/{agent}/agent/openclaw-agent.sqlite"
+                             "?mode=ro", uri=True, timeout=10)
+        try:
+            row = db.execute("SELECT current_session_id FROM session_nodes WHERE session_key=?",
+                             (key,)).fetchone()
+        finally:
+            db.close()
+        return str(row[0]) if row else ""

@@ -1,0 +1,363 @@
+"""The floor, the carry and overflow recovery on the real OpenClaw gateway (2026.9.6), live:
+the gateway runs agents whose providers reach tailfloor through ``/agents/<id>/v1``, one
+agent per configuration (default, affinity headers) and tail size (N = 8, N = 30), all at
+once, each through three runs of its own sessions in a row.
+
+Per run: turns until OpenClaw compacts (threshold compaction, its default), then a question
+(the floor: every request after the compaction holds OpenClaw's summary and at least
+min(N, available) raw messages equal to the transcript's, contiguous, ending with the new
+prompt, tool pairs intact); ``sessions.reset`` then turns (the carry: the old segment's last
+messages, as the transcript holds them, before the new segment's own); for N = 8 an overflow
+that tailfloor recovers without OpenClaw seeing the error. At the end every run's session
+goes idle past ``session.reset.idleMinutes`` and rolls over to a new session id; its first
+request carries the previous session's tail, completing OpenClaw's own six-message replay
+rather than repeating it.
+
+The oracle is OpenClaw's own store, read by the test (SQLite, read-only): transcript events
+in order, split at reset entries. Requests are told apart by the Runtime line OpenClaw puts in
+every main request (``session=<key> | sessionId=<id>``).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import zstandard
+
+from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway
+from tests.agents.test_pi_live_floor import pairs_intact
+from tests.conftest import ProxyProcess
+from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, text_of
+from tests.fake_upstream import FakeUpstream
+
+AGENTS = [Agent("main"), Agent("aff", affinity=True), Agent("main30"),
+          Agent("aff30", affinity=True)]
+RULES = """[defaults]
+min_tail_messages = 8
+reserve_tokens = 1024
+
+[[rules]]
+agent = "*30"
+min_tail_messages = 30
+
+[[models]]
+pattern = "fake*"
+context_window = 200000
+encoding = "estimate"
+margin = 0.3
+"""
+RUNS = 3
+OVERFLOW_WORD = "OVERFLOW_NOW"
+# The fake's own measure of OpenClaw's fixed prompt is ~12.9k tokens and OpenClaw compacts
+# at ~21k: a window between them overflows before OpenClaw would compact, and leaves room
+# for what tailfloor keeps (the fixed prompt at a 0.3 margin, a summary, the current turn).
+OVERFLOW_WINDOW = 18500
+RUNTIME = re.compile(r"Runtime: agent=\S+ \| session=(\S+) \| sessionId=(\S+)")
+PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]]*\] ")
+INTERNAL = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
+AFTER = "The first question after the compaction"
+SEGMENT = "A new segment starts here"
+ROLLOVER = "After the idle rollover"
+
+
+def _norm_id(value: object) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", str(value))
+
+
+def store_segments(state: Path, agent: str, session_id: str) -> list[list[tuple[str, str]]]:
+    """The raw messages of one OpenClaw session as its store holds them, one list per segment
+    (a ``reset`` entry starts a new one)."""
+    db = sqlite3.connect(f"file:{state}/agents/{agent}/agent/openclaw-agent.sqlite?mode=ro",
+                         uri=True, timeout=10)
+    unzip = zstandard.ZstdDecompressor()
+    try:
+        rows = db.execute("SELECT event_json, event_zstd FROM transcript_events "
+                          "WHERE session_id=? ORDER BY seq", (session_id,)).fetchall()
+    finally:
+        db.close()
+    segments: list[list[tuple[str, str]]] = [[]]
+    for plain, packed in rows:
+        entry = orjson.loads(plain if plain is not None else unzip.decompress(packed))
+        if entry.get("type") == "reset":
+            segments.append([])
+            continue
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if not isinstance(message, dict):
+            continue
+        role, content = message.get("role"), message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        if role == "user":
+            segments[-1].append(("user", text))
+        elif role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
+            calls = ",".join(_norm_id(b["id"]) for b in blocks if b.get("type") == "toolCall")
+            segments[-1].append(("assistant", text + "|" + calls))
+        elif role == "toolResult":
+            segments[-1].append(("tool", _norm_id(message.get("toolCallId")) + "|" + text))
+    return segments
+
+
+def request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The same view of request messages: OpenClaw's time prefix and Runtime line taken off
+    user texts, tool-call ids in one form."""
+    out = []
+    for m in messages:
+        text = text_of(m.get("content"))
+        if m["role"] == "user":
+            out.append(("user", PREFIX.sub("", text).split("\n\nRuntime: ")[0]))
+        elif m["role"] == "assistant":
+            calls = ",".join(_norm_id(c["id"]) for c in m.get("tool_calls") or [])
+            out.append(("assistant", (text or "") + "|" + calls))
+        elif m["role"] == "tool":
+            out.append(("tool", f"{_norm_id(m['tool_call_id'])}|{text}"))
+    return out
+
+
+def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A main request's messages without the system prompt and OpenClaw's internal-context
+    message (never stored)."""
+    return [m for m in body["messages"][1:] if INTERNAL not in text_of(m.get("content"))]
+
+
+@dataclass
+class Run:
+    agent: Agent
+    run: int
+    key: str
+    compacted_id: str = ""  # the session id the compaction and reset happened in
+    last_turn: float = 0.0
+    model: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def session_of(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The Runtime line's session: in the first user message, or in the summary message;
+    after a carry, behind the carried messages."""
+    for m in reversed(body.get("messages", [])):
+        found = RUNTIME.search(text_of(m.get("content")))
+        if found:
+            return found.group(1), found.group(2)
+    return None
+
+
+def trace_of(headers: dict[str, str]) -> str:
+    parts = headers.get("traceparent", "").split("-")
+    return parts[1] if len(parts) > 2 else ""
+
+
+class Traffic:
+    """What the fake received, by session key: main requests by their Runtime line, the
+    summarization calls OpenClaw makes by the trace id of the run that made them."""
+
+    def __init__(self, received: list[dict[str, Any]]) -> None:
+        traces: dict[str, str] = {}
+        found = []
+        for item in received:
+            session = session_of(item["body"])
+            if session:
+                traces[trace_of(item["headers"])] = session[0]
+            found.append((item, session))
+        self.items = [(item, session[0] if session else traces.get(trace_of(item["headers"]), ""),
+                       session[1] if session else "") for item, session in found]
+
+    def of(self, key: str) -> list[tuple[dict[str, Any], str]]:
+        """(request, session id) of one session key, in the order they arrived."""
+        return [(item, sid) for item, k, sid in self.items if k == key]
+
+
+def compactions(state: Path, agent: str, session_id: str) -> int:
+    db = sqlite3.connect(f"file:{state}/agents/{agent}/agent/openclaw-agent.sqlite?mode=ro",
+                         uri=True, timeout=10)
+    unzip = zstandard.ZstdDecompressor()
+    try:
+        rows = db.execute("SELECT event_json, event_zstd FROM transcript_events "
+                          "WHERE session_id=?", (session_id,)).fetchall()
+    finally:
+        db.close()
+    return sum(orjson.loads(p if p is not None else unzip.decompress(z)).get("type")
+               == "compaction" for p, z in rows)
+
+
+@pytest.fixture(scope="module")
+def live(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[FakeUpstream, ProxyProcess, Gateway]]:
+    home = tmp_path_factory.mktemp("openclaw")
+    rules = home / "rules"
+    rules.mkdir()
+    (rules / "floor.toml").write_text(RULES)
+    (home / ".openclaw").mkdir()
+    fake.reset()
+    fake.behaviour = AgentBehaviour(overflow_word=OVERFLOW_WORD, window_tokens=OVERFLOW_WINDOW)
+    proxy = ProxyProcess(fake.url, "--sessions", str(home / ".openclaw"), "--rules", str(rules),
+                         "--access-log")
+    gateway = None
+    try:
+        gateway = Gateway(home, proxy.url, AGENTS, idle_minutes=1, models=tuple(
+            overflow_model(a, r) for a in AGENTS for r in range(RUNS)))
+        yield fake, proxy, gateway
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        proxy.stop()
+        fake.behaviour = None
+
+
+def overflow_model(agent: Agent, run: int) -> str:
+    """tailfloor learns a window from an overflow per upstream and model (and compacts that
+    model's later requests before sending): each overflow on purpose has a model of its own."""
+    return f"fake-over-{agent.id}-{run}"
+
+
+def ask(gateway: Gateway, run: Run, text: str) -> str:
+    answer = gateway.turn(run.agent.id, run.key, text, model=run.model)
+    run.last_turn = time.monotonic()
+    assert "choices" in answer, f"{run.key}: {text!r} -> {answer}"
+    return str(answer["choices"][0]["message"]["content"])
+
+
+def drive(gateway: Gateway, agent: Agent, lock: threading.Lock) -> list[Run]:
+    """Three runs of one agent, one after the other."""
+    runs = []
+    n = 30 if agent.id.endswith("30") else 8
+    for r in range(RUNS):
+        run = Run(agent, r, f"agent:{agent.id}:r{r}")
+        tag = f"[{agent.id} run {r}]"
+        for i in range(16 if n > 8 else 0):
+            ask(gateway, run, f"Short question {i} {tag}.")
+        ask(gateway, run, f"Hello, a first turn {tag}.")
+        ask(gateway, run, f"USE_TOOL:exec run one early command {tag}")
+        sid = gateway.session_id(agent.id, run.key)
+        for i in range(20):
+            ask(gateway, run, f"A LONG_REPLY please ({i}) {tag}")
+            if compactions(gateway.state, agent.id, sid):
+                break
+        else:
+            raise AssertionError(f"{run.key}: OpenClaw never compacted")
+        ask(gateway, run, f"{AFTER} {tag}.")
+        run.compacted_id = sid
+        with lock:  # one CLI process at a time: each is a node start of its own
+            gateway.call("sessions.reset", {"key": run.key})
+        ask(gateway, run, f"{SEGMENT} {tag}.")
+        ask(gateway, run, f"USE_TOOL:exec in the new segment {tag}")
+        ask(gateway, run, f"And goes on for a turn {tag}.")
+        if n == 8:
+            over = Run(agent, r, f"agent:{agent.id}:o{r}", model=overflow_model(agent, r))
+            ask(gateway, over, f"Hello, this session will overflow {tag}.")
+            for i in range(5):
+                ask(gateway, over, f"A LONG_REPLY please ({i}) {tag}")
+            over.compacted_id = gateway.session_id(agent.id, over.key)
+            run.notes["overflow"] = over
+            run.notes["overflow_answer"] = ask(
+                gateway, over, f"{OVERFLOW_WORD}: a question that overflows {tag}.")
+        runs.append(run)
+    return runs
+
+
+def test_openclaw_live_floor_carry_rollover_and_overflow(
+        live: tuple[FakeUpstream, ProxyProcess, Gateway]) -> None:
+    fake, proxy, gateway = live
+    lock = threading.Lock()
+    with ThreadPoolExecutor(len(AGENTS)) as pool:
+        runs = [run for done in pool.map(lambda a: drive(gateway, a, lock), AGENTS)
+                for run in done]
+    for run in runs:  # idle past idleMinutes = 1, then the next turn rolls the session over
+        time.sleep(max(0.0, run.last_turn + 62 - time.monotonic()))
+        ask(gateway, run, f"{ROLLOVER} [{run.agent.id} run {run.run}].")
+    received = [{"headers": {str(k): str(v) for k, v in r.headers.items()}, "body": r.json()}
+                for r in fake.chat_requests()]
+    (gateway.home / "traffic.json").write_bytes(orjson.dumps(received))
+    traffic = Traffic(received)
+    report: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        report.setdefault(run.agent.id, []).append(check_run(gateway.state, traffic, run))
+    overflows = sum("overflow" in run.notes for run in runs)
+    assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == overflows
+    print(f"\nOpenClaw {OPENCLAW_VERSION} live, per agent, per run: {report}")
+
+
+def check_run(state: Path, traffic: Traffic, run: Run) -> dict[str, Any]:
+    """Every request of one run against OpenClaw's store; what was seen, for the report."""
+    n = 30 if run.agent.id.endswith("30") else 8
+    mine = traffic.of(run.key)
+    for item, _sid in mine:
+        named = {"session_id", "x-session-affinity", "x-client-request-id"} & set(item["headers"])
+        assert bool(named) == run.agent.affinity, f"{run.key}: affinity headers {named}"
+    old, segment = store_segments(state, run.agent.id, run.compacted_id)[:2]
+    bodies = [item["body"] for item, _sid in mine]
+    summarized = next(i for i, b in enumerate(bodies) if is_summarization(b["messages"]))
+    reset = next(i for i, b in enumerate(bodies) if SEGMENT in orjson.dumps(b).decode())
+    rolled = next(i for i, b in enumerate(bodies) if ROLLOVER in orjson.dumps(b).decode())
+    floor = [check_floor(conversation(b), old, n, f"{run.key} request {k} after compaction")
+             for k, b in enumerate(bodies[summarized:reset]) if not is_summarization(b["messages"])]
+    assert floor, f"{run.key}: no request after the compaction"
+    assert request_raw(conversation(bodies[reset - 1]))[-1][1].startswith(AFTER)
+    carry = [check_carry(conversation(b), old, segment, n, f"{run.key} request {k} after reset")
+             for k, b in enumerate(bodies[reset:rolled])]
+    new_id = mine[rolled][1]
+    assert new_id != run.compacted_id, f"{run.key}: no new session after the idle time"
+    fresh = store_segments(state, run.agent.id, new_id)[0]
+    rollover = check_carry(conversation(bodies[rolled]), segment, fresh, n,
+                           f"{run.key} after the idle rollover")
+    seen: dict[str, Any] = {"floor": floor, "carry": carry, "rollover": rollover}
+    if "overflow" in run.notes:
+        seen["overflow"] = check_overflow(state, traffic, run.notes["overflow"],
+                                          run.notes["overflow_answer"])
+    return seen
+
+
+def check_floor(sent: list[dict[str, Any]], old: list[tuple[str, str]], n: int,
+                where: str) -> int:
+    """OpenClaw's summary, then raw messages equal to the transcript's, contiguous, ending
+    with the newest (a prompt, or a tool result in a tool loop), at least min(N, available)."""
+    assert "<summary>" in text_of(sent[0].get("content")), f"{where}: no summary first"
+    ours = request_raw(sent[1:])
+    upto = max(i for i, m in enumerate(old) if m == ours[-1]) + 1
+    assert ours == old[upto - len(ours):upto], f"{where}: not the transcript's"
+    assert len(ours) >= min(n, upto), f"{where}: {len(ours)} raw messages"
+    assert n <= 8 or upto > n, f"{where}: only {upto} raw messages to restore from"
+    assert pairs_intact(sent[1:]), f"{where}: a tool exchange was cut"
+    return len(ours)
+
+
+def check_carry(sent: list[dict[str, Any]], before: list[tuple[str, str]],
+                new: list[tuple[str, str]], n: int, where: str) -> int:
+    """The old segment's last messages between tailfloor's notes, then the new one's own."""
+    texts = [text_of(m.get("content")) for m in sent]
+    assert "[tailfloor] The " in texts[0], f"{where}: {texts[0][:200]}"
+    end = next(i for i, t in enumerate(texts) if "[tailfloor] End of" in t)
+    carried, own = sent[1:end], sent[end + 1:]
+    ours = request_raw(carried)
+    assert ours == before[len(before) - len(ours):], f"{where}: not the old segment's end"
+    assert len(ours) >= min(n, len(before)), f"{where}: {len(ours)} carried"
+    assert pairs_intact(carried), f"{where}: a tool exchange was cut"
+    assert request_raw(own) == new[:len(own)], f"{where}: not the new segment's own"
+    return len(ours)
+
+
+def check_overflow(state: Path, traffic: Traffic, over: Run, answer: str) -> str:
+    """The overflowing request (over the fake's window), one summary, one retry that fits;
+    OpenClaw got a model answer and never compacted or saw an error."""
+    bodies = [item["body"] for item, _sid in traffic.of(over.key)]
+    sizes = [size_usage(b, "")["prompt_tokens"] for b in bodies]
+    tagged = [i for i, b in enumerate(bodies) if OVERFLOW_WORD in orjson.dumps(b).decode()
+              and not is_summarization(b["messages"])]
+    assert len(tagged) == 2, f"{over.key}: {len(tagged)} requests of the overflowing turn"
+    first, retry = tagged
+    assert sizes[first] > OVERFLOW_WINDOW >= sizes[retry], f"{over.key}: sizes {sizes}"
+    assert [is_summarization(b["messages"]) for b in bodies[first + 1:retry]] == [True]
+    assert "<summary>" in text_of(conversation(bodies[retry])[0].get("content"))
+    assert answer.startswith("Fake reply #"), f"{over.key}: OpenClaw was answered {answer!r}"
+    assert compactions(state, over.agent.id, over.compacted_id) == 0, over.key
+    stored = store_segments(state, over.agent.id, over.compacted_id)[0]
+    assert stored[-1] == ("assistant", answer + "|"), f"{over.key}: {stored[-1]}"
+    return f"{sizes[first]} -> {sizes[retry]} tokens"
