@@ -13,15 +13,26 @@ import orjson
 
 REQUEST_ID: ContextVar[str] = ContextVar("tailfloor_request_id", default="-")
 
-# Anything that looks like a credential is masked even if a message quotes it by mistake.
-_SECRET = re.compile(
-    r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+|authorization[\"'=:\s]+)([^\s\"',]+)|\bsk-[A-Za-z0-9_\-]{8,}")
+# Anything that looks like a credential is masked even if a message quotes it by mistake:
+# the whole value of a credential header wherever a message quotes headers (scheme and all,
+# whatever the key looks like), bearer tokens, credential query parameters, sk- keys.
+_HEADER_SECRET = re.compile(
+    r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|api_key|apikey|cookie"
+    r"|set-cookie|x-goog-api-key)(['\"]?\s*[:=]\s*['\"]?)([^\r\n'\",}]+)")
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:api[_-]?key|key|token|access_token|auth|sig|signature|password|secret)=)"
+    r"([^&#\s'\"]+)")
+_BEARER = re.compile(r"(?i)(bearer\s+)([^\s'\",]+)")
+_KEY = re.compile(r"\b(?:sk|gsk|xai|sk-ant|sk-or)[-_][A-Za-z0-9_\-]{8,}")
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message"}
 
 
 def redact(text: str) -> str:
-    return _SECRET.sub(lambda m: (m.group(1) or "") + "[redacted]", text)
+    text = _HEADER_SECRET.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + "[redacted]", text)
+    text = _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
+    return _KEY.sub("[redacted]", text)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -36,7 +47,8 @@ class _JsonFormatter(logging.Formatter):
         }
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = (value if isinstance(value, int | float | bool) or value is None
+                              else redact(str(value)))
         if record.exc_info:
             entry["exc"] = redact(self.formatException(record.exc_info))
         return orjson.dumps(entry, default=str).decode()

@@ -2,15 +2,19 @@
 
 The metric names and label sets are a contract: the Grafana dashboard and the alert rules
 query them, so renaming one is a breaking change. Label values are bounded: model and agent
-names beyond a cap collapse into ``other`` so a misbehaving client cannot explode cardinality.
+names beyond a cap collapse into ``other`` so a misbehaving client cannot explode cardinality,
+and a model name is a label only once vetted (named by the rules, or answered by an upstream).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from proxy.logs import redact
 
 __all__ = ["CONTENT_TYPE_LATEST", "BoundedLabel", "Metrics"]
 
@@ -25,21 +29,35 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25)
 SUMMARIZER_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
 OTHER = "other"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
 
 
 class BoundedLabel:
-    """Maps free-form label values (model names, agent ids) onto at most ``cap`` distinct ones."""
+    """Maps free-form label values (model names, agent ids) onto at most ``cap`` distinct ones.
 
-    def __init__(self, cap: int) -> None:
+    ``vetted``: a value becomes a label only once ``admit`` was called for it (a model the
+    rules name, or one an upstream answered successfully for); until then it is ``other``, so
+    junk a client sends neither takes a slot nor reaches ``/metrics``. A value that looks like
+    a credential, or is not a plain name, is never admitted.
+    """
+
+    def __init__(self, cap: int, *, vetted: bool = False) -> None:
         self._cap = cap
+        self._vetted = vetted
         self._seen: set[str] = set()
+
+    def admit(self, value: str | None) -> None:
+        if (value and value not in self._seen and len(self._seen) < self._cap
+                and _PLAIN_NAME.fullmatch(value) and redact(value) == value):
+            self._seen.add(value)
 
     def __call__(self, value: str | None) -> str:
         if not value:
             return "unknown"
         if value in self._seen:
             return value
-        if len(self._seen) >= self._cap or len(value) > 128:
+        if self._vetted or len(self._seen) >= self._cap or len(value) > 128 \
+                or redact(value) != value:
             return OTHER
         self._seen.add(value)
         return value
@@ -65,7 +83,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, label_cap: int = 64) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.model_label = BoundedLabel(label_cap)
+        self.model_label = BoundedLabel(label_cap, vetted=True)
         self.agent_label = BoundedLabel(label_cap)
         r = self.registry
 
@@ -101,6 +119,20 @@ class Metrics:
             "tailfloor_rejected_requests_total",
             "Requests refused before reaching the upstream (reason: invalid_json|too_large|...).",
             ["reason"], registry=r)
+        self.watcher_up = Gauge(
+            "tailfloor_watcher_up",
+            "1 while the transcript watcher runs, 0 while it is down (restarting).", registry=r)
+        self.watcher_restarts = Counter(
+            "tailfloor_watcher_restarts_total",
+            "Transcript watcher restarts (reason: error|ended|roots).", ["reason"], registry=r)
+        self.store_errors = Counter(
+            "tailfloor_store_errors_total",
+            "Compaction store operations that failed (store: sqlite); the request went on.",
+            ["store"], registry=r)
+        self.internal_errors = Counter(
+            "tailfloor_internal_errors_total",
+            "Requests answered 500 because of an error nothing else expected (logged).",
+            registry=r)
         self.keepalives = Counter(
             "tailfloor_stream_keepalives_total",
             "SSE comment keep-alives written into idle streams.", registry=r)

@@ -156,11 +156,12 @@ class AnswerSeen:
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
 
 
-def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes:
+def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes | None:
     """The request body with ``stream_options.include_usage`` set, changing as little as possible.
 
     Appending one member to the JSON object keeps every other byte as the client sent it; only
-    when the client already sent ``stream_options`` is the object serialised again.
+    when the client already sent ``stream_options`` is the object serialised again. None when
+    that cannot be done (a body nested deeper than the serialiser allows): send it as it is.
     """
     if "stream_options" not in body:
         end = raw.rstrip()
@@ -171,4 +172,7 @@ def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes:
     options = body.get("stream_options")
     merged = dict(options) if isinstance(options, dict) else {}
     merged["include_usage"] = True
-    return orjson.dumps({**body, "stream_options": merged})
+    try:
+        return orjson.dumps({**body, "stream_options": merged})
+    except (orjson.JSONEncodeError, TypeError):
+        return None

@@ -182,7 +182,8 @@ class FakeUpstream:
         if not payload.get("stream"):
             return web.Response(body=orjson.dumps(_completion(model, reply)),
                                 content_type="application/json")
-        include_usage = (payload.get("stream_options") or {}).get("include_usage") is True
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
         chunks = reply.chunks if reply.chunks is not None else _sse_chunks(
             model, reply, include_usage)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

@@ -102,6 +102,9 @@ class Floor:
             if ctx.signals.summary_index is not None:
                 return self._restore(ctx)
             return self._carry(ctx)
+        except orjson.JSONEncodeError:
+            # Nested deeper than a rewrite can serialise (a client's body, not our bug).
+            return none(ctx.chat, "too_deep", "too_large")
         except Exception as exc:
             return replace(none(ctx.chat, "error", "error"),
                            error=f"{type(exc).__name__}: {exc}"[:200])

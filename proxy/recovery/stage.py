@@ -25,6 +25,7 @@ event loop.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -90,10 +91,10 @@ class Recovery:
 
     # -- life cycle (blocking: the application runs these in a worker thread) -----------
 
-    def open(self, directory: Path) -> None:
+    def open(self, directory: Path, store: type[CompactionStore] = CompactionStore) -> None:
         limits = self._rules.rules.store
-        self._store = CompactionStore(directory, max_per_session=limits.max_entries_per_session,
-                                      max_total=limits.max_entries_total)
+        self._store = store(directory, max_per_session=limits.max_entries_per_session,
+                            max_total=limits.max_entries_total)
         self._sessions = self._store.session_keys()
 
     def close(self) -> None:
@@ -232,7 +233,10 @@ class Recovery:
         """What is summarized already: a stored compaction of this prefix, else the agent's."""
         if self._store is None or request.session not in self._sessions:
             return Prior.of(request.conversation), None
-        found = self._store.find_for(request.conversation, request.session)
+        try:
+            found = self._store.find_for(request.conversation, request.session)
+        except (sqlite3.Error, OSError):
+            found = None  # a broken store holds nothing: summarize (its put is counted)
         if found is not None:
             return Prior(found.message_count, found.summary), found
         return Prior.of(request.conversation), None
@@ -248,7 +252,8 @@ class Recovery:
     def _reuse(self, request: RecoveryRequest, found: StoredCompaction, label: str
                ) -> Compaction:
         if self._store is not None:
-            self._store.touch(found.id)
+            with contextlib.suppress(sqlite3.Error, OSError):  # recency only
+                self._store.touch(found.id)
         return self._finish(request, found.summary, found.message_count, "reused",
                             label=label, why="stored")
 

@@ -31,7 +31,9 @@ from proxy.policy.parse import RulesError
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.recovery.windows import LearnedWindows
+from proxy.server import protocol_errors
 from proxy.server import routes as handlers
+from proxy.server.guard import last_guard
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.state import STATE_KEY, ProxyState
@@ -70,7 +72,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
-                          handler_args={"auto_decompress": False})
+                          handler_args={"auto_decompress": False}, middlewares=[last_guard])
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
@@ -95,7 +97,7 @@ def build_admin_app(state: ProxyState) -> web.Application:
     """The admin listener: health, readiness, metrics and ``/tailfloor/*`` introspection.
 
     It shares the proxy's state but none of its life cycle (the proxy app owns that)."""
-    admin = web.Application(client_max_size=64 * 1024)
+    admin = web.Application(client_max_size=64 * 1024, middlewares=[last_guard])
     admin[STATE_KEY] = state
     router = admin.router
     router.add_get("/healthz", handlers.healthz)
@@ -188,6 +190,7 @@ async def _serve(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     state = app[STATE_KEY]
+    protocol_errors.install(state.metrics.rejected.labels(reason="malformed_http").inc)
     runner = web.AppRunner(app, handle_signals=False, access_log=None,
                            handler_cancellation=True, shutdown_timeout=settings.shutdown_grace)
     admin = web.AppRunner(build_admin_app(state), handle_signals=False, access_log=None,

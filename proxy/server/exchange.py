@@ -26,6 +26,7 @@ from proxy.floor.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
 from proxy.recovery.outcome import Compaction, ErrorStep
 from proxy.recovery.request import RecoveryRequest
+from proxy.server.guard import start_answer
 from proxy.server.outgoing import Outgoing
 from proxy.server.relay import relay_stream
 from proxy.server.sse import StreamScanner, read_body_usage
@@ -162,6 +163,8 @@ class ChatExchange:
         ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                             upstream=state.settings.upstream, sessions=state.sessions,
                             signals=signals)
+        if ctx.known_window is not None:  # the rules' model table names it (or it was learned)
+            state.metrics.model_label.admit(chat.model)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx
@@ -201,7 +204,9 @@ class ChatExchange:
         hide_usage = (chat.inspected and chat.stream and not chat.include_usage
                       and state.settings.inject_stream_usage
                       and state.stream_options.accepted(upstream_url))
-        body = with_stream_usage(outgoing.body, chat.body) if hide_usage else outgoing.body
+        injected = with_stream_usage(outgoing.body, chat.body) if hide_usage else None
+        hide_usage = injected is not None
+        body = injected if injected is not None else outgoing.body
         # The body goes upstream decoded (proxy/server/body.py), never with the client's coding.
         headers = forward_headers(self.request.headers, identity_encoding=True,
                                   decoded_body=True)
@@ -246,7 +251,7 @@ class ChatExchange:
         before = time.perf_counter()
         response = _CoalescedStream(status=upstream.status,
                                     headers=self._client_headers(upstream, outgoing.verdict))
-        await response.prepare(self.request)
+        await start_answer(response, self.request)
         prepared = time.perf_counter() - before
         try:
             outcome = await relay_stream(self.request, response, upstream, scanner,

@@ -13,6 +13,7 @@ from proxy.errors import BodyTooLarge, ProxyError, Rejected
 from proxy.server.accounting import Accounting
 from proxy.server.body import body_encoding, decodable, decode_stream
 from proxy.server.exchange import error_response
+from proxy.server.guard import start_answer
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target
 from proxy.upstream.headers import forward_headers, response_headers
@@ -93,7 +94,7 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
     if verdict is not None and state.settings.tailfloor_header:
         out_headers["x-tailfloor"] = verdict
     response = web.StreamResponse(status=upstream.status, headers=out_headers)
-    await response.prepare(request)
+    await start_answer(response, request)
     overhead += time.perf_counter() - before
     try:
         async for chunk in upstream.chunks():

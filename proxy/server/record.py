@@ -25,6 +25,7 @@ class Recorder:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._failures: set[str] = set()
+        self._store_failing = False
 
     def floor(self, decision: Decision) -> None:
         m = self.metrics
@@ -54,8 +55,15 @@ class Recorder:
         if compaction.summary is not None:
             self._summary(compaction.summary, compaction)
         if compaction.store_error is not None:
-            recovery_log.warning("the summary was used but could not be stored (%s)",
-                                 compaction.store_error)
+            m.store_errors.labels(store="sqlite").inc()
+            if not self._store_failing:  # once per episode: until a summary is stored again
+                self._store_failing = True
+                recovery_log.warning("the summary was used but could not be stored (%s); "
+                                     "storing is tried again with each new summary, further "
+                                     "failures are only counted", compaction.store_error)
+        elif compaction.summary is not None and self._store_failing:
+            self._store_failing = False
+            recovery_log.info("the compaction store takes summaries again")
         if compaction.trigger != "reused":
             recovery_log.info(
                 "%s (%s): session %s, %d messages replaced, %d kept raw, about %d tokens "
@@ -114,6 +122,7 @@ class Recorder:
         if usage is None:
             m.usage_missing.labels(route="chat_completions").inc()
             return
+        m.model_label.admit(model)  # an upstream answered for it: a real model name
         model_label = m.model_label(model)
         agent_label = m.agent_label(agent or "none")
         for kind, value in (("input", usage.input_tokens), ("output", usage.completion_tokens),

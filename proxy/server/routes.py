@@ -158,6 +158,8 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if state.draining or not state.ready:
         return web.Response(text="not ready\n", status=503)
+    if state.transcripts is not None and not state.transcripts.watcher_ok():
+        return web.Response(text="not ready: the transcript watcher is down\n", status=503)
     return web.Response(text="ready\n")
 
 

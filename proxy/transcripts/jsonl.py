@@ -52,10 +52,11 @@ class JsonlTranscript:
     """One JSONL transcript file. Implements ``TranscriptStore``."""
 
     def __init__(self, path: Path, header: Header, header_end: int, on_error: ErrorSink,
-                 identity: tuple[int, int]) -> None:
+                 identity: tuple[int, int], *, head: bytes = b"") -> None:
         self.path = path
         self.header = header
         self.header_end = header_end
+        self._head = head  # the header line as read: a rewrite in place changes it
         self.offset = header_end
         self._on_error = on_error
         self._identity = identity
@@ -83,7 +84,7 @@ class JsonlTranscript:
             header = parse_header(obj)
         except EntryError as exc:
             raise TranscriptUnreadable(exc.kind, f"{path}: {exc}") from exc
-        return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino))
+        return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino), head=first)
 
     # ----------------------------------------------------------------- reading
     def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
@@ -263,6 +264,10 @@ class JsonlTranscript:
                 st = os.fstat(f.fileno())
                 if ((st.st_dev, st.st_ino) != self._identity or st.st_size < self.offset
                         or (self.header.version < 2 and st.st_size != self.offset)):
+                    return None
+                # Truncated and written again on the same inode, already as long as before:
+                # only the content tells (its first line is another session's, or torn).
+                if self._head and f.read(len(self._head)) != self._head:
                     return None
                 if st.st_size == self.offset:
                     return []

@@ -68,9 +68,12 @@ def edited(kind: str, obj: Mapping[str, Any], edit: Mapping[str, Any]) -> Mappin
     if kind == "custom_message":
         return {**obj, "content": content}
     msg = obj.get("message")
-    if kind != "message" or not isinstance(msg, Mapping) or msg.get("role") not in _EDITABLE:
+    if kind != "message" or not isinstance(msg, Mapping):
         return obj
-    if isinstance(content, str) and msg.get("role") in ("assistant", "toolResult"):
+    role = msg.get("role")
+    if not isinstance(role, str) or role not in _EDITABLE:
+        return obj
+    if isinstance(content, str) and role in ("assistant", "toolResult"):
         content = [{"type": "text", "text": content}]
     return {**obj, "message": {**msg, "content": content}}
 

@@ -39,6 +39,9 @@ __all__ = ["ErrorLog", "TranscriptService"]
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+ROOT_POLL = 1.0  # seconds between checks for roots that appeared or were created again
+RESTART_BACKOFF = (0.5, 30.0)  # first and longest wait before a failed watcher restarts
+WATCHER_GRACE = 30.0  # readiness fails once the watcher has been down this long
 SOURCES: tuple[SourceKind, ...] = ("pi", "openclaw-jsonl", "openclaw-sqlite")
 
 
@@ -107,6 +110,7 @@ class TranscriptService:
         self.generation = 0
         self._lines_seen: dict[SourceKind, int] = {}
         self.changed_at = 0.0  # monotonic time of the last batch that changed a view
+        self._down_since: float | None = None  # the watcher is down since (monotonic)
         self._waiters: list[asyncio.Future[None]] = []
 
     async def start(self) -> None:
@@ -114,8 +118,9 @@ class TranscriptService:
         during the scan. Nothing written after the watch began is missed."""
         # Directories are watched, never single files: a file root is watched through
         # its directory (renames and replacements are seen that way).
-        found = sorted({str(r.parent if r.is_file() else r) for r in self.roots if r.exists()})
-        log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots], found)
+        found = self._watched()
+        log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots],
+                 [w for w, _identity in found])
         began = time.monotonic()
         self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")
         for _ in range(3):  # let the task install its directory watches before the scan
@@ -169,19 +174,98 @@ class TranscriptService:
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
-    async def _follow(self, paths: list[str]) -> None:
-        if not paths:
-            await self._stop.wait()
-            return
+    def _watched(self) -> list[tuple[str, tuple[int, int]]]:
+        """The directories to watch (a file root through its directory) that exist now, with
+        their identity: a root deleted and created again is another directory."""
+        out = {}
+        for root in self.roots:
+            where = root.parent if root.is_file() else root
+            with contextlib.suppress(OSError):
+                st = where.stat()
+                out[str(where)] = (st.st_dev, st.st_ino)
+        return sorted(out.items())
+
+    def watcher_ok(self, grace: float = WATCHER_GRACE) -> bool:
+        """False once the watcher has been down for longer than ``grace`` seconds."""
+        return self._down_since is None or time.monotonic() - self._down_since < grace
+
+    async def _follow(self, watched: list[tuple[str, tuple[int, int]]]) -> None:
+        """Supervise the watcher: restart it with a backoff when it fails or ends by itself,
+        and follow roots that appear (or are created again) later; catch up after each."""
+        delay = RESTART_BACKOFF[0]
+        while not self._stop.is_set():
+            reason = await self._watch(watched)
+            if self._stop.is_set():
+                return
+            if reason == "roots":
+                delay = RESTART_BACKOFF[0]
+            else:
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                self.metrics.watcher_up.set(0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, RESTART_BACKOFF[1])
+            self.metrics.watcher_restarts.labels(reason=reason).inc()
+            watched = self._watched()
+            log.info("transcript watcher restarted (%s); watching %s", reason,
+                     [w for w, _identity in watched])
+            if self._scanned:
+                await self._catch_up()
+
+    async def _watch(self, watched: list[tuple[str, tuple[int, int]]]) -> str:
+        """Run one watcher until stop, a change of the roots ("roots"), a failure ("error")
+        or its end on its own ("ended")."""
+        until = asyncio.Event()
+        roots_changed = asyncio.create_task(self._roots_changed(watched, until))
+        self._down_since = None
+        self.metrics.watcher_up.set(1)
         try:
-            async for batch in watch_batches(paths, self._stop, debounce_ms=self._debounce,
-                                             step_ms=self._step):
-                if self._scanned:
-                    await self._apply([Path(p) for p in batch])
-                else:
-                    self._early.update(Path(p) for p in batch)
-        except Exception:  # the watcher must never take the server down
-            log.exception("transcript watcher stopped; views will no longer update")
+            if not watched:
+                await until.wait()
+            else:
+                async for batch in watch_batches([w for w, _identity in watched], until,
+                                                 debounce_ms=self._debounce,
+                                                 step_ms=self._step):
+                    if self._scanned:
+                        await self._apply([Path(p) for p in batch])
+                    else:
+                        self._early.update(Path(p) for p in batch)
+                    if any(w in batch for w, _identity in watched):
+                        # A root itself changed (deleted, replaced): a directory created
+                        # again may reuse the old inode number, so do not wait for the poll.
+                        until.set()
+        except Exception:  # the watcher must never take the server down: restarted
+            log.exception("transcript watcher failed")
+            return "error"
+        finally:
+            roots_changed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await roots_changed
+        if self._stop.is_set():
+            return "stopped"
+        return "roots" if until.is_set() else "ended"
+
+    async def _roots_changed(self, watched: list[tuple[str, tuple[int, int]]],
+                             until: asyncio.Event) -> None:
+        """Set ``until`` at stop or when the set of existing roots is no longer ``watched``."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), ROOT_POLL)
+            if self._stop.is_set() or await self._read(self._watched) != watched:
+                until.set()
+                return
+
+    async def _catch_up(self) -> None:
+        """What changed while no watcher ran (or in a root that just appeared)."""
+        try:
+            await self._read(self._tracker.resync)
+        except Exception:
+            log.exception("transcript catch-up failed")
+            self.errors("internal", "catch-up", "skipped")
+            return
+        self.changed_at = time.monotonic()
+        self._publish()
 
     async def _apply(self, paths: list[Path]) -> None:
         if not paths:

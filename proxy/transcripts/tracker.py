@@ -92,6 +92,12 @@ class Tracker:
         self._link_archives([f for f, paths in self._folders.items()
                              if any(self.files[p][1].role == "reset-archive" for p in paths)])
 
+    def resync(self) -> set[str]:
+        """Catch up after the watcher was down or a root appeared: every file now under the
+        roots and every file tracked before, as one batch of changes."""
+        found = [path for path, _kind in walk(self.roots, self._on_error)]
+        return self.changed([*found, *self.files, *self.dbs])
+
     # ------------------------------------------------------------------ update
     def changed(self, paths: Iterable[Path]) -> set[str]:
         """Apply changes to these paths; returns the ids of sessions that changed."""
@@ -211,6 +217,10 @@ class Tracker:
         if entries is None:  # shrunk or replaced: read it again from the top
             before = t.header.session_id
             sid = self._open_jsonl(path, kind)
+            if sid is None:
+                # Not readable (truncated, half rewritten): the session it held is gone, and
+                # the next change opens the file afresh instead of following a stale offset.
+                return self._gone(path) | {before}
             if sid != before and self._paths.get(before) == path:
                 del self._paths[before]  # the file now holds another session
                 self.catalog.remove(before)

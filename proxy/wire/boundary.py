@@ -39,7 +39,8 @@ Message = Mapping[str, Any]
 
 def is_raw(message: object) -> bool:
     """A conversation message (user, assistant, tool), not a system or developer prompt."""
-    return isinstance(message, Mapping) and message.get("role") in RAW_ROLES
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return isinstance(role, str) and role in RAW_ROLES
 
 
 def _role(message: object) -> object:

@@ -61,7 +61,12 @@ def head_length(messages: Sequence[Any]) -> int:
     """How many leading system/developer messages a request has."""
     n = 0
     for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") not in HEAD_ROLES:
+        if not isinstance(message, Mapping) or not _is_in(message.get("role"), HEAD_ROLES):
             break
         n += 1
     return n
+
+
+def _is_in(value: object, names: frozenset[str]) -> bool:
+    """``value in names`` for a value from a client's JSON (a dict is not hashable)."""
+    return isinstance(value, str) and value in names

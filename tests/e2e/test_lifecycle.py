@@ -63,6 +63,38 @@ def test_model_labels_are_bounded(fake: FakeUpstream, clean_fake: FakeUpstream) 
         process.stop()
 
 
+def test_only_vetted_models_become_labels(fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    # 64 made-up names the upstream refuses take no label slot; a credential-looking name the
+    # upstream accepts never reaches /metrics; the real model keeps its own label.
+    process = ProxyProcess(fake.url, "--label-cap", "4")
+    secret = "sk-CANARYMODEL0123456789"
+
+    def chat(model: str) -> None:
+        body = orjson.dumps({"model": model, "messages": []})
+        try:
+            with urllib.request.urlopen(urllib.request.Request(
+                    process.url + "/v1/chat/completions", data=body), timeout=5):
+                pass
+        except urllib.error.HTTPError:
+            pass
+
+    try:
+        clean_fake.script.extend(Reply(status=404, error={"message": "no such model",
+                                                          "type": "invalid_request_error"})
+                                 for _ in range(64))
+        for index in range(64):
+            chat(f"junk-{index}")
+        chat(secret)
+        chat("real-model")
+        text = process.metrics_text()
+        models = {s.labels["model"] for f in text_string_to_metric_families(text)
+                  if f.name == "tailfloor_requests" for s in f.samples}
+        assert models == {"real-model", "other"}, models
+        assert "CANARYMODEL" not in text
+    finally:
+        process.stop()
+
+
 def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     process = ProxyProcess(fake.url, "--shutdown-grace", "5")
     clean_fake.script.append(Reply(delay_between_chunks=0.2, text="abcdefgh", pieces=4))
