@@ -85,6 +85,22 @@ class UpstreamTimeout(ProxyError):
     reason = "timeout"
 
 
+class AnswerTooLarge(ProxyError):
+    status = 502
+    error_type = "upstream_error"
+    code = "upstream_answer_too_large"
+    reason = "answer_too_large"
+
+
+class Busy(ProxyError):
+    """Too many request bytes held at once: the client should retry shortly."""
+
+    status = 503
+    error_type = "server_error"
+    code = "busy"
+    reason = "busy"
+
+
 def error_body(message: str, error_type: str, code: str, param: str | None = None) -> bytes:
     return orjson.dumps(
         {"error": {"message": message, "type": error_type, "param": param, "code": code}})

@@ -125,6 +125,10 @@ class Metrics:
         self.watcher_restarts = Counter(
             "tailfloor_watcher_restarts_total",
             "Transcript watcher restarts (reason: error|ended|roots).", ["reason"], registry=r)
+        self.large_answers = Counter(
+            "tailfloor_large_answers_total",
+            "Complete (non-streaming) answers over the size limit, passed on as they arrived "
+            "without reading their usage.", registry=r)
         self.store_errors = Counter(
             "tailfloor_store_errors_total",
             "Compaction store operations that failed (store: sqlite); the request went on.",

@@ -42,6 +42,7 @@ class Settings:
     log_format: str = "text"
     log_level: str = "INFO"
     max_body_bytes: int = 32 * 1024 * 1024
+    max_buffered_bytes: int = 64 * 1024 * 1024
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     keepalive_interval: float = 15.0
@@ -77,6 +78,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("log_format", "choice:json,text", "text", "log line format"),
     ("log_level", "choice:DEBUG,INFO,WARNING,ERROR", "INFO", "log level"),
     ("max_body_bytes", "int", 32 * 1024 * 1024, "largest request body accepted (413 above)"),
+    ("max_buffered_bytes", "int", 64 * 1024 * 1024,
+     "request body bytes held in memory at once, all requests together (503 busy above)"),
     ("connect_timeout", "float", 10.0, "seconds to connect to the upstream (504 after)"),
     ("read_timeout", "float", 600.0,
      "seconds the upstream may stay silent before the answer or between stream chunks"),
@@ -152,7 +155,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         problems.append(f"upstream: {upstream!r} is not an http(s) URL with a host")
     elif parts.query or parts.fragment:
         problems.append(f"upstream: {upstream!r} must not carry a query or fragment")
-    for name in ("max_body_bytes", "label_cap"):
+    for name in ("max_body_bytes", "max_buffered_bytes", "label_cap"):
         number = values[name]
         if isinstance(number, int) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")

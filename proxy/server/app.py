@@ -73,6 +73,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
                           handler_args={"auto_decompress": False}, middlewares=[last_guard])
+    state.bodies.total = settings.max_buffered_bytes
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)

@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.context import RequestContext, build_context, is_large
-from proxy.errors import ProxyError, Rejected, to_response_parts
+from proxy.errors import AnswerTooLarge, ProxyError, Rejected, to_response_parts
 from proxy.floor.decision import Decision, none
 from proxy.floor.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
@@ -39,6 +39,10 @@ from proxy.upstream.pool import Replayed, UpstreamResponse
 JSON = "application/json"
 LAG_WAIT = 0.2  # seconds a request that runs ahead of its transcript may wait for it
 ACTIVE_WITHIN = 2.0  # only while some transcript changed this recently
+# What an answer may cost in memory: an error's first MiB tells whether it is an overflow;
+# a complete answer over 8 MiB is passed on as it arrives instead of being held.
+ERROR_BODY_LIMIT = 1024 * 1024
+PLAIN_ANSWER_LIMIT = 8 * 1024 * 1024
 
 
 def runs_ahead(ctx: RequestContext) -> bool:
@@ -113,7 +117,11 @@ class ChatExchange:
                 upstream = sent.upstream
                 if upstream.status < 400:
                     break
-                answer = await upstream.read()
+                answer, whole = await upstream.read_up_to(ERROR_BODY_LIMIT)
+                if not whole:  # more than any decision needs: dropped, never held
+                    upstream.close()
+                    raise AnswerTooLarge(f"the upstream's error answer ({upstream.status}) "
+                                         f"is over {ERROR_BODY_LIMIT} bytes")
             except Rejected as exc:  # a header the upstream head cannot carry
                 state.metrics.rejected.labels(reason=exc.reason).inc()
                 return Finished(error_response(exc, self.request_id), outgoing.verdict)
@@ -140,10 +148,12 @@ class ChatExchange:
             return await self._finish_plain(upstream, answer, outgoing, view)
         if not upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
             try:
-                answer = await upstream.read()
+                answer, whole = await upstream.read_up_to(PLAIN_ANSWER_LIMIT)
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 return Finished(error_response(exc, self.request_id), outgoing.verdict)
+            if not whole:
+                return await self._pass_large(upstream, answer, outgoing.verdict)
             return await self._finish_plain(upstream, answer, outgoing, view)
         return await self._finish_stream(
             upstream, StreamScanner(hide_usage=sent.usage_injected, adjust=outgoing.adjust),
@@ -244,6 +254,25 @@ class ChatExchange:
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
         return Finished(response, outgoing.verdict)
+
+    async def _pass_large(self, upstream: UpstreamResponse, head: bytes, verdict: str
+                          ) -> Finished:
+        """A complete answer too large to hold: passed on as it arrives, its usage not read
+        (counted in tailfloor_large_answers_total)."""
+        self.state.metrics.large_answers.inc()
+        response = web.StreamResponse(status=upstream.status,
+                                      headers=self._client_headers(upstream, verdict))
+        await start_answer(response, self.request)
+        try:
+            await response.write(head)
+            async for chunk in upstream.chunks():
+                await response.write(chunk)
+        except BaseException:
+            upstream.close()
+            raise
+        upstream.release()
+        await response.write_eof()
+        return Finished(response, verdict)
 
     async def _finish_stream(self, upstream: UpstreamResponse, scanner: StreamScanner,
                              outgoing: Outgoing, view: RecoveryRequest | None) -> Finished:

@@ -30,7 +30,7 @@ from proxy.server.accounting import Accounting, request_id
 from proxy.server.body import body_encoding, decodable, decode
 from proxy.server.exchange import JSON, ChatExchange, error_response
 from proxy.server.passthrough import forward, passthrough
-from proxy.server.state import STATE_KEY
+from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target, parse_target, route_path
 
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -77,30 +77,44 @@ async def chat_completions(request: web.Request, target: Target) -> web.StreamRe
             acct.verdict = "none; reason=too_large"
             response, gone = await forward(state, request, target, acct, verdict=acct.verdict)
             return acct.answer(response, gone=gone)
+        limit = state.settings.max_body_bytes
+        held = min(length, limit) if length is not None else limit
+        if not state.bodies.take(held):
+            state.metrics.rejected.labels(reason="busy").inc()
+            return acct.answer(_busy(acct.request_id))
         try:
-            raw = await _read_body(request, state.settings.max_body_bytes, state.offload)
-            if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
-                                               and raw.count(b"{") > MAX_OBJECTS):
-                chat = ChatRequest.unread(raw, target.agent)
-            else:
-                # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
-                body = (await state.offload(_parse_json_object, raw) if len(raw) > LARGE_BYTES
-                        else _parse_json_object(raw))
-                chat = ChatRequest.parse(raw, body, target.agent)
-        except Rejected as exc:
-            state.metrics.rejected.labels(reason=exc.reason).inc()
-            return acct.answer(error_response(exc, acct.request_id))
-        acct.model = chat.model
-        finished = await ChatExchange(state, request, target, chat,
-                                      request_id=acct.request_id, started=acct.started).run()
-        acct.verdict = finished.verdict
-        return acct.answer(finished.response, gone=finished.client_gone)
+            return await _chat(request, target, state, acct)
+        finally:
+            state.bodies.give(held)
     except (asyncio.CancelledError, ConnectionError):
         # Cancelled while waiting, or a write found the client gone: either way it left.
         acct.gone = True
         raise
     finally:
         acct.finish()
+
+
+async def _chat(request: web.Request, target: Target, state: ProxyState, acct: Accounting
+                ) -> web.StreamResponse:
+    """Read and parse the body (within the budget the caller holds), then the exchange."""
+    try:
+        raw = await _read_body(request, state.settings.max_body_bytes, state.offload)
+        if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
+                                           and raw.count(b"{") > MAX_OBJECTS):
+            chat = ChatRequest.unread(raw, target.agent)
+        else:
+            # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
+            body = (await state.offload(_parse_json_object, raw) if len(raw) > LARGE_BYTES
+                    else _parse_json_object(raw))
+            chat = ChatRequest.parse(raw, body, target.agent)
+    except Rejected as exc:
+        state.metrics.rejected.labels(reason=exc.reason).inc()
+        return acct.answer(error_response(exc, acct.request_id))
+    acct.model = chat.model
+    finished = await ChatExchange(state, request, target, chat,
+                                  request_id=acct.request_id, started=acct.started).run()
+    acct.verdict = finished.verdict
+    return acct.answer(finished.response, gone=finished.client_gone)
 
 
 async def _read_body(request: web.Request, limit: int, offload: Any) -> bytes:
@@ -132,6 +146,14 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+def _busy(request_id: str) -> web.Response:
+    return web.Response(
+        body=error_body("tailfloor holds as many request bodies as it may; retry shortly",
+                        "server_error", "busy"),
+        status=503, content_type=JSON,
+        headers={"Retry-After": "1", "x-tailfloor-request-id": request_id})
 
 
 def _draining(request_id: str) -> web.Response:

@@ -15,6 +15,7 @@ from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
 from proxy.recovery.windows import LearnedWindows
+from proxy.server.budget import BodyBudget
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.stream_options import StreamOptionsMemory
@@ -39,6 +40,7 @@ class ProxyState:
     floor: Floor | None = None
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
+    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
     ready: bool = False

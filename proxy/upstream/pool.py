@@ -60,6 +60,23 @@ class UpstreamResponse:
         self.release()
         return b"".join(parts)
 
+    async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
+        """At most a little over ``limit`` bytes of the body, and whether that was all of it.
+        When it was not, the rest is still to be read with ``chunks`` (or dropped)."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in self.chunks():
+                parts.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    return b"".join(parts), False
+        except BaseException:
+            self.close()
+            raise
+        self.release()
+        return b"".join(parts), True
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body pieces as they arrive. Raises UpstreamTimeout / UpstreamUnavailable mid-way."""
         next_chunk = self._connection.next_chunk
@@ -90,6 +107,9 @@ class Replayed(UpstreamResponse):
 
     async def read(self) -> bytes:
         return self._body
+
+    async def read_up_to(self, limit: int) -> tuple[bytes, bool]:
+        return self._body, True
 
     async def chunks(self) -> AsyncIterator[bytes]:
         if self._body:

@@ -1,0 +1,87 @@
+"""Memory is bounded whatever the upstream or the clients send: an error answer is read up
+to what a decision needs, a large complete answer is passed on as it arrives, and request
+bodies held at once stay within a budget (503 busy beyond it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import ProxyProcess
+from tests.e2e.rawhttp import send_raw
+from tests.fake_upstream import FakeUpstream, Reply
+
+CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def _post(port: int, body: bytes = CHAT) -> object:
+    return send_raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode(), body, timeout=60)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_huge_error_answer_is_a_502_and_never_held(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    junk = b'{"error":{"message":"' + b"x" * (5 * 1024 * 1024) + b'"}}'
+    clean_fake.script.append(Reply(status=500, raw_body=junk))
+    answer = _post(proxy.port)
+    assert answer.status == 502  # type: ignore[attr-defined]
+    error = answer.json()["error"]  # type: ignore[attr-defined]
+    assert error["code"] == "upstream_answer_too_large"
+    # The pooled connection that still held the rest was dropped, not reused.
+    clean_fake.script.append(Reply(text="after"))
+    assert b"after" in _post(proxy.port).body  # type: ignore[attr-defined]
+
+
+def test_a_large_complete_answer_passes_through_as_it_arrives(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    body = orjson.dumps({"id": "x", "object": "chat.completion", "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": "y" * (60 * 1024 * 1024)},
+        "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 2,
+                                             "total_tokens": 3}})
+    clean_fake.script.append(Reply(status=200, raw_body=body))
+    before = _peak_rss_mb(proxy.proc.pid)
+    answer = _post(proxy.port)
+    assert answer.status == 200  # type: ignore[attr-defined]
+    assert answer.body == body  # type: ignore[attr-defined]
+    grown = _peak_rss_mb(proxy.proc.pid) - before
+    # Held and joined it would cost over 120 MB; passed on, a few buffers' worth.
+    assert grown < 40, f"peak RSS grew {grown:.0f} MB for a 60 MB answer"
+    assert proxy.sample("tailfloor_large_answers_total") == 1
+
+
+def test_request_bodies_held_at_once_stay_within_the_budget(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    process = ProxyProcess(fake.url, "--max-buffered-bytes", str(1024 * 1024))
+    try:
+        big = orjson.dumps({"model": "m", "messages": [
+            {"role": "user", "content": "z" * (700 * 1024)}]})
+        clean_fake.script.extend([Reply(text="slow", delay_before_headers=1.5),
+                                  Reply(text="third")])
+        first: dict[str, object] = {}
+        thread = threading.Thread(target=lambda: first.update(answer=_post(process.port, big)))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not clean_fake.chat_requests() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = _post(process.port, big)
+        assert second.status == 503  # type: ignore[attr-defined]
+        assert second.headers["retry-after"] == "1"  # type: ignore[attr-defined]
+        assert second.json()["error"]["code"] == "busy"  # type: ignore[attr-defined]
+        thread.join(10)
+        assert first["answer"].status == 200  # type: ignore[attr-defined]
+        third = _post(process.port, big)  # the budget was given back
+        assert third.status == 200 and b"third" in third.body  # type: ignore[attr-defined]
+        assert len(clean_fake.chat_requests()) == 2
+    finally:
+        process.stop()
