@@ -65,6 +65,12 @@ class BodyTooLarge(Rejected):
     reason = "too_large"
 
 
+class BodyTimeout(Rejected):
+    status = 408
+    code = "request_timeout"
+    reason = "body_timeout"
+
+
 class UnsupportedEncoding(Rejected):
     status = 415
     code = "unsupported_encoding"

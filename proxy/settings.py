@@ -43,6 +43,9 @@ class Settings:
     log_level: str = "INFO"
     max_body_bytes: int = 32 * 1024 * 1024
     max_buffered_bytes: int = 64 * 1024 * 1024
+    idle_timeout: float = 60.0
+    min_body_rate: int = 16 * 1024
+    max_connections: int = 0
     connect_timeout: float = 10.0
     read_timeout: float = 600.0
     keepalive_interval: float = 15.0
@@ -80,6 +83,14 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("max_body_bytes", "int", 32 * 1024 * 1024, "largest request body accepted (413 above)"),
     ("max_buffered_bytes", "int", 64 * 1024 * 1024,
      "request body bytes held in memory at once, all requests together (503 busy above)"),
+    ("idle_timeout", "float", 60.0,
+     "seconds a client connection may wait for its next request head (also the deadline for "
+     "a slow head) before it is closed"),
+    ("min_body_rate", "int", 16 * 1024,
+     "bytes/s a chat request body must arrive at, after a start of idle-timeout seconds "
+     "(408 when slower)"),
+    ("max_connections", "int", 0,
+     "client connections at once, 503 beyond (0: from the open-file limit)"),
     ("connect_timeout", "float", 10.0, "seconds to connect to the upstream (504 after)"),
     ("read_timeout", "float", 600.0,
      "seconds the upstream may stay silent before the answer or between stream chunks"),
@@ -159,7 +170,11 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         number = values[name]
         if isinstance(number, int) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
-    for name in ("connect_timeout", "read_timeout", "shutdown_grace"):
+    if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
+        problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
+    if isinstance(values["min_body_rate"], int) and values["min_body_rate"] <= 0:
+        problems.append(f"min-body-rate: must be positive, got {values['min_body_rate']}")
+    for name in ("connect_timeout", "read_timeout", "shutdown_grace", "idle_timeout"):
         number = values[name]
         if isinstance(number, float) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")

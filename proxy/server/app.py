@@ -33,6 +33,7 @@ from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.recovery.windows import LearnedWindows
 from proxy.server import protocol_errors
 from proxy.server import routes as handlers
+from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
@@ -193,14 +194,22 @@ async def _serve(settings: Settings) -> int:
     state = app[STATE_KEY]
     protocol_errors.install(state.metrics.rejected.labels(reason="malformed_http").inc)
     runner = web.AppRunner(app, handle_signals=False, access_log=None,
-                           handler_cancellation=True, shutdown_timeout=settings.shutdown_grace)
+                           handler_cancellation=True, shutdown_timeout=settings.shutdown_grace,
+                           keepalive_timeout=settings.idle_timeout,
+                           # after an early answer (413, 408), unread body bytes are drained
+                           # for 2 s, not aiohttp's 10, before the connection closes
+                           lingering_time=2.0)
     admin = web.AppRunner(build_admin_app(state), handle_signals=False, access_log=None,
-                          handler_cancellation=True, shutdown_timeout=1.0)
+                          handler_cancellation=True, shutdown_timeout=1.0,
+                          keepalive_timeout=settings.idle_timeout)
     await runner.setup()
     await admin.setup()
-    for where, site in ((settings.listen, web.TCPSite(
-                            runner, settings.listen_host, settings.listen_port, backlog=1024,
-                            reuse_address=True)),
+    proxy_site = CappedSite(
+        runner, settings.listen_host, settings.listen_port,
+        cap=settings.max_connections or default_cap(),
+        refused=state.metrics.rejected.labels(reason="too_many_connections").inc)
+    state.connections = proxy_site
+    for where, site in ((settings.listen, proxy_site),
                         (settings.admin_listen, web.TCPSite(
                             admin, settings.admin_host, settings.admin_port,
                             reuse_address=True))):

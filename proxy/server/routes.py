@@ -17,6 +17,7 @@ from aiohttp import web
 from proxy.context import LARGE_BYTES
 from proxy.errors import (
     BadRequest,
+    BodyTimeout,
     BodyTooLarge,
     InvalidHeader,
     Rejected,
@@ -98,7 +99,9 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                 ) -> web.StreamResponse:
     """Read and parse the body (within the budget the caller holds), then the exchange."""
     try:
-        raw = await _read_body(request, state.settings.max_body_bytes, state.offload)
+        settings = state.settings
+        raw = await _read_body(request, settings.max_body_bytes, state.offload,
+                               settings.min_body_rate, settings.idle_timeout)
         if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
                                            and raw.count(b"{") > MAX_OBJECTS):
             chat = ChatRequest.unread(raw, target.agent)
@@ -109,7 +112,10 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
             chat = ChatRequest.parse(raw, body, target.agent)
     except Rejected as exc:
         state.metrics.rejected.labels(reason=exc.reason).inc()
-        return acct.answer(error_response(exc, acct.request_id))
+        refused = error_response(exc, acct.request_id)
+        if isinstance(exc, BodyTimeout):
+            refused.force_close()  # the rest of the body is not worth waiting for
+        return acct.answer(refused)
     acct.model = chat.model
     finished = await ChatExchange(state, request, target, chat,
                                   request_id=acct.request_id, started=acct.started).run()
@@ -117,13 +123,19 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
     return acct.answer(finished.response, gone=finished.client_gone)
 
 
-async def _read_body(request: web.Request, limit: int, offload: Any) -> bytes:
-    """The body as the chat route reads it: decoded, within ``limit`` both ways."""
+async def _read_body(request: web.Request, limit: int, offload: Any, rate: int,
+                     grace: float) -> bytes:
+    """The body as the chat route reads it: decoded, within ``limit`` both ways, arriving at
+    ``rate`` bytes/s at least (after a start of ``grace`` seconds)."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(
             f"request body of {request.content_length} bytes is over the {limit}-byte limit")
+    expected = request.content_length if request.content_length is not None else limit
     try:
-        raw = await request.read()
+        async with asyncio.timeout(grace + expected / rate):
+            raw = await request.read()
+    except TimeoutError as exc:
+        raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
     except web.HTTPRequestEntityTooLarge as exc:
         raise BodyTooLarge(f"request body is over the {limit}-byte limit") from exc
     encoding = body_encoding(request.headers)
@@ -182,6 +194,8 @@ async def readyz(request: web.Request) -> web.Response:
         return web.Response(text="not ready\n", status=503)
     if state.transcripts is not None and not state.transcripts.watcher_ok():
         return web.Response(text="not ready: the transcript watcher is down\n", status=503)
+    if state.connections is not None and state.connections.near_limit():
+        return web.Response(text="not ready: near the client connection limit\n", status=503)
     return web.Response(text="ready\n")
 
 

@@ -16,6 +16,7 @@ from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
 from proxy.recovery.windows import LearnedWindows
 from proxy.server.budget import BodyBudget
+from proxy.server.connections import CappedSite
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.stream_options import StreamOptionsMemory
@@ -41,6 +42,7 @@ class ProxyState:
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
+    connections: CappedSite | None = None  # the proxy port's listener, once it listens
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
     ready: bool = False
