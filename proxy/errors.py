@@ -71,6 +71,15 @@ class BodyTimeout(Rejected):
     reason = "body_timeout"
 
 
+class Busy(Rejected):
+    """Too many request bytes held at once: the client should retry shortly."""
+
+    status = 503
+    error_type = "server_error"
+    code = "busy"
+    reason = "busy"
+
+
 class UnsupportedEncoding(Rejected):
     status = 415
     code = "unsupported_encoding"
@@ -98,13 +107,6 @@ class AnswerTooLarge(ProxyError):
     reason = "answer_too_large"
 
 
-class Busy(ProxyError):
-    """Too many request bytes held at once: the client should retry shortly."""
-
-    status = 503
-    error_type = "server_error"
-    code = "busy"
-    reason = "busy"
 
 
 def error_body(message: str, error_type: str, code: str, param: str | None = None) -> bytes:

@@ -17,13 +17,19 @@ REQUEST_ID: ContextVar[str] = ContextVar("tailfloor_request_id", default="-")
 # the whole value of a credential header wherever a message quotes headers (scheme and all,
 # whatever the key looks like), bearer tokens, credential query parameters, sk- keys.
 _HEADER_SECRET = re.compile(
-    r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key|api_key|apikey|cookie"
-    r"|set-cookie|x-goog-api-key)(['\"]?\s*[:=]\s*['\"]?)([^\r\n'\",}]+)")
+    r"(?i)(?<![A-Za-z0-9-])(authorization|proxy-authorization|x-api-key|api-key|api_key|apikey"
+    r"|cookie|set-cookie|x-goog-api-key|client_secret|refresh_token|access_token|password"
+    r"|passwd)(['\"]?\s*[:=]\s*b?['\"]?|['\"]\s*,\s*b?['\"])([^\r\n'\",}]+)")
 _QUERY_SECRET = re.compile(
     r"(?i)([?&;](?:api[_-]?key|key|token|access_token|auth|sig|signature|password|secret)=)"
     r"([^&#\s'\"]+)")
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^@\s/]+)(@)")
 _BEARER = re.compile(r"(?i)(bearer\s+)([^\s'\",]+)")
-_KEY = re.compile(r"\b(?:sk|gsk|xai|sk-ant|sk-or)[-_][A-Za-z0-9_\-]{8,}")
+_KEY = re.compile(
+    r"\b(?:(?:sk|gsk|xai|sk-ant|sk-or)[-_][A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}"
+    r"|xox[abpr]-[A-Za-z0-9-]{10,}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})")
 
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {"message"}
 
@@ -31,6 +37,7 @@ _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()
 def redact(text: str) -> str:
     text = _HEADER_SECRET.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + "[redacted]", text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + "[redacted]" + m.group(3), text)
     text = _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
     return _KEY.sub("[redacted]", text)
 

@@ -3,7 +3,7 @@
 The metric names and label sets are a contract: the Grafana dashboard and the alert rules
 query them, so renaming one is a breaking change. Label values are bounded: model and agent
 names beyond a cap collapse into ``other`` so a misbehaving client cannot explode cardinality,
-and a model name is a label only once vetted (named by the rules, or answered by an upstream).
+and a model name is a label only once vetted (an upstream answered successfully for it).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
 class BoundedLabel:
     """Maps free-form label values (model names, agent ids) onto at most ``cap`` distinct ones.
 
-    ``vetted``: a value becomes a label only once ``admit`` was called for it (a model the
-    rules name, or one an upstream answered successfully for); until then it is ``other``, so
+    ``vetted``: a value becomes a label only once ``admit`` was called for it (a model an
+    upstream answered successfully for); until then it is ``other``, so
     junk a client sends neither takes a slot nor reaches ``/metrics``. A value that looks like
     a credential, or is not a plain name, is never admitted.
     """

@@ -173,8 +173,6 @@ class ChatExchange:
         ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                             upstream=state.settings.upstream, sessions=state.sessions,
                             signals=signals)
-        if ctx.known_window is not None:  # the rules' model table names it (or it was learned)
-            state.metrics.model_label.admit(chat.model)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx
@@ -223,7 +221,11 @@ class ChatExchange:
         path, query = self.target.path, self.target.query
         upstream = await state.upstream.send("POST", path, query, headers, body)
         if hide_usage and upstream.status == 400:
-            answer = await upstream.read()
+            answer, whole = await upstream.read_up_to(ERROR_BODY_LIMIT)
+            if not whole:
+                upstream.close()
+                raise AnswerTooLarge(f"the upstream's error answer is over {ERROR_BODY_LIMIT} "
+                                     "bytes")
             if not names_stream_options(answer):
                 return Sent(Replayed(upstream, answer))
             # This upstream does not know stream_options: remember (for a while), and send
@@ -262,11 +264,21 @@ class ChatExchange:
         self.state.metrics.large_answers.inc()
         response = web.StreamResponse(status=upstream.status,
                                       headers=self._client_headers(upstream, verdict))
-        await start_answer(response, self.request)
         try:
+            await start_answer(response, self.request)
             await response.write(head)
             async for chunk in upstream.chunks():
                 await response.write(chunk)
+        except ConnectionError:
+            upstream.close()  # the client left: nothing more to send
+            return Finished(response, verdict, client_gone=True)
+        except ProxyError as exc:
+            upstream.close()  # the upstream broke mid-answer: the client's is cut short
+            self.state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+            self.state.log.warning("upstream broke in a large answer: %s", exc.message)
+            if self.request.transport is not None:
+                self.request.transport.close()
+            return Finished(response, verdict)
         except BaseException:
             upstream.close()
             raise

@@ -19,6 +19,7 @@ from proxy.errors import (
     BadRequest,
     BodyTimeout,
     BodyTooLarge,
+    Busy,
     InvalidHeader,
     Rejected,
     UnsupportedEncoding,
@@ -29,6 +30,7 @@ from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.model import ChatRequest
 from proxy.server.accounting import Accounting, request_id
 from proxy.server.body import body_encoding, decodable, decode
+from proxy.server.budget import Hold
 from proxy.server.exchange import JSON, ChatExchange, error_response
 from proxy.server.passthrough import forward, passthrough
 from proxy.server.state import STATE_KEY, ProxyState
@@ -78,15 +80,11 @@ async def chat_completions(request: web.Request, target: Target) -> web.StreamRe
             acct.verdict = "none; reason=too_large"
             response, gone = await forward(state, request, target, acct, verdict=acct.verdict)
             return acct.answer(response, gone=gone)
-        limit = state.settings.max_body_bytes
-        held = min(length, limit) if length is not None else limit
-        if not state.bodies.take(held):
-            state.metrics.rejected.labels(reason="busy").inc()
-            return acct.answer(_busy(acct.request_id))
+        hold = state.bodies.hold()
         try:
-            return await _chat(request, target, state, acct)
+            return await _chat(request, target, state, acct, hold)
         finally:
-            state.bodies.give(held)
+            hold.release()
     except (asyncio.CancelledError, ConnectionError):
         # Cancelled while waiting, or a write found the client gone: either way it left.
         acct.gone = True
@@ -95,13 +93,14 @@ async def chat_completions(request: web.Request, target: Target) -> web.StreamRe
         acct.finish()
 
 
-async def _chat(request: web.Request, target: Target, state: ProxyState, acct: Accounting
-                ) -> web.StreamResponse:
-    """Read and parse the body (within the budget the caller holds), then the exchange."""
+async def _chat(request: web.Request, target: Target, state: ProxyState, acct: Accounting,
+                hold: Hold) -> web.StreamResponse:
+    """Read and parse the body (within the budget, held for the caller), then the exchange."""
     try:
         settings = state.settings
         raw = await _read_body(request, settings.max_body_bytes, state.offload,
-                               settings.min_body_rate, settings.idle_timeout)
+                               rate=settings.min_body_rate, grace=settings.idle_timeout,
+                               hold=hold)
         if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
                                            and raw.count(b"{") > MAX_OBJECTS):
             chat = ChatRequest.unread(raw, target.agent)
@@ -112,8 +111,9 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
             chat = ChatRequest.parse(raw, body, target.agent)
     except Rejected as exc:
         state.metrics.rejected.labels(reason=exc.reason).inc()
-        refused = error_response(exc, acct.request_id)
-        if isinstance(exc, BodyTimeout):
+        refused = _busy(acct.request_id) if isinstance(exc, Busy) else error_response(
+            exc, acct.request_id)
+        if isinstance(exc, BodyTimeout | Busy):
             refused.force_close()  # the rest of the body is not worth waiting for
         return acct.answer(refused)
     acct.model = chat.model
@@ -123,31 +123,40 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
     return acct.answer(finished.response, gone=finished.client_gone)
 
 
-async def _read_body(request: web.Request, limit: int, offload: Any, rate: int,
-                     grace: float) -> bytes:
+async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: int,
+                     grace: float, hold: Hold) -> bytes:
     """The body as the chat route reads it: decoded, within ``limit`` both ways, arriving at
-    ``rate`` bytes/s at least (after a start of ``grace`` seconds)."""
+    ``rate`` bytes/s at least (after a start of ``grace`` seconds), every byte held in
+    ``hold`` as it arrives."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(
             f"request body of {request.content_length} bytes is over the {limit}-byte limit")
     expected = request.content_length if request.content_length is not None else limit
+    parts: list[bytes] = []
+    size = 0
     try:
         async with asyncio.timeout(grace + expected / rate):
-            raw = await request.read()
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"request body is over the {limit}-byte limit")
+                if not hold.take(len(chunk)):
+                    raise Busy("tailfloor holds as many request bodies as it may")
+                parts.append(chunk)
     except TimeoutError as exc:
         raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise BodyTooLarge(f"request body is over the {limit}-byte limit") from exc
+    raw = b"".join(parts)
     encoding = body_encoding(request.headers)
     if encoding is None:
         return raw
     if not decodable(encoding):
         raise UnsupportedEncoding(f"chat request bodies in {encoding!r} are not supported; "
                                   "send gzip, deflate or an uncompressed body")
-    if len(raw) > _DECODE_INLINE:
-        decoded: bytes = await offload(decode, raw, encoding, limit)
-        return decoded
-    return decode(raw, encoding, limit)
+    decoded: bytes = (await offload(decode, raw, encoding, limit) if len(raw) > _DECODE_INLINE
+                      else decode(raw, encoding, limit))
+    if not hold.take(len(decoded)):
+        raise Busy("tailfloor holds as many request bodies as it may")
+    return decoded
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:

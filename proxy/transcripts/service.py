@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 ROOT_POLL = 1.0  # seconds between checks for roots that appeared or were created again
 RESTART_BACKOFF = (0.5, 30.0)  # first and longest wait before a failed watcher restarts
 WATCHER_GRACE = 30.0  # readiness fails once the watcher has been down this long
+HEALTHY_AFTER = 5.0  # a restarted watcher counts as up after running this long (or a batch)
+CATCH_UP_AFTER = 0.2  # seconds after a restart before catching up (its watches are set)
 SOURCES: tuple[SourceKind, ...] = ("pi", "openclaw-jsonl", "openclaw-sqlite")
 
 
@@ -118,7 +120,7 @@ class TranscriptService:
         during the scan. Nothing written after the watch began is missed."""
         # Directories are watched, never single files: a file root is watched through
         # its directory (renames and replacements are seen that way).
-        found = self._watched()
+        found = await self._read(self._watched)
         log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots],
                  [w for w, _identity in found])
         began = time.monotonic()
@@ -176,11 +178,12 @@ class TranscriptService:
 
     def _watched(self) -> list[tuple[str, tuple[int, int]]]:
         """The directories to watch (a file root through its directory) that exist now, with
-        their identity: a root deleted and created again is another directory."""
+        their identity: a root deleted and created again is another directory. Stats the
+        roots: run it in the reader thread."""
         out = {}
         for root in self.roots:
-            where = root.parent if root.is_file() else root
             with contextlib.suppress(OSError):
+                where = root.parent if root.is_file() else root
                 st = where.stat()
                 out[str(where)] = (st.st_dev, st.st_ino)
         return sorted(out.items())
@@ -193,40 +196,62 @@ class TranscriptService:
         """Supervise the watcher: restart it with a backoff when it fails or ends by itself,
         and follow roots that appear (or are created again) later; catch up after each."""
         delay = RESTART_BACKOFF[0]
+        catch_up = False
+        self.metrics.watcher_up.set(1)
         while not self._stop.is_set():
-            reason = await self._watch(watched)
+            try:
+                reason = await self._watch(watched, catch_up=catch_up)
+            except Exception:  # a bug in the supervision itself: counted, and on we go
+                log.exception("transcript watcher supervision failed")
+                reason = "error"
             if self._stop.is_set():
                 return
             if reason == "roots":
                 delay = RESTART_BACKOFF[0]
             else:
-                if self._down_since is None:
-                    self._down_since = time.monotonic()
-                self.metrics.watcher_up.set(0)
+                self._down()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, RESTART_BACKOFF[1])
             self.metrics.watcher_restarts.labels(reason=reason).inc()
-            watched = self._watched()
+            try:
+                watched = await self._read(self._watched)
+            except Exception:
+                log.exception("transcript roots could not be listed")
+                watched = []
             log.info("transcript watcher restarted (%s); watching %s", reason,
                      [w for w, _identity in watched])
-            if self._scanned:
-                await self._catch_up()
+            catch_up = self._scanned
 
-    async def _watch(self, watched: list[tuple[str, tuple[int, int]]]) -> str:
-        """Run one watcher until stop, a change of the roots ("roots"), a failure ("error")
-        or its end on its own ("ended")."""
-        until = asyncio.Event()
-        roots_changed = asyncio.create_task(self._roots_changed(watched, until))
+    def _down(self) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        self.metrics.watcher_up.set(0)
+
+    def _up(self) -> None:
         self._down_since = None
         self.metrics.watcher_up.set(1)
+
+    async def _watch(self, watched: list[tuple[str, tuple[int, int]]], *,
+                     catch_up: bool = False) -> str:
+        """Run one watcher until stop, a change of the roots ("roots"), a failure ("error")
+        or its end on its own ("ended"). It counts as up once it delivered a batch or ran for
+        HEALTHY_AFTER seconds (a watcher that fails at once stays down for readiness); what
+        changed while none ran is caught up once it watches."""
+        until = asyncio.Event()
+        began = time.monotonic()
+        side = [asyncio.create_task(self._roots_changed(watched, until, began))]
+        if catch_up:
+            side.append(asyncio.create_task(self._catch_up(after=CATCH_UP_AFTER)))
         try:
             if not watched:
+                self._up()
                 await until.wait()
             else:
                 async for batch in watch_batches([w for w, _identity in watched], until,
                                                  debounce_ms=self._debounce,
                                                  step_ms=self._step):
+                    self._up()
                     if self._scanned:
                         await self._apply([Path(p) for p in batch])
                     else:
@@ -239,25 +264,36 @@ class TranscriptService:
             log.exception("transcript watcher failed")
             return "error"
         finally:
-            roots_changed.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await roots_changed
+            for task in side:
+                task.cancel()
+            for task in side:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if self._stop.is_set():
             return "stopped"
         return "roots" if until.is_set() else "ended"
 
     async def _roots_changed(self, watched: list[tuple[str, tuple[int, int]]],
-                             until: asyncio.Event) -> None:
-        """Set ``until`` at stop or when the set of existing roots is no longer ``watched``."""
+                             until: asyncio.Event, began: float) -> None:
+        """Set ``until`` at stop or when the set of existing roots is no longer ``watched``;
+        the watcher counts as up once it has run for HEALTHY_AFTER seconds."""
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), ROOT_POLL)
-            if self._stop.is_set() or await self._read(self._watched) != watched:
+            if time.monotonic() - began >= HEALTHY_AFTER:
+                self._up()
+            try:
+                now = await self._read(self._watched)
+            except Exception:
+                now = watched  # cannot tell: keep watching what we watch
+            if self._stop.is_set() or now != watched:
                 until.set()
                 return
 
-    async def _catch_up(self) -> None:
-        """What changed while no watcher ran (or in a root that just appeared)."""
+    async def _catch_up(self, after: float = 0.0) -> None:
+        """What changed while no watcher ran (or in a root that just appeared): ``after``
+        seconds, once the new watcher is in place, so nothing falls between the two."""
+        await asyncio.sleep(after)
         try:
             await self._read(self._tracker.resync)
         except Exception:

@@ -4,6 +4,7 @@ bodies held at once stay within a budget (503 busy beyond it)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -83,5 +84,15 @@ def test_request_bodies_held_at_once_stay_within_the_budget(
         third = _post(process.port, big)  # the budget was given back
         assert third.status == 200 and b"third" in third.body  # type: ignore[attr-defined]
         assert len(clean_fake.chat_requests()) == 2
+        # A declared length holds nothing until its bytes arrive: a client that announces
+        # 900 KB and sends 10 bytes does not lock the others out.
+        with socket.create_connection(("127.0.0.1", process.port)) as stalled:
+            stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                            b"Content-Type: application/json\r\nContent-Length: 900000"
+                            b"\r\n\r\n{\"model\":")
+            time.sleep(0.2)
+            clean_fake.script.append(Reply(text="fourth"))
+            fourth = _post(process.port, big)
+            assert fourth.status == 200 and b"fourth" in fourth.body  # type: ignore[attr-defined]
     finally:
         process.stop()

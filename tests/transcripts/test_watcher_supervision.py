@@ -119,11 +119,28 @@ async def test_a_failing_watcher_is_restarted_and_readiness_says_so_meanwhile(
         assert value("tailfloor_watcher_up") == 0
         assert await until(lambda: value("tailfloor_watcher_restarts_total",
                                          {"reason": "error"}) == 2, 5.0)
+        # Up again once the restarted watcher has run a while (or delivered a batch).
         assert await until(lambda: svc.watcher_ok(grace=0.05)
-                           and value("tailfloor_watcher_up") == 1, 5.0)
+                           and value("tailfloor_watcher_up") == 1, 10.0)
         path = pi_root / "--home-agent-pi-work--" / PI_FILE
         await asyncio.sleep(0.3)
         path.write_bytes(_rewritten(path.read_bytes()))
         assert await until(lambda: svc.catalog.get(OTHER_ID) is not None, 4.0)
+    finally:
+        await svc.stop()
+
+
+async def test_a_watcher_that_keeps_failing_at_once_stays_down_for_readiness(
+        pi_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> AsyncIterator[set[str]]:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("no watches left")
+        yield set()  # pragma: no cover - makes this an async generator
+
+    monkeypatch.setattr(service_module, "watch_batches", broken)
+    svc = await _started([pi_root], Metrics())
+    try:
+        # Restarts alone do not make it healthy: down since the first failure.
+        assert await until(lambda: not svc.watcher_ok(grace=2.0), 5.0)
     finally:
         await svc.stop()

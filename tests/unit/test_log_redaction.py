@@ -20,6 +20,15 @@ QUOTED = [
     "Cookie: session=CANARYCOOKIE77; other=1",
     "GET /v1/models?key=CANARYQUERY55&alt=json",
     "token sk-ant-CANARYANTH0123 leaked",
+    "OPENAI_API_KEY=CANARYENV0001",
+    "('x-api-key', 'CANARYTUPLE02')",
+    "(b'x-api-key', b'CANARYBYTES03')",
+    "{'api_key': b'CANARYDICT04'}",
+    "https://user:CANARYURL05@example.test/v1",
+    "client_secret=CANARYCLIENT06",
+    "key AIzaSyCANARY07abcdefghijklmnop",
+    "token ghp_CANARY08abcdefghijklmnopqrst",
+    "jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.CANARY09abcdef",
 ]
 
 
