@@ -292,7 +292,7 @@ class ChatExchange:
         before = time.perf_counter()
         response = _CoalescedStream(status=upstream.status,
                                     headers=self._client_headers(upstream, outgoing.verdict))
-        await start_answer(response, self.request)
+        await start_answer(response, self.request, upstream.close)
         prepared = time.perf_counter() - before
         try:
             outcome = await relay_stream(self.request, response, upstream, scanner,

@@ -27,9 +27,16 @@ _log = logging.getLogger("tailfloor")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def start_answer(response: web.StreamResponse, request: web.Request) -> None:
-    """Send the answer's head: from here on an error cannot become another answer."""
-    await response.prepare(request)
+async def start_answer(response: web.StreamResponse, request: web.Request,
+                       on_failure: Callable[[], None] | None = None) -> None:
+    """Send the answer's head: from here on an error cannot become another answer. When
+    sending it fails (the client left), ``on_failure`` drops what the answer was reading."""
+    try:
+        await response.prepare(request)
+    except BaseException:
+        if on_failure is not None:
+            on_failure()
+        raise
     request[ANSWER_STARTED] = True
 
 

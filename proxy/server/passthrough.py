@@ -94,7 +94,7 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
     if verdict is not None and state.settings.tailfloor_header:
         out_headers["x-tailfloor"] = verdict
     response = web.StreamResponse(status=upstream.status, headers=out_headers)
-    await start_answer(response, request)
+    await start_answer(response, request, upstream.close)
     overhead += time.perf_counter() - before
     try:
         async for chunk in upstream.chunks():

@@ -32,6 +32,8 @@ class ClientProtocolErrors(logging.Filter):
         if not isinstance(error, HttpProcessingError):
             return True
         self._count()
+        if not logging.getLogger().isEnabledFor(logging.INFO):
+            return False  # logged at INFO: not at all under --log-level WARNING
         now = time.monotonic()
         if now - self._last < self._every:
             self._left_out += 1
