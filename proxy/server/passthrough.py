@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.errors import BodyTooLarge, ProxyError, Rejected
+from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected
 from proxy.server.accounting import Accounting
 from proxy.server.body import body_encoding, decodable, decode_stream
 from proxy.server.exchange import error_response
@@ -46,14 +46,30 @@ async def passthrough(request: web.Request, target: Target) -> web.StreamRespons
         acct.finish()
 
 
-async def _limited(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
-    """The body as it streams in, cut off (and the upstream request with it) past ``limit``."""
+async def _limited(pieces: AsyncIterator[bytes], limit: int, deadline: float
+                   ) -> AsyncIterator[bytes]:
+    """The body as it streams in, cut off (and the upstream request with it) past ``limit``
+    bytes or past ``deadline`` (monotonic; a body slower than --min-body-rate)."""
     seen = 0
-    async for piece in pieces:
+    source = aiter(pieces)
+    while True:
+        try:
+            piece = await asyncio.wait_for(anext(source), max(0.0, deadline - time.monotonic()))
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise BodyTimeout("the request body arrived slower than the minimum rate") from exc
         seen += len(piece)
         if seen > limit:
             raise BodyTooLarge(f"request body is over the {limit}-byte limit")
         yield piece
+
+
+def _body_deadline(state: ProxyState, length: int | None) -> float:
+    """When a body of ``length`` bytes (unknown: the limit) must have arrived by."""
+    settings = state.settings
+    expected = length if length is not None else settings.max_body_bytes
+    return time.monotonic() + settings.idle_timeout + expected / settings.min_body_rate
 
 
 async def forward(state: ProxyState, request: web.Request, target: Target,
@@ -72,7 +88,7 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
     headers = forward_headers(request.headers, decoded_body=decoded)
     data: Any = None
     if request.body_exists:
-        data = _limited(request.content.iter_any(), limit)
+        data = _limited(request.content.iter_any(), limit, _body_deadline(state, length))
         if decoded:
             assert encoding is not None
             data = decode_stream(data, encoding, limit)  # sent chunked: its length is unknown

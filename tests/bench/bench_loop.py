@@ -182,6 +182,32 @@ async def garbage(url: str, path: Path, megabytes: int) -> tuple[int, str]:
     return 200, f"{last:.0f} errors counted"
 
 
+async def many_files(url: str, folder: Path, count: int) -> tuple[int, str]:
+    """``count`` new small Pi session files appear at once in a new directory; done when the
+    proxy tracks them all."""
+    def write() -> None:
+        folder.mkdir(parents=True)
+        for i in range(count):
+            sid = f"01a22c00-0000-7000-8000-{i:012d}"
+            header = {"type": "session", "version": 3, "id": sid,
+                      "timestamp": "2026-11-30T02:00:00.000Z", "cwd": "/bench"}
+            (folder / f"2026-11-30T02-00-00-000Z_{sid}.jsonl").write_bytes(
+                orjson.dumps(header) + b"\n")
+
+    await asyncio.to_thread(write)
+    deadline = time.monotonic() + 180
+    seen = 0.0
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        try:
+            seen = await asyncio.to_thread(metric, url, "tailfloor_sessions")
+        except OSError:
+            continue
+        if seen >= count:
+            break
+    return 200, f"{seen:.0f} sessions tracked"
+
+
 async def scenario(pinger: Pinger, work: Callable[[], Awaitable[tuple[int, str]]],
                    baseline: Pinger | None = None) -> dict[str, Any]:
     """``baseline`` pings the fake upstream meanwhile (another aiohttp server on the same
@@ -237,6 +263,11 @@ async def run(args: argparse.Namespace, url: str, fake: str, big_request: dict[s
     results["store_900"] = await scenario(pinger, lambda: post(url, chat(
         [*messages, {"role": "user", "content": "second"}])), baseline)
     print(f"{'store_900':16} {results['store_900']}", flush=True)
+    files = 2_000 if args.quick else 20_000
+    results[f"new_files_{files}"] = await scenario(
+        pinger, lambda: many_files(url, garbage_path.parent.parent / "--many--", files),
+        baseline)
+    print(f"{f'new_files_{files}':16} {results[f'new_files_{files}']}", flush=True)
     size = 20 if args.quick else 200
     results[f"garbage_{size}mb"] = await scenario(
         pinger, lambda: garbage(url, garbage_path, size), baseline)

@@ -70,6 +70,17 @@ def test_a_body_slower_than_the_minimum_rate_gets_408(strict: ProxyProcess) -> N
     assert closed and time.monotonic() - started < 6
 
 
+def test_a_slow_body_on_another_route_is_cut_off_too(strict: ProxyProcess,
+                                                      clean_fake: FakeUpstream) -> None:
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 1000\r\n\r\n{\"input\":")
+        started = time.monotonic()
+        closed, answer = _closed_within(sock, 10)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert closed and time.monotonic() - started < 6
+
+
 def test_connections_beyond_the_cap_are_refused_clearly(strict: ProxyProcess) -> None:
     held = [socket.create_connection(("127.0.0.1", strict.port)) for _ in range(6)]
     try:
