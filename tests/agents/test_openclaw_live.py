@@ -1,14 +1,15 @@
 """The floor, the carry and overflow recovery on the real OpenClaw gateway (2026.9.6), live:
 the gateway runs agents whose providers reach tailfloor through ``/agents/<id>/v1``, one
-agent per configuration (default, affinity headers) and tail size (N = 8, N = 30), all at
-once, each through three runs of its own sessions in a row.
+agent per configuration (default, affinity headers), both at once, each through three runs
+of its own sessions in a row, with N = 8. (The Pi matrix covers N = 30; this test ran with
+two more agents at N = 30 too, passing the same checks, and is kept to N = 8 for CI time.)
 
 Per run: turns until OpenClaw compacts (threshold compaction, its default), then a question
 (the floor: every request after the compaction holds OpenClaw's summary and at least
 min(N, available) raw messages equal to the transcript's, contiguous, ending with the new
 prompt, tool pairs intact); ``sessions.reset`` then turns (the carry: the old segment's last
-messages, as the transcript holds them, before the new segment's own); for N = 8 an overflow
-that tailfloor recovers without OpenClaw seeing the error. At the end every run's session
+messages, as the transcript holds them, before the new segment's own); an overflow that
+tailfloor recovers without OpenClaw seeing the error. At the end every run's session
 goes idle past ``session.reset.idleMinutes`` and rolls over to a new session id; its first
 request carries the previous session's tail, completing OpenClaw's own six-message replay
 rather than repeating it.
@@ -35,20 +36,16 @@ import pytest
 import zstandard
 
 from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway
-from tests.agents.test_pi_live_floor import pairs_intact
+from tests.agents.test_pi_live_floor import check_carry, pairs_intact
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, text_of
 from tests.fake_upstream import FakeUpstream
 
-AGENTS = [Agent("main"), Agent("aff", affinity=True), Agent("main30"),
-          Agent("aff30", affinity=True)]
+AGENTS = [Agent("main"), Agent("aff", affinity=True)]
+N = 8
 RULES = """[defaults]
 min_tail_messages = 8
 reserve_tokens = 1024
-
-[[rules]]
-agent = "*30"
-min_tail_messages = 30
 
 [[models]]
 pattern = "fake*"
@@ -77,17 +74,8 @@ def _norm_id(value: object) -> str:
 def store_segments(state: Path, agent: str, session_id: str) -> list[list[tuple[str, str]]]:
     """The raw messages of one OpenClaw session as its store holds them, one list per segment
     (a ``reset`` entry starts a new one)."""
-    db = sqlite3.connect(f"file:{state}/agents/{agent}/agent/openclaw-agent.sqlite?mode=ro",
-                         uri=True, timeout=10)
-    unzip = zstandard.ZstdDecompressor()
-    try:
-        rows = db.execute("SELECT event_json, event_zstd FROM transcript_events "
-                          "WHERE session_id=? ORDER BY seq", (session_id,)).fetchall()
-    finally:
-        db.close()
     segments: list[list[tuple[str, str]]] = [[]]
-    for plain, packed in rows:
-        entry = orjson.loads(plain if plain is not None else unzip.decompress(packed))
+    for entry in store_events(state, agent, session_id):
         if entry.get("type") == "reset":
             segments.append([])
             continue
@@ -121,6 +109,11 @@ def request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
         elif m["role"] == "tool":
             out.append(("tool", f"{_norm_id(m['tool_call_id'])}|{text}"))
     return out
+
+
+def carried_view(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A request as the carry check reads it: the system prompt, then the conversation."""
+    return [body["messages"][0], *conversation(body)]
 
 
 def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,16 +169,21 @@ class Traffic:
 
 
 def compactions(state: Path, agent: str, session_id: str) -> int:
+    return sum(e.get("type") == "compaction" for e in store_events(state, agent, session_id))
+
+
+def store_events(state: Path, agent: str, session_id: str) -> list[dict[str, Any]]:
+    """One session's transcript events from OpenClaw's database, in order (read-only)."""
     db = sqlite3.connect(f"file:{state}/agents/{agent}/agent/openclaw-agent.sqlite?mode=ro",
                          uri=True, timeout=10)
     unzip = zstandard.ZstdDecompressor()
     try:
         rows = db.execute("SELECT event_json, event_zstd FROM transcript_events "
-                          "WHERE session_id=?", (session_id,)).fetchall()
+                          "WHERE session_id=? ORDER BY seq", (session_id,)).fetchall()
     finally:
         db.close()
-    return sum(orjson.loads(p if p is not None else unzip.decompress(z)).get("type")
-               == "compaction" for p, z in rows)
+    return [orjson.loads(plain if plain is not None else unzip.decompress(packed))
+            for plain, packed in rows]
 
 
 @pytest.fixture(scope="module")
@@ -228,12 +226,9 @@ def ask(gateway: Gateway, run: Run, text: str) -> str:
 def drive(gateway: Gateway, agent: Agent, lock: threading.Lock) -> list[Run]:
     """Three runs of one agent, one after the other."""
     runs = []
-    n = 30 if agent.id.endswith("30") else 8
     for r in range(RUNS):
         run = Run(agent, r, f"agent:{agent.id}:r{r}")
         tag = f"[{agent.id} run {r}]"
-        for i in range(16 if n > 8 else 0):
-            ask(gateway, run, f"Short question {i} {tag}.")
         ask(gateway, run, f"Hello, a first turn {tag}.")
         ask(gateway, run, f"USE_TOOL:exec run one early command {tag}")
         sid = gateway.session_id(agent.id, run.key)
@@ -250,15 +245,14 @@ def drive(gateway: Gateway, agent: Agent, lock: threading.Lock) -> list[Run]:
         ask(gateway, run, f"{SEGMENT} {tag}.")
         ask(gateway, run, f"USE_TOOL:exec in the new segment {tag}")
         ask(gateway, run, f"And goes on for a turn {tag}.")
-        if n == 8:
-            over = Run(agent, r, f"agent:{agent.id}:o{r}", model=overflow_model(agent, r))
-            ask(gateway, over, f"Hello, this session will overflow {tag}.")
-            for i in range(5):
-                ask(gateway, over, f"A LONG_REPLY please ({i}) {tag}")
-            over.compacted_id = gateway.session_id(agent.id, over.key)
-            run.notes["overflow"] = over
-            run.notes["overflow_answer"] = ask(
-                gateway, over, f"{OVERFLOW_WORD}: a question that overflows {tag}.")
+        over = Run(agent, r, f"agent:{agent.id}:o{r}", model=overflow_model(agent, r))
+        ask(gateway, over, f"Hello, this session will overflow {tag}.")
+        for i in range(5):
+            ask(gateway, over, f"A LONG_REPLY please ({i}) {tag}")
+        over.compacted_id = gateway.session_id(agent.id, over.key)
+        run.notes["overflow"] = over
+        run.notes["overflow_answer"] = ask(
+            gateway, over, f"{OVERFLOW_WORD}: a question that overflows {tag}.")
         runs.append(run)
     return runs
 
@@ -287,7 +281,7 @@ def test_openclaw_live_floor_carry_rollover_and_overflow(
 
 def check_run(state: Path, traffic: Traffic, run: Run) -> dict[str, Any]:
     """Every request of one run against OpenClaw's store; what was seen, for the report."""
-    n = 30 if run.agent.id.endswith("30") else 8
+    n = N
     mine = traffic.of(run.key)
     for item, _sid in mine:
         named = {"session_id", "x-session-affinity", "x-client-request-id"} & set(item["headers"])
@@ -301,13 +295,13 @@ def check_run(state: Path, traffic: Traffic, run: Run) -> dict[str, Any]:
              for k, b in enumerate(bodies[summarized:reset]) if not is_summarization(b["messages"])]
     assert floor, f"{run.key}: no request after the compaction"
     assert request_raw(conversation(bodies[reset - 1]))[-1][1].startswith(AFTER)
-    carry = [check_carry(conversation(b), old, segment, n, f"{run.key} request {k} after reset")
-             for k, b in enumerate(bodies[reset:rolled])]
+    carry = [check_carry(carried_view(b), old, segment, n, f"{run.key} request {k} after reset",
+                         raw=request_raw) for k, b in enumerate(bodies[reset:rolled])]
     new_id = mine[rolled][1]
     assert new_id != run.compacted_id, f"{run.key}: no new session after the idle time"
     fresh = store_segments(state, run.agent.id, new_id)[0]
-    rollover = check_carry(conversation(bodies[rolled]), segment, fresh, n,
-                           f"{run.key} after the idle rollover")
+    rollover = check_carry(carried_view(bodies[rolled]), segment, fresh, n,
+                           f"{run.key} after the idle rollover", raw=request_raw)
     seen: dict[str, Any] = {"floor": floor, "carry": carry, "rollover": rollover}
     if "overflow" in run.notes:
         seen["overflow"] = check_overflow(state, traffic, run.notes["overflow"],
@@ -326,21 +320,6 @@ def check_floor(sent: list[dict[str, Any]], old: list[tuple[str, str]], n: int,
     assert len(ours) >= min(n, upto), f"{where}: {len(ours)} raw messages"
     assert n <= 8 or upto > n, f"{where}: only {upto} raw messages to restore from"
     assert pairs_intact(sent[1:]), f"{where}: a tool exchange was cut"
-    return len(ours)
-
-
-def check_carry(sent: list[dict[str, Any]], before: list[tuple[str, str]],
-                new: list[tuple[str, str]], n: int, where: str) -> int:
-    """The old segment's last messages between tailfloor's notes, then the new one's own."""
-    texts = [text_of(m.get("content")) for m in sent]
-    assert "[tailfloor] The " in texts[0], f"{where}: {texts[0][:200]}"
-    end = next(i for i, t in enumerate(texts) if "[tailfloor] End of" in t)
-    carried, own = sent[1:end], sent[end + 1:]
-    ours = request_raw(carried)
-    assert ours == before[len(before) - len(ours):], f"{where}: not the old segment's end"
-    assert len(ours) >= min(n, len(before)), f"{where}: {len(ours)} carried"
-    assert pairs_intact(carried), f"{where}: a tool exchange was cut"
-    assert request_raw(own) == new[:len(own)], f"{where}: not the new segment's own"
     return len(ours)
 
 

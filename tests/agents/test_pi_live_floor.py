@@ -13,6 +13,7 @@ transcript's, contiguous, ending with the new prompt, tool pairs intact.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def kept_by_pi(path: Path) -> list[str]:
             if e.get("type") == "message" and e["message"].get("role") != "system"]
 
 
-def request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def pi_request_raw(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The same view of a request's messages after its system prompt and summary."""
     out = []
     for m in messages:
@@ -113,9 +114,13 @@ def pairs_intact(messages: list[dict[str, Any]]) -> bool:
 
 
 def check_carry(messages: list[dict[str, Any]], before: list[tuple[str, str]],
-                new: list[tuple[str, str]], n: int, where: str) -> int:
+                new: list[tuple[str, str]], n: int, where: str, *,
+                raw: Callable[[list[dict[str, Any]]], list[tuple[str, str]]] | None = None
+                ) -> int:
     """A request of the new session: the old session's last raw messages between tailfloor's
-    notes, then the new session's own, as their transcripts hold them."""
+    notes, then the new session's own, as their transcripts hold them (``raw``: the agent's
+    view of request messages)."""
+    request_raw = raw or pi_request_raw
     texts = [json.dumps(m.get("content")) for m in messages]
     assert "[tailfloor] The " in texts[1], where
     end = next(i for i, t in enumerate(texts) if "[tailfloor] End of" in t)
@@ -180,7 +185,7 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
             seen = []
             for k, body in enumerate(after):
                 sent = body["messages"][2:]
-                ours = request_raw(sent)
+                ours = pi_request_raw(sent)
                 upto = max(i for i, m in enumerate(theirs) if m == ours[-1]) + 1
                 seen.append(len(ours))
                 where = f"run {run}, request {k} after the compaction"
@@ -189,7 +194,8 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
                 assert len(ours) >= min(n, upto), f"{where}: {len(ours)} raw messages"
                 assert n <= 8 or upto > n, f"{where}: only {upto} raw messages to restore from"
                 assert pairs_intact(sent), f"{where}: a tool exchange was cut"
-            assert request_raw(after[-1]["messages"])[-1] == ("user", f"{AFTER} [run {run}]")
+            assert pi_request_raw(after[-1]["messages"])[-1] == ("user",
+                                                                 f"{AFTER} [run {run}]")
             results.append(seen)
             kept = kept_by_pi(transcript)
             assert ("toolResult" in kept) == (tail == "tools"), f"run {run}: Pi kept {kept}"
