@@ -111,8 +111,9 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
             chat = ChatRequest.parse(raw, body, target.agent)
     except Rejected as exc:
         state.metrics.rejected.labels(reason=exc.reason).inc()
-        refused = _busy(acct.request_id) if isinstance(exc, Busy) else error_response(
-            exc, acct.request_id)
+        refused = error_response(exc, acct.request_id)
+        if isinstance(exc, Busy):
+            refused.headers["Retry-After"] = "1"
         if isinstance(exc, BodyTimeout | Busy):
             refused.force_close()  # the rest of the body is not worth waiting for
         return acct.answer(refused)
@@ -141,7 +142,7 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
                 if size > limit:
                     raise BodyTooLarge(f"request body is over the {limit}-byte limit")
                 if not hold.take(len(chunk)):
-                    raise Busy("tailfloor holds as many request bodies as it may")
+                    raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
                 parts.append(chunk)
     except TimeoutError as exc:
         raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
@@ -155,7 +156,7 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
     decoded: bytes = (await offload(decode, raw, encoding, limit) if len(raw) > _DECODE_INLINE
                       else decode(raw, encoding, limit))
     if not hold.take(len(decoded)):
-        raise Busy("tailfloor holds as many request bodies as it may")
+        raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
     return decoded
 
 
@@ -167,14 +168,6 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
-
-
-def _busy(request_id: str) -> web.Response:
-    return web.Response(
-        body=error_body("tailfloor holds as many request bodies as it may; retry shortly",
-                        "server_error", "busy"),
-        status=503, content_type=JSON,
-        headers={"Retry-After": "1", "x-tailfloor-request-id": request_id})
 
 
 def _draining(request_id: str) -> web.Response:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.wire.content import has_role
+
 __all__ = [
     "RAW_ROLES",
     "Unit",
@@ -39,8 +41,7 @@ Message = Mapping[str, Any]
 
 def is_raw(message: object) -> bool:
     """A conversation message (user, assistant, tool), not a system or developer prompt."""
-    role = message.get("role") if isinstance(message, Mapping) else None
-    return isinstance(role, str) and role in RAW_ROLES
+    return has_role(message, RAW_ROLES)
 
 
 def _role(message: object) -> object:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["content_text", "first_text", "head_length", "message_text", "text_parts"]
+__all__ = ["content_text", "first_text", "has_role", "head_length", "message_text", "text_parts"]
 
 HEAD_ROLES = frozenset({"system", "developer"})
 
@@ -61,12 +61,14 @@ def head_length(messages: Sequence[Any]) -> int:
     """How many leading system/developer messages a request has."""
     n = 0
     for message in messages:
-        if not isinstance(message, Mapping) or not _is_in(message.get("role"), HEAD_ROLES):
+        if not has_role(message, HEAD_ROLES):
             break
         n += 1
     return n
 
 
-def _is_in(value: object, names: frozenset[str]) -> bool:
-    """``value in names`` for a value from a client's JSON (a dict is not hashable)."""
-    return isinstance(value, str) and value in names
+def has_role(message: object, roles: frozenset[str]) -> bool:
+    """Whether a message from a client's JSON has one of ``roles`` (its role may be any JSON
+    value, a dict among them, which a frozenset cannot look up)."""
+    role = message.get("role") if isinstance(message, Mapping) else None
+    return isinstance(role, str) and role in roles

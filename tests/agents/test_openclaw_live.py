@@ -36,7 +36,7 @@ import pytest
 import zstandard
 
 from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway
-from tests.agents.test_pi_live_floor import check_carry, pairs_intact
+from tests.agents.test_pi_live_floor import check_carry, entry_raw, pairs_intact
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, text_of
 from tests.fake_upstream import FakeUpstream
@@ -79,19 +79,9 @@ def store_segments(state: Path, agent: str, session_id: str) -> list[list[tuple[
         if entry.get("type") == "reset":
             segments.append([])
             continue
-        message = entry.get("message") if entry.get("type") == "message" else None
-        if not isinstance(message, dict):
-            continue
-        role, content = message.get("role"), message.get("content")
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        if role == "user":
-            segments[-1].append(("user", text))
-        elif role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
-            calls = ",".join(_norm_id(b["id"]) for b in blocks if b.get("type") == "toolCall")
-            segments[-1].append(("assistant", text + "|" + calls))
-        elif role == "toolResult":
-            segments[-1].append(("tool", _norm_id(message.get("toolCallId")) + "|" + text))
+        raw = entry_raw(entry, _norm_id)
+        if raw is not None:
+            segments[-1].append(raw)
     return segments
 
 

@@ -49,25 +49,30 @@ SCENARIOS = [(version, tail, n, affinity) for version in (PI_VERSION, PI_LATEST)
              for tail in ("text", "tools") for n in (8, 30) for affinity in (False, True)]
 
 
+def entry_raw(entry: dict[str, Any], call_id: Callable[[object], str] = str
+              ) -> tuple[str, str] | None:
+    """One transcript entry as (role, what it says), None for what is not a kept message.
+    ``call_id``: the form tool-call ids are compared in."""
+    message = entry.get("message") if entry.get("type") == "message" else None
+    if not isinstance(message, dict):
+        return None
+    role, content = message.get("role"), message.get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    if role == "user":
+        return "user", text
+    if role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
+        calls = ",".join(call_id(b["id"]) for b in blocks if b.get("type") == "toolCall")
+        return "assistant", text + "|" + calls
+    if role == "toolResult":
+        return "tool", call_id(message.get("toolCallId")) + "|" + text
+    return None
+
+
 def transcript_raw(path: Path) -> list[tuple[str, str]]:
     """The raw messages of a Pi transcript in file order, as (role, what it says)."""
-    out = []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        message = entry.get("message") if entry.get("type") == "message" else None
-        if not isinstance(message, dict):
-            continue
-        role, content = message.get("role"), message.get("content")
-        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        if role == "user":
-            out.append(("user", text))
-        elif role == "assistant" and message.get("stopReason") not in ("error", "aborted"):
-            calls = ",".join(b["id"] for b in blocks if b.get("type") == "toolCall")
-            out.append(("assistant", text + "|" + calls))
-        elif role == "toolResult":
-            out.append(("tool", str(message.get("toolCallId")) + "|" + text))
-    return out
+    found = (entry_raw(json.loads(line)) for line in path.read_text().splitlines())
+    return [raw for raw in found if raw is not None]
 
 
 def kept_by_pi(path: Path) -> list[str]:
