@@ -34,11 +34,15 @@ class Recorder:
             self._failures.add(decision.error)
             floor_log.error("floor rewrite failed (%s); request passed through unchanged, "
                             "further failures like this one are only counted", decision.error)
-        if decision.kind == "shadow" or (decision.added_to_request
-                                         and floor_log.isEnabledFor(logging.DEBUG)):
-            floor_log.info("floor %s (session %s, from %s, %d tokens)", decision.verdict,
-                           decision.session_id, decision.source_session, decision.added_tokens,
-                           extra={"verdict": decision.verdict, "session": decision.session_id})
+        if decision.kind == "shadow" or floor_log.isEnabledFor(logging.DEBUG):
+            # Every verdict at DEBUG, pass-throughs included: why a request was not floored
+            # is the question a user debugging identification asks.
+            floor_log.log(logging.INFO if decision.added_to_request or decision.kind == "shadow"
+                          else logging.DEBUG,
+                          "floor %s (session %s, from %s, %d tokens, method %s)",
+                          decision.verdict, decision.session_id, decision.source_session,
+                          decision.added_tokens, decision.method,
+                          extra={"verdict": decision.verdict, "session": decision.session_id})
         if decision.method is not None:
             m.identification_by(decision.method).inc()
         m.rewrites_by("none" if decision.kind == "off" else decision.kind).inc()

@@ -149,7 +149,8 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
     (rules / "floor.toml").write_text(RULES.format(n=n))
     root = tmp_path / "sessions"
     root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules))
+    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
+                         "--log-level", "DEBUG")
     results: list[list[int]] = []
     carried: list[list[int]] = []
     try:
@@ -205,6 +206,12 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
             kept = kept_by_pi(transcript)
             assert ("toolResult" in kept) == (tail == "tools"), f"run {run}: Pi kept {kept}"
             assert len(kept) < n, f"run {run}: Pi itself kept {len(kept)}: nothing to restore"
+    except AssertionError as failure:
+        # The proxy's own account of each request, to tell a race from a wrong decision.
+        decisions = [line for line in proxy.logs().splitlines()
+                     if '"tailfloor.floor"' in line or "transcripts" in line]
+        raise AssertionError(f"{failure}\nproxy floor log:\n" + "\n".join(decisions[-60:])
+                             ) from failure
     finally:
         fake.behaviour = None
         proxy.stop()
