@@ -88,3 +88,20 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
                           spec=spec, window=learned or spec.context_window, known_window=known,
                           lineage=lineage, tenant=tenant, print_=print_, large=is_large(chat),
                           error=error)
+
+
+def runs_ahead(ctx: RequestContext) -> bool:
+    """A conversation with history (a summary, an answer) that no transcript holds."""
+    signals = ctx.signals
+    return (ctx.lineage.method == "unidentified" and ctx.policy.mode != "off"
+            and not signals.is_summarization
+            and (signals.has_assistant or signals.summary_index is not None))
+
+
+def first_of_session(ctx: RequestContext) -> bool:
+    """A conversation without history that found no predecessor here: the first request of a
+    new session, whose predecessor another replica may have seen."""
+    signals = ctx.signals
+    return (not ctx.lineage.identified and ctx.policy.mode != "off"
+            and not signals.is_summarization and not signals.has_assistant
+            and signals.summary_index is None)

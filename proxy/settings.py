@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from proxy.shared.config import StoreURL, parse_store_url
+
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"
 DEFAULT_UPSTREAM = "https://api.openai.com"
@@ -39,6 +41,7 @@ class Settings:
     upstream_ca: Path | None = None
     rules: Path | None = None
     state: Path | None = None
+    store: StoreURL | None = None
     log_format: str = "text"
     log_level: str = "INFO"
     max_body_bytes: int = 32 * 1024 * 1024
@@ -78,6 +81,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "PEM file of CA certificates to trust for an https upstream (default: the system's)"),
     ("rules", "path", None, "directory of policy files (TOML), hot-reloaded"),
     ("state", "path", None, "directory for tailfloor's own state (compaction store)"),
+    ("store", "str", None,
+     "shared store for several replicas: redis://host:port/db or rediss:// (TLS); a "
+     "password from the URL or the file named by TAILFLOOR_STORE_PASSWORD_FILE"),
     ("log_format", "choice:json,text", "text", "log line format"),
     ("log_level", "choice:DEBUG,INFO,WARNING,ERROR", "INFO", "log level"),
     ("max_body_bytes", "int", 32 * 1024 * 1024, "largest request body accepted (413 above)"),
@@ -187,14 +193,26 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     rules = values["rules"]
     if isinstance(rules, Path) and not rules.is_dir():
         problems.append(f"rules: {str(rules)!r} is not a directory")
+    store = _store(values.pop("store"), environ, problems)
     if problems:
         raise SettingsError(problems)
     values["upstream"] = upstream
     return Settings(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
-        sessions=tuple(Path(p).expanduser() for p in sessions_raw),
+        sessions=tuple(Path(p).expanduser() for p in sessions_raw), store=store,
         **values,  # type: ignore[arg-type]
     )
+
+
+def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> StoreURL | None:
+    if not raw:
+        return None
+    password_file = environ.get(ENV_PREFIX + "STORE_PASSWORD_FILE")
+    try:
+        return parse_store_url(str(raw), Path(password_file) if password_file else None)
+    except ValueError as exc:
+        problems.append(f"store: {exc}")
+        return None
 
 
 def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]) -> object:

@@ -36,6 +36,7 @@ class AgentBehaviour:
     strict: bool = False
     overflow_word: str = ""
     window_tokens: int = 8192
+    summary_delay: float = 0.0  # seconds a summarization call waits before its answer
 
 
 def text_of(content: Any) -> str:

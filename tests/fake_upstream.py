@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import os
 import re
 import time
 from collections import deque
@@ -88,6 +89,9 @@ class FakeUpstream:
         self.behaviour: fb.AgentBehaviour | None = None
         self._calls = 0
         self._replies = 0
+        # Real models' tool-call ids are random: ids that repeat across runs would tie one
+        # run's requests to another run's sessions (a tool-call id is strong evidence).
+        self._salt = os.urandom(4).hex()
         # Bodies are recorded as they arrived (compressed ones too): what a proxy really sent.
         self.app = web.Application(client_max_size=256 * 1024 * 1024,
                                    handler_args={"auto_decompress": False})
@@ -121,6 +125,7 @@ class FakeUpstream:
         self.reject_stream_options = False
         self.behaviour = None
         self._calls = self._replies = 0
+        self._salt = os.urandom(4).hex()
 
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.path.endswith("/chat/completions")]
@@ -224,7 +229,9 @@ class FakeUpstream:
             # A real model's summary is its own for each conversation: the digest of what it
             # summarized makes the fake's so too (two sessions never share one).
             digest = hashlib.blake2b(orjson.dumps(messages), digest_size=6).hexdigest()
-            reply = Reply(text=f"{fb.SUMMARY_TEXT}\n(digest {digest})")
+            reply = Reply(text=f"{fb.SUMMARY_TEXT}\n(digest {digest})",
+                          delay_before_headers=self.behaviour.summary_delay
+                          if self.behaviour is not None else 0.0)
         elif last.get("role") == "tool":
             reply = Reply(text=f"The tool returned: {fb.text_of(last.get('content'))[:200]}")
         elif "USE_TOOL" in (turn := fb.current_turn_text(messages)):
@@ -232,7 +239,8 @@ class FakeUpstream:
             offered = [t.get("function", {}).get("name") for t in payload.get("tools") or []]
             name = named.group(1) if named else (offered[0] if offered else "bash")
             self._calls += 1
-            reply = Reply(text="", tool_call={"id": f"call_fake_{self._calls}", "name": name,
+            reply = Reply(text="", tool_call={"id": f"call_fake_{self._calls}_{self._salt}",
+                                              "name": name,
                                               "arguments": fb.tool_arguments(
                                                   name, "BIG_OUTPUT" in turn)})
         elif "LONG_REPLY" in turn:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +53,8 @@ class Fingerprints:
         self._per = per_fingerprint
         self._by_session: OrderedDict[str, str] = OrderedDict()
         self._by_print: dict[str, OrderedDict[str, None]] = {}
+        # What this process recorded, for a shared store to pass on to the other replicas.
+        self.recorded: deque[tuple[str, str]] = deque(maxlen=4096)
 
     def __len__(self) -> int:
         return len(self._by_session)
@@ -61,6 +63,12 @@ class Fingerprints:
         return self._by_session.get(session_id)
 
     def record(self, session_id: str, print_: str) -> None:
+        if self._by_session.get(session_id) != print_:
+            self.recorded.append((session_id, print_))
+        self.merge(session_id, print_)
+
+    def merge(self, session_id: str, print_: str) -> None:
+        """Record a fingerprint (another replica's, or this one's)."""
         old = self._by_session.get(session_id)
         if old == print_:
             self._by_session.move_to_end(session_id)

@@ -26,17 +26,16 @@ event loop.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 import orjson
 
 from proxy.context import RequestContext
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
 from proxy.policy.records import Policy, RuleSet
+from proxy.recovery.compactions import Compactions, LocalCompactions, Offload
 from proxy.recovery.detect import OverflowDetector, context_length_exceeded_body
 from proxy.recovery.locks import SessionLocks
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, SummaryAttempt, Trigger
@@ -57,20 +56,19 @@ from proxy.recovery.summarize.summarizer import SummarizerTransport
 from proxy.recovery.windows import BoundedMap, LearnedWindows
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
-__all__ = ["Offload", "Recovery"]
-
-T = TypeVar("T")
-
-
-class Offload(Protocol):
-    """Runs blocking work (disk, database, heavy counting) off the event loop."""
-
-    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Awaitable[T]: ...
+__all__ = ["Offload", "Recovery", "SummaryLock"]
 
 
 class RulesSource(Protocol):
     @property
     def rules(self) -> RuleSet: ...
+
+
+class SummaryLock(Protocol):
+    """One summary per session across processes (a shared store's lock); ``hold`` yields
+    whether another process held it first. Held inside this process's own session lock."""
+
+    def hold(self, session: str) -> contextlib.AbstractAsyncContextManager[bool]: ...
 
 
 class Recovery:
@@ -85,22 +83,31 @@ class Recovery:
         self._marked: BoundedMap[str, str] = BoundedMap(4096)  # session -> why
         self._detectors: BoundedMap[tuple[str, ...], OverflowDetector] = BoundedMap(64)
         self._locks = SessionLocks()
-        self._store: CompactionStore | None = None
-        # sessions with stored compactions; evictions leave extra keys, which cost a lookup
-        self._sessions: set[str] = set()
+        self._store: Compactions | None = None
+        self._shared_lock: SummaryLock | None = None
 
     # -- life cycle (blocking: the application runs these in a worker thread) -----------
 
     def open(self, directory: Path, store: type[CompactionStore] = CompactionStore) -> None:
+        """The embedded store under ``directory``."""
         limits = self._rules.rules.store
-        self._store = store(directory, max_per_session=limits.max_entries_per_session,
-                            max_total=limits.max_entries_total)
-        self._sessions = self._store.session_keys()
+        local = store(directory, max_per_session=limits.max_entries_per_session,
+                      max_total=limits.max_entries_total)
+        self._store = LocalCompactions(local, self._offload,
+                                       max_sessions=limits.max_entries_total)
 
-    def close(self) -> None:
+    @property
+    def store(self) -> Compactions | None:
+        return self._store
+
+    def use(self, store: Compactions, lock: SummaryLock | None = None) -> None:
+        """Another store (a shared one), and its lock across processes."""
+        self._store, self._shared_lock = store, lock
+
+    async def close(self) -> None:
         if self._store is not None:
-            self._store.close()
-            self._store = None
+            store, self._store = self._store, None
+            await store.close()
 
     # -- the three phases ----------------------------------------------------------------
 
@@ -114,7 +121,8 @@ class Recovery:
     async def before_send(self, request: RecoveryRequest | None) -> Compaction | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
             return None
-        prior, found, over = await self._offload(self._preflight, request)
+        found = await self._find(request)
+        prior, over = await self._offload(self._preflight, request, found)
         # A cache warm never starts a summary: it repeats a request that fitted, or reuses
         # what that request was given.
         warm = request.ctx.signals.cache_warm
@@ -127,7 +135,7 @@ class Recovery:
                 return compacted
         if found is None:
             return None
-        return await self._offload(self._reuse, request, found, "reused")
+        return await self._reuse(request, found, "reused")
 
     async def on_error(self, request: RecoveryRequest | None, failed: Compaction | None,
                        answer: UpstreamAnswer, *, attempt: int) -> ErrorStep:
@@ -155,13 +163,14 @@ class Recovery:
             return ErrorStep.passed(overflow="passthrough", verdict=verdict,
                                     learned_window=learned)
         if not retried:
-            prior, found, scale = await self._offload(
-                self._after_overflow, request, failed, verdict.prompt_tokens)
+            found = await self._find(request)
+            prior, scale = await self._offload(
+                self._after_overflow, request, found, failed, verdict.prompt_tokens)
             compacted = await self._compact(request, prior, trigger="overflow",
                                             why=verdict.pattern or "overflow", scale=scale)
             if compacted is None and found is not None and failed is None:
                 # sent before a concurrent request of the session stored this compaction
-                compacted = await self._offload(self._reuse, request, found, "reused:overflow")
+                compacted = await self._reuse(request, found, "reused:overflow")
             if compacted is not None:
                 return ErrorStep("retry", compaction=compacted, verdict=verdict,
                                  learned_window=learned)
@@ -208,38 +217,34 @@ class Recovery:
         budget in tokens: a text token covers at least one byte, so the request cannot need
         compacting, and a small request costs a few microseconds. Images and audio cost
         tokens their bytes do not show, so those requests take the full path."""
-        if request.session in self._sessions or request.session in self._marked:
+        if request.session in self._marked or (
+                self._store is not None and self._store.may_hold(request.session)):
             return False
         body = request.draft.body
         if b'"image_url"' in body or b'"input_audio"' in body:
             return False
         return len(body) + requested_output(request.chat.body) < request.budget
 
-    def _preflight(self, request: RecoveryRequest
-                   ) -> tuple[Prior, StoredCompaction | None, bool]:
-        prior, found = self._prior(request)
+    def _preflight(self, request: RecoveryRequest, found: StoredCompaction | None
+                   ) -> tuple[Prior, bool]:
+        prior = _prior(request, found)
         over = request.policy.preflight and request.estimate(self._tokens, prior) > request.budget
-        return prior, found, over
+        return prior, over
 
-    def _after_overflow(self, request: RecoveryRequest, failed: Compaction | None,
-                        upstream_prompt: int | None
-                        ) -> tuple[Prior, StoredCompaction | None, float]:
-        prior, found = self._prior(request)
+    def _after_overflow(self, request: RecoveryRequest, found: StoredCompaction | None,
+                        failed: Compaction | None, upstream_prompt: int | None
+                        ) -> tuple[Prior, float]:
         scale = request.undercount(self._tokens, failed.messages if failed else None,
                                    upstream_prompt)
-        return prior, found, scale
+        return _prior(request, found), scale
 
-    def _prior(self, request: RecoveryRequest) -> tuple[Prior, StoredCompaction | None]:
-        """What is summarized already: a stored compaction of this prefix, else the agent's."""
-        if self._store is None or request.session not in self._sessions:
-            return Prior.of(request.conversation), None
-        try:
-            found = self._store.find_for(request.conversation, request.session)
-        except (sqlite3.Error, OSError):
-            found = None  # a broken store holds nothing: summarize (its put is counted)
-        if found is not None:
-            return Prior(found.message_count, found.summary), found
-        return Prior.of(request.conversation), None
+    async def _find(self, request: RecoveryRequest, *, ask: bool = False
+                    ) -> StoredCompaction | None:
+        """A stored compaction of the longest prefix of the request, if any. ``ask``: even
+        when the store is not known to hold the session (another holder just stored it)."""
+        if self._store is None or not (ask or self._store.may_hold(request.session)):
+            return None
+        return await self._store.find_for(request.conversation, request.session)
 
     def _cut(self, request: RecoveryRequest, prior: Prior, scale: float
              ) -> tuple[Cut, list[int]]:
@@ -249,25 +254,12 @@ class Recovery:
                        available=request.available(self._tokens, scale))
         return cut, costs
 
-    def _reuse(self, request: RecoveryRequest, found: StoredCompaction, label: str
-               ) -> Compaction:
+    async def _reuse(self, request: RecoveryRequest, found: StoredCompaction, label: str
+                     ) -> Compaction:
         if self._store is not None:
-            with contextlib.suppress(sqlite3.Error, OSError):  # recency only
-                self._store.touch(found.id)
-        return self._finish(request, found.summary, found.message_count, "reused",
-                            label=label, why="stored")
-
-    def _store_put(self, request: RecoveryRequest, covered: int, summary: str,
-                   tokens: int) -> str | None:
-        """Store a summary; the error, if the store cannot take it (the summary is used
-        for this request anyway)."""
-        if self._store is None:
-            return "no store"
-        try:
-            self._store.put(request.session, request.conversation[:covered], summary, tokens)
-        except (sqlite3.Error, OSError) as exc:
-            return f"{type(exc).__name__}: {exc}"[:200]
-        return None
+            await self._store.touch(found)
+        return await self._offload(self._finish, request, found.summary, found.message_count,
+                                   "reused", label=label, why="stored")
 
     def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: Trigger,
                 *, label: str, why: str, attempt: SummaryAttempt | None = None,
@@ -310,12 +302,14 @@ class Recovery:
         cut, costs = await self._offload(self._cut, request, prior, scale)
         if cut.keep <= prior.covered:
             return None
-        async with self._locks.hold(request.session) as contended:
-            # a concurrent request of the session may have summarized this prefix meanwhile
-            if contended:
-                _prior, found = await self._offload(self._prior, request)
+        async with self._locks.hold(request.session) as contended, \
+                self._held_across(request.session) as elsewhere:
+            # a concurrent request of the session (here or in another process sharing the
+            # store) may have summarized this prefix meanwhile
+            if contended or elsewhere:
+                found = await self._find(request, ask=True)
                 if found is not None and found.message_count >= cut.keep:
-                    return await self._offload(self._reuse, request, found, f"reused:{trigger}")
+                    return await self._reuse(request, found, f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
             name = request.policy.summary_model or request.chat.model
             summary, attempt = await self._summaries.make(
@@ -325,15 +319,17 @@ class Recovery:
             if summary is None:
                 return await self._offload(self._fallback, request, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
-            self._sessions.add(request.session)
-            if len(self._sessions) > 2 * self._rules.rules.store.max_entries_total \
-                    and self._store is not None:
-                self._sessions = await self._offload(self._store.session_keys)
-            stored = await self._offload(self._store_put, request, cut.keep, summary,
-                                         sum(costs[:cut.keep]))
+            stored = "no store" if self._store is None else await self._store.put(
+                request.session, request.conversation[:cut.keep], summary,
+                sum(costs[:cut.keep]))
         label = "reused" if trigger == "reused" else f"compacted:{trigger}"
         return await self._offload(self._finish, request, summary, cut.keep, trigger,
                                    label=label, why=why, attempt=attempt, store_error=stored)
+
+    def _held_across(self, session: str) -> contextlib.AbstractAsyncContextManager[bool]:
+        if self._shared_lock is None:
+            return contextlib.nullcontext(False)
+        return self._shared_lock.hold(session)
 
     def _window(self, model: str) -> int:
         learned = self._windows.window(self._upstream, model)
@@ -347,3 +343,10 @@ class Recovery:
             detector = OverflowDetector(key)
             self._detectors.put(key, detector)
         return detector
+
+
+def _prior(request: RecoveryRequest, found: StoredCompaction | None) -> Prior:
+    """What is summarized already: a stored compaction of this prefix, else the agent's."""
+    if found is not None:
+        return Prior(found.message_count, found.summary)
+    return Prior.of(request.conversation)

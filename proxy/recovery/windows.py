@@ -7,12 +7,13 @@
 
 Both are small least-recently-used maps: a proxy sees few models, and a session marked silent
 is cleared by its next request. Nothing here outlives the process (the windows are learned
-again from the next error; the stored compactions live in the SQLite store).
+again from the next error; the stored compactions live in the SQLite store) unless a shared
+store passes the learned windows between replicas (``proxy.shared.facts``).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Generic, TypeVar
 
 __all__ = ["BoundedMap", "LearnedWindows"]
@@ -57,9 +58,18 @@ class LearnedWindows:
 
     def __init__(self, limit: int = 1024) -> None:
         self._windows: BoundedMap[tuple[str, str], int] = BoundedMap(limit)
+        # What this process learned, for a shared store to pass on to the other replicas.
+        self.learned: deque[tuple[str, str, int]] = deque(maxlen=limit)
 
     def learn(self, upstream: str, model: str, window: int | None) -> bool:
         """Remember ``window``; True when it is new or changed."""
+        if not self.merge(upstream, model, window):
+            return False
+        self.learned.append((upstream, model, window or 0))
+        return True
+
+    def merge(self, upstream: str, model: str, window: int | None) -> bool:
+        """Remember a window another replica learned; True when it is new or changed."""
         if window is None or window <= 0:
             return False
         key = (upstream, model)

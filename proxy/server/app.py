@@ -28,6 +28,7 @@ from proxy.floor.stage import Floor
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
+from proxy.recovery.compactions import LocalCompactions
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.recovery.windows import LearnedWindows
@@ -39,6 +40,7 @@ from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
+from proxy.shared.service import SharedStore
 from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
@@ -139,11 +141,33 @@ async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
         log.info("no --state directory: compactions are kept in %s until tailfloor stops",
                  scratch.name)
         await state.offload(state.recovery.open, Path(scratch.name))
+    shared = await _shared_store(state)
     yield
-    await state.offload(state.recovery.close)
+    if shared is not None:
+        state.shared = None
+        await shared.close()
+    await state.recovery.close()
     if scratch is not None:
         scratch.cleanup()
     state.offload.close()
+
+
+async def _shared_store(state: ProxyState) -> SharedStore | None:
+    """Compactions and learned facts shared with the other replicas (``--store``); the
+    embedded store under it stands in while the shared one does not answer."""
+    url, local = state.settings.store, state.recovery.store
+    if url is None or not isinstance(local, LocalCompactions):
+        return None
+    errors = state.metrics.store_errors.labels(store="redis")
+    assert state.sessions is not None
+    shared = SharedStore(url, local=local, offload=state.offload, windows=state.windows,
+                         stream_options=state.stream_options, prints=state.sessions.prints,
+                         on_error=errors.inc,
+                         max_per_session=state.rules.rules.store.max_entries_per_session)
+    state.recovery.use(shared.compactions, shared.lock)
+    await shared.start()
+    state.shared = shared
+    return shared
 
 
 async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:

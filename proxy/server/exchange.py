@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.context import RequestContext, build_context, is_large
+from proxy.context import (
+    RequestContext,
+    build_context,
+    first_of_session,
+    is_large,
+    runs_ahead,
+)
 from proxy.errors import AnswerTooLarge, ProxyError, Rejected, to_response_parts
 from proxy.floor.decision import Decision, none
 from proxy.floor.identify import identify
@@ -31,10 +37,10 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.relay import relay_stream
 from proxy.server.sse import StreamScanner, read_body_usage
 from proxy.server.state import ProxyState
-from proxy.server.stream_options import names_stream_options
 from proxy.server.target import Target
 from proxy.upstream.headers import forward_headers, response_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
+from proxy.upstream.stream_options import names_stream_options
 
 JSON = "application/json"
 LAG_WAIT = 0.2  # seconds a request that runs ahead of its transcript may wait for it
@@ -43,14 +49,6 @@ ACTIVE_WITHIN = 2.0  # only while some transcript changed this recently
 # a complete answer over 8 MiB is passed on as it arrives instead of being held.
 ERROR_BODY_LIMIT = 1024 * 1024
 PLAIN_ANSWER_LIMIT = 8 * 1024 * 1024
-
-
-def runs_ahead(ctx: RequestContext) -> bool:
-    """A conversation with history (a summary, an answer) that no transcript holds."""
-    signals = ctx.signals
-    return (ctx.lineage.method == "unidentified" and ctx.policy.mode != "off"
-            and not signals.is_summarization
-            and (signals.has_assistant or signals.summary_index is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +171,16 @@ class ChatExchange:
         ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                             upstream=state.settings.upstream, sessions=state.sessions,
                             signals=signals)
+        shared = state.shared
+        if shared is not None:
+            shared.kick()
+            if ctx.print_ is not None and first_of_session(ctx) and \
+                    await shared.facts.pull_print(ctx.print_):
+                # Another replica saw this system prompt and tools: its sessions may be the
+                # predecessor of this new one.
+                ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                                    upstream=state.settings.upstream, sessions=state.sessions,
+                                    signals=ctx.signals)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx

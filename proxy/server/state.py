@@ -19,11 +19,12 @@ from proxy.server.budget import BodyBudget
 from proxy.server.connections import CappedSite
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
-from proxy.server.stream_options import StreamOptionsMemory
 from proxy.settings import Settings
+from proxy.shared.service import SharedStore
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Upstream
+from proxy.upstream.stream_options import StreamOptionsMemory
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ProxyState:
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
+    shared: SharedStore | None = None  # --store: what replicas share
     connections: CappedSite | None = None  # the proxy port's listener, once it listens
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False

@@ -171,7 +171,7 @@ async def main(runs: int, check: bool) -> int:
             shares.append(total - transport.seconds)
         print(f"full recovery of the same request, summarizer excluded ({transport.calls} "
               f"summarizer calls in all): {percentiles(shares)} over {len(shares)} runs")
-        recovery.close()
+        await recovery.close()
     if check and steady_p50 > 0.005:
         print("FAIL: applying a stored compaction takes over 5 ms (p50)")
         return 1

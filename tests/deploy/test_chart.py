@@ -307,3 +307,25 @@ def test_introspection_is_off_in_the_pod_unless_asked() -> None:
     tailfloor = container(pod_spec(render([STANDALONE], ["tailfloor.introspection=true"])),
                           "tailfloor")
     assert env_of(tailfloor)["TAILFLOOR_INTROSPECTION"] == "true"
+
+
+def test_standalone_replicas_share_a_store_without_a_password_in_the_pod_spec() -> None:
+    plain = container(pod_spec(render([STANDALONE])), "tailfloor")
+    assert "TAILFLOOR_STORE" not in env_of(plain)  # the default: each replica its own store
+    docs = render([STANDALONE], sets=["tailfloor.store.url=redis://redis.cache:6379/0",
+                                      "tailfloor.store.passwordSecret=redis-auth"])
+    spec = pod_spec(docs)
+    tailfloor = container(spec, "tailfloor")
+    env = env_of(tailfloor)
+    assert env["TAILFLOOR_STORE"] == "redis://redis.cache:6379/0"
+    mount = next(m for m in tailfloor["volumeMounts"] if m["name"] == "tailfloor-store")
+    assert env["TAILFLOOR_STORE_PASSWORD_FILE"] == mount["mountPath"] + "/password"
+    assert mount["readOnly"] is True
+    volume = next(v for v in spec["volumes"] if v["name"] == "tailfloor-store")
+    assert volume["secret"]["secretName"] == "redis-auth"
+    from_secret = container(pod_spec(render([STANDALONE], sets=[
+        "tailfloor.store.urlSecret=redis-url"])), "tailfloor")
+    store = next(e for e in from_secret["env"] if e["name"] == "TAILFLOOR_STORE")
+    assert store["valueFrom"]["secretKeyRef"] == {"name": "redis-url", "key": "url"}
+    assert helm_template(sets=["tailfloor.store.url=http://cache:6379"],
+                         check=False).returncode != 0

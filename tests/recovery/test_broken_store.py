@@ -89,4 +89,4 @@ def test_a_summary_that_cannot_be_stored_is_used_and_the_failure_counted_once(
         assert any("takes summaries again" in r.getMessage() for r in caplog.records)
     finally:
         FullDisk.healthy = False
-        recovery.close()
+        asyncio.run(recovery.close())

@@ -68,7 +68,7 @@ def recovery() -> Iterator[tuple[Recovery, MemorySummarizer]]:
                             transport=transport, upstream="test", offload=inline)
         instance.open(Path(tmp))
         yield instance, transport
-        instance.close()
+        asyncio.run(instance.close())
 
 
 SESSIONS = itertools.count()

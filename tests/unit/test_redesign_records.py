@@ -8,7 +8,7 @@ import orjson
 
 from proxy.model import AnswerSeen, ChatRequest, Draft, Usage
 from proxy.recovery.locks import SessionLocks
-from proxy.server.stream_options import StreamOptionsMemory, names_stream_options
+from proxy.upstream.stream_options import StreamOptionsMemory, names_stream_options
 
 
 def test_usage_that_is_not_reported_is_none_not_zero() -> None:

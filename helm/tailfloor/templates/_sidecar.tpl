@@ -24,6 +24,9 @@ where $cfg is a dict; only "image" is required:
   sessions        list of transcript paths inside the container (default: transcripts.mountPath)
   rules           dict: enabled, configMap (name), mountPath (default /etc/tailfloor/rules)
   state           dict: mountPath, volume (a volume source; default emptyDir)
+  store           dict: the shared store for several replicas (Redis): url, or
+                  urlSecret + urlKey (a URL with credentials); passwordSecret + passwordKey
+                  (mounted as a file, never an env value)
   tmp             dict: sizeLimit of the TMPDIR emptyDir
   pullPolicy, hostPort, hostIP, logFormat, logLevel, shutdownGrace, extraArgs, env,
   extraVolumeMounts, resources, securityContext, livenessProbe, readinessProbe, startupProbe
@@ -35,6 +38,7 @@ where $cfg is a dict; only "image" is required:
 {{- $t := default dict $c.transcripts -}}
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
+{{- $store := default dict $c.store -}}
 {{- $sessions := $c.sessions -}}
 {{- if and (not $sessions) $t.volume -}}
 {{- $sessions = list (default "/transcripts" $t.mountPath) -}}
@@ -70,6 +74,20 @@ where $cfg is a dict; only "image" is required:
     {{- if $rules.enabled }}
     - name: TAILFLOOR_RULES
       value: {{ default "/etc/tailfloor/rules" $rules.mountPath | quote }}
+    {{- end }}
+    {{- if $store.urlSecret }}
+    - name: TAILFLOOR_STORE
+      valueFrom:
+        secretKeyRef:
+          name: {{ $store.urlSecret | quote }}
+          key: {{ default "url" $store.urlKey | quote }}
+    {{- else if $store.url }}
+    - name: TAILFLOOR_STORE
+      value: {{ $store.url | quote }}
+    {{- end }}
+    {{- if $store.passwordSecret }}
+    - name: TAILFLOOR_STORE_PASSWORD_FILE
+      value: {{ printf "/etc/tailfloor/store/%s" (default "password" $store.passwordKey) | quote }}
     {{- end }}
     - name: TMPDIR
       value: /tmp
@@ -122,6 +140,11 @@ where $cfg is a dict; only "image" is required:
       mountPath: {{ default "/var/lib/tailfloor" $state.mountPath }}
     - name: tailfloor-tmp
       mountPath: /tmp
+    {{- if $store.passwordSecret }}
+    - name: tailfloor-store
+      mountPath: /etc/tailfloor/store
+      readOnly: true
+    {{- end }}
     {{- with $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -133,12 +156,22 @@ where $cfg is a dict; only "image" is required:
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
 {{- $tmp := default dict $c.tmp -}}
+{{- $store := default dict $c.store -}}
 - name: tailfloor-state
   {{- toYaml (default (dict "emptyDir" (dict)) $state.volume) | nindent 2 }}
 - name: tailfloor-tmp
   emptyDir:
     medium: Memory
     sizeLimit: {{ default "64Mi" $tmp.sizeLimit }}
+{{- if $store.passwordSecret }}
+- name: tailfloor-store
+  secret:
+    secretName: {{ $store.passwordSecret | quote }}
+    defaultMode: 0440  # root:fsGroup, readable by the pod's group only
+    items:
+      - key: {{ default "password" $store.passwordKey | quote }}
+        path: {{ default "password" $store.passwordKey | quote }}
+{{- end }}
 {{- if $rules.enabled }}
 - name: tailfloor-rules
   configMap:

@@ -10,6 +10,7 @@ client's bad request) changes nothing.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 import orjson
@@ -43,6 +44,8 @@ class StreamOptionsMemory:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._refused_until: dict[str, float] = {}
+        # Upstreams found refusing here, for a shared store to pass on to the other replicas.
+        self.refusals: deque[str] = deque(maxlen=64)
 
     def accepted(self, upstream: str) -> bool:
         until = self._refused_until.get(upstream)
@@ -54,4 +57,11 @@ class StreamOptionsMemory:
         return False
 
     def refused(self, upstream: str) -> None:
-        self._refused_until[upstream] = self._clock() + REMEMBER_SECONDS
+        self.merge(upstream, REMEMBER_SECONDS)
+        self.refusals.append(upstream)
+
+    def merge(self, upstream: str, seconds: float) -> None:
+        """Another replica found ``upstream`` refusing; remember it for ``seconds``."""
+        if seconds > 0 and len(self._refused_until) < 1024:
+            until = self._clock() + min(seconds, REMEMBER_SECONDS)
+            self._refused_until[upstream] = max(until, self._refused_until.get(upstream, 0.0))

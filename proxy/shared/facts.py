@@ -1,0 +1,183 @@
+"""What replicas learn about upstreams and sessions, passed between them through the store.
+
+Each process keeps its learned facts in memory (the request path reads only memory); this
+module passes them on in the background:
+
+- context windows learned from overflow errors, per upstream and model
+  (``tailfloor:windows``, a hash);
+- upstreams that refuse ``stream_options`` (``tailfloor:refusals``: until when);
+- request fingerprints per session, for the carry of a session that names itself nowhere
+  (``tailfloor:fp:<fingerprint>``: the sessions that sent it, newest last, at most
+  ``PER_PRINT``);
+- the sessions with stored compactions (``tailfloor:known``, written with each compaction).
+
+``sync`` pushes what this process learned since the last round and reads what the others
+did; ``pull_print`` reads one fingerprint's sessions at once, for the first request of a new
+session, which cannot wait for the next round. Every key has a TTL. A store that does not
+answer is skipped: each process goes on with what it knows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+import orjson
+from redis import asyncio as aioredis
+
+from proxy.floor.fingerprints import Fingerprints
+from proxy.recovery.windows import LearnedWindows
+from proxy.shared.client import KEY_PREFIX, SharedClient, StoreUnavailable
+from proxy.shared.compactions import KNOWN_KEY
+from proxy.upstream.stream_options import REMEMBER_SECONDS, StreamOptionsMemory
+
+__all__ = ["PER_PRINT", "SharedFacts"]
+
+T = TypeVar("T")
+WINDOWS_KEY = KEY_PREFIX + "windows"
+REFUSALS_KEY = KEY_PREFIX + "refusals"
+PER_PRINT = 64
+_PULL_LIMIT = 10_000  # newly known sessions read per round
+
+
+def _print_key(print_: str) -> str:
+    return f"{KEY_PREFIX}fp:{print_}"
+
+
+class KnownSessions(Protocol):
+    def learn_sessions(self, sessions: list[str]) -> None: ...
+
+
+class SharedFacts:
+    def __init__(self, client: SharedClient, *, windows: LearnedWindows,
+                 stream_options: StreamOptionsMemory, prints: Fingerprints,
+                 compactions: KnownSessions, ttl: float = 7 * 86400,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._windows = windows
+        self._stream_options = stream_options
+        self._prints = prints
+        self._compactions = compactions
+        self._ttl = max(int(ttl), 1)
+        self._clock = clock
+        self._known_since = 0.0
+
+    def pending(self) -> bool:
+        """Whether this process learned something the others have not been told."""
+        return bool(self._windows.learned or self._stream_options.refusals
+                    or self._prints.recorded)
+
+    async def sync(self) -> None:
+        """One round: push what was learned here, read what was learned elsewhere."""
+        await self._push()
+        now = self._clock()
+        since = self._known_since
+
+        async def read(redis: aioredis.Redis) -> list[object]:
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(WINDOWS_KEY)
+                pipe.hgetall(REFUSALS_KEY)
+                pipe.zrangebyscore(KNOWN_KEY, since, "+inf", start=0, num=_PULL_LIMIT)
+                result: list[object] = await pipe.execute()
+            return result
+
+        try:
+            windows, refusals, known = await self._client.run(read, "read facts")
+        except StoreUnavailable:
+            return
+        self._known_since = now - 5.0  # overlap: a write may land just before our clock
+        if isinstance(windows, dict):
+            for field, value in windows.items():
+                upstream_model, window = _decode_window(field, value)
+                if upstream_model is not None:
+                    self._windows.merge(*upstream_model, window)
+        if isinstance(refusals, dict):
+            for upstream, until in refusals.items():
+                left = _float(until) - now
+                if left > 0:
+                    self._stream_options.merge(_text(upstream), min(left, REMEMBER_SECONDS))
+        if isinstance(known, list):
+            self._compactions.learn_sessions([_text(s) for s in known])
+
+    async def _push(self) -> None:
+        windows = _drain(self._windows.learned)
+        refusals = _drain(self._stream_options.refusals)
+        prints = _drain(self._prints.recorded)
+        if not (windows or refusals or prints):
+            return
+        now = self._clock()
+
+        async def write(redis: aioredis.Redis) -> None:
+            async with redis.pipeline(transaction=False) as pipe:
+                for upstream, model, window in windows:
+                    pipe.hset(WINDOWS_KEY, orjson.dumps([upstream, model]), window)
+                if windows:
+                    pipe.expire(WINDOWS_KEY, self._ttl)
+                for upstream in refusals:
+                    pipe.hset(REFUSALS_KEY, upstream, now + REMEMBER_SECONDS)
+                if refusals:
+                    pipe.expire(REFUSALS_KEY, self._ttl)
+                for session, print_ in prints:
+                    key = _print_key(print_)
+                    pipe.zadd(key, {session: now})
+                    pipe.zremrangebyrank(key, 0, -PER_PRINT - 1)
+                    pipe.expire(key, self._ttl)
+                await pipe.execute()
+
+        try:
+            await self._client.run(write, "write facts")
+        except StoreUnavailable:
+            # Told later: put them back (bounded deques drop the oldest first).
+            self._windows.learned.extend(windows)
+            self._stream_options.refusals.extend(refusals)
+            self._prints.recorded.extend(prints)
+
+    async def pull_print(self, print_: str) -> bool:
+        """Read the sessions another replica saw sending ``print_``; True when one was new."""
+        try:
+            sessions = await self._client.run(
+                lambda r: r.zrange(_print_key(print_), 0, -1), "read fingerprint")
+        except StoreUnavailable:
+            return False
+        fresh = False
+        for raw in sessions[-PER_PRINT:]:
+            session = _text(raw)
+            if self._prints.get(session) != print_:
+                self._prints.merge(session, print_)
+                fresh = True
+        return fresh
+
+
+def _drain(queue: deque[T]) -> list[T]:
+    """Everything queued so far; an item another thread adds meanwhile stays for next time."""
+    items: list[T] = []
+    while queue:
+        try:
+            items.append(queue.popleft())
+        except IndexError:
+            break
+    return items
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _float(value: object) -> float:
+    try:
+        return float(_text(value))
+    except ValueError:
+        return 0.0
+
+
+def _decode_window(field: object, value: object) -> tuple[tuple[str, str] | None, int]:
+    try:
+        upstream, model = orjson.loads(field if isinstance(field, bytes | str) else b"")
+        window = int(_text(value))
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None, 0
+    if not isinstance(upstream, str) or not isinstance(model, str):
+        return None, 0
+    return (upstream, model), window

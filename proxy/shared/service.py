@@ -1,0 +1,76 @@
+"""The shared store as the application runs it: the parts wired together and the sync loop.
+
+Started with the application when ``--store`` is set. The embedded SQLite store stays: it
+stands in while the shared store does not answer. Readiness never depends on the shared
+store: a replica without it works as a single process does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from proxy.floor.fingerprints import Fingerprints
+from proxy.recovery.compactions import LocalCompactions, Offload
+from proxy.recovery.windows import LearnedWindows
+from proxy.shared.client import SharedClient
+from proxy.shared.compactions import SharedCompactions
+from proxy.shared.config import StoreURL
+from proxy.shared.facts import SharedFacts
+from proxy.shared.lock import SharedSummaryLock
+from proxy.upstream.stream_options import StreamOptionsMemory
+
+__all__ = ["SharedStore"]
+
+_LOG = logging.getLogger("tailfloor.store")
+SYNC_INTERVAL = 1.0  # seconds between rounds of reading what the other replicas learned
+
+
+class SharedStore:
+    def __init__(self, url: StoreURL, *, local: LocalCompactions, offload: Offload,
+                 windows: LearnedWindows, stream_options: StreamOptionsMemory,
+                 prints: Fingerprints, on_error: Callable[[], None] = lambda: None,
+                 max_per_session: int = 16, lock_wait: float = 130.0) -> None:
+        self.client = SharedClient(url, on_error=on_error)
+        self.compactions = SharedCompactions(self.client, local, offload,
+                                             max_per_session=max_per_session)
+        self.lock = SharedSummaryLock(self.client, wait=lock_wait, expiry=lock_wait + 20)
+        self.facts = SharedFacts(self.client, windows=windows, stream_options=stream_options,
+                                 prints=prints, compactions=self.compactions)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if await self.client.ping():
+            _LOG.info("shared store %s: compactions and learned facts are shared",
+                      self.client.url)
+        self._task = asyncio.create_task(self._sync_loop(), name="shared-store-sync")
+
+    def kick(self) -> None:
+        """Pass on what this process just learned without waiting for the next round."""
+        if self.facts.pending():
+            self._wake.set()
+
+    async def _sync_loop(self) -> None:
+        while True:
+            try:
+                await self.facts.sync()
+            except Exception:  # a bug here must not stop the sharing for good
+                _LOG.exception("shared store sync failed; trying again")
+            with contextlib.suppress(TimeoutError):
+                # Woken at once by what this process learns: a new session's first request
+                # may reach another replica right after its predecessor's last one.
+                await asyncio.wait_for(self._wake.wait(), SYNC_INTERVAL)
+            self._wake.clear()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(Exception):
+            await self.facts.sync()  # what was learned last, for the replicas that go on
+        await self.client.close()

@@ -1,0 +1,97 @@
+"""``--store``: the URL read, the password kept out of every printed form, the backoff."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from proxy.settings import Settings, SettingsError, add_arguments, from_namespace
+from proxy.shared.config import parse_store_url
+from proxy.shared.health import StoreHealth
+
+SECRET = "s3cret-Pa55word"
+
+
+def settings(*argv: str, env: dict[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_namespace(parser.parse_args(list(argv)), env or {})
+
+
+def test_a_plain_url() -> None:
+    url = parse_store_url("redis://cache.internal:6380/2")
+    assert (url.host, url.port, url.db, url.tls, url.password) == ("cache.internal", 6380, 2,
+                                                                   False, None)
+    assert str(url) == "redis://cache.internal:6380/2"
+
+
+def test_defaults_and_tls() -> None:
+    url = parse_store_url("rediss://cache")
+    assert (url.port, url.db, url.tls) == (6379, 0, True)
+
+
+def test_the_password_is_in_no_printed_form() -> None:
+    url = parse_store_url(f"redis://app:{SECRET}@cache:6379/0")
+    assert url.password == SECRET and url.username == "app"
+    for shown in (str(url), repr(url), f"{url}", f"{url!r}"):
+        assert SECRET not in shown
+
+
+def test_the_password_file_wins_and_its_newline_is_dropped(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text(SECRET + "\n")
+    url = parse_store_url("redis://:other@cache/0", secret)
+    assert url.password == SECRET
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ("http://cache:6379", "redis://"),
+    ("redis://:6379/0", "no host"),
+    ("redis://cache:99999/0", "port"),
+    ("redis://cache/zero", "database number"),
+    ("redis://cache/0?ssl=1", "query"),
+])
+def test_bad_urls_are_refused_at_start(raw: str, says: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        settings("--store", raw)
+    assert says in str(caught.value)
+
+
+def test_a_refused_url_never_echoes_its_password(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as caught:
+        settings("--store", f"redis://app:{SECRET}@cache/zero")
+    assert SECRET not in str(caught.value)
+    with pytest.raises(SettingsError) as caught:
+        settings("--store", "redis://cache/0",
+                 env={"TAILFLOOR_STORE_PASSWORD_FILE": str(tmp_path / "missing")})
+    assert "password file" in str(caught.value)
+
+
+def test_the_environment_names_the_store() -> None:
+    parsed = settings(env={"TAILFLOOR_STORE": "redis://cache:7000/1"})
+    assert str(parsed.store) == "redis://cache:7000/1"
+    assert settings().store is None
+
+
+def test_a_failing_store_is_left_alone_for_a_doubling_backoff() -> None:
+    now = [0.0]
+    health = StoreHealth(lambda: now[0], first=0.5, longest=2.0)
+    assert health.usable() and not health.failing
+    assert health.failed() is True  # the episode starts: logged once
+    assert not health.usable()
+    now[0] = 0.5
+    assert health.usable()  # one try after the backoff
+    assert health.failed() is False  # the same episode
+    now[0] = 1.4
+    assert not health.usable()  # backoff doubled to 1 s
+    now[0] = 1.5
+    assert health.usable()
+    health.failed()
+    health.failed()
+    now[0] = 3.4
+    assert not health.usable()  # capped at 2 s: 1.5 + 2
+    now[0] = 3.5
+    assert health.succeeded() is True and health.usable() and not health.failing
+    assert health.succeeded() is False
