@@ -55,9 +55,11 @@ class Catalog:
         self._by_key: dict[str, list[str]] = {}
         self._by_group: dict[str, list[str]] = {}
         self._key_scopes: dict[str, set[str]] = {}
-        self._relink: set[tuple[int, str]] = set()  # (table, name) whose links may change
+        # (table, name) whose links may change -> the sessions added to it (None: any may)
+        self._relink: dict[tuple[int, str], set[str] | None] = {}
         self._deferred: set[str] = set()
-        self._ordered: dict[str, list[str]] = {}  # group -> ids oldest first (cache)
+        # group -> its ids oldest first and each one's position (a cache)
+        self._ordered: dict[str, tuple[list[str], dict[str, int]]] = {}
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
@@ -112,7 +114,7 @@ class Catalog:
                                                (self._by_group, st.info.group))):
                 if name and session_id in table.get(name, []):
                     table[name].remove(session_id)
-                    self._relink.add((n, name))
+                    self._relink[(n, name)] = None
                     self._ordered.pop(name, None)
             self._refresh_dependents(session_id)
 
@@ -193,12 +195,6 @@ class Catalog:
             records = [st.record for st in self._states.values() if st.record is not None
                        and (agent_id is None or st.info.agent_id == agent_id)]
         return sorted(records, key=lambda r: (r.updated or 0.0, r.session_id), reverse=True)
-
-    def predecessor(self, session_id: str) -> SessionRecord | None:
-        record = self.get(session_id)
-        if record is None or record.predecessor is None:
-            return None
-        return self.get(record.predecessor)
 
     def dangling_parent(self, session_id: str) -> str | None:
         """A parent id the active branch names but the (whole) transcript lacks."""
@@ -331,18 +327,28 @@ class Catalog:
                 ids = table.setdefault(name, [])
                 if info.session_id not in ids:
                     ids.append(info.session_id)
-                    self._relink.add((n, name))
+                    added = self._relink.setdefault((n, name), set())
+                    if added is not None:
+                        added.add(info.session_id)
                     self._ordered.pop(name, None)
 
     def relink(self) -> None:
         """Recompute the records of sessions whose key or directory gained or lost a session
         (a predecessor may have appeared after its successor)."""
         with self._lock:
-            pending, self._relink = self._relink, set()
+            pending, self._relink = self._relink, {}
             todo, self._deferred = self._deferred, set()
-            for n, name in pending:
-                table = self._by_key if n == 0 else self._by_group
-                todo.update(table.get(name, []))
+            for (n, name), added in pending.items():
+                ids = (self._by_key if n == 0 else self._by_group).get(name, [])
+                if added is None or 2 * len(added) >= len(ids):
+                    todo.update(ids)
+                else:
+                    # Only a new session and the one right after it can change links: a
+                    # directory of 20,000 sessions gaining one refreshes two, not 20,000.
+                    ordered = sorted(ids, key=self._order)
+                    todo.update(added)
+                    todo.update(ordered[k + 1] for k, sid in enumerate(ordered[:-1])
+                                if sid in added)
             for sid in todo:
                 st = self._states.get(sid)
                 if st is not None:
@@ -376,13 +382,14 @@ class Catalog:
             if older:
                 return max(older, key=self._order), "key_history"
         if info.group is not None:
-            ordered = self._ordered.get(info.group)
-            if ordered is None:
+            cached = self._ordered.get(info.group)
+            if cached is None:
                 ordered = sorted(self._by_group.get(info.group, []), key=self._order)
-                self._ordered[info.group] = ordered
-            at = ordered.index(info.session_id) if info.session_id in ordered else 0
+                cached = self._ordered[info.group] = (ordered, {s: k for k, s in
+                                                                enumerate(ordered)})
+            at = cached[1].get(info.session_id, 0)
             if at > 0:
-                return ordered[at - 1], "pi_directory"
+                return cached[0][at - 1], "pi_directory"
         return None, None
 
 
