@@ -131,7 +131,8 @@ class Metrics:
             "without reading their usage.", registry=r)
         self.store_errors = Counter(
             "tailfloor_store_errors_total",
-            "Compaction store operations that failed (store: sqlite); the request went on.",
+            "Store operations that failed (store: sqlite, the local compaction store; redis, the "
+            "shared store); the request went on.",
             ["store"], registry=r)
         self.internal_errors = Counter(
             "tailfloor_internal_errors_total",

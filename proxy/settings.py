@@ -208,8 +208,10 @@ def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> Stor
     if not raw:
         return None
     password_file = environ.get(ENV_PREFIX + "STORE_PASSWORD_FILE")
+    ca_file = environ.get(ENV_PREFIX + "STORE_CA_FILE")
     try:
-        return parse_store_url(str(raw), Path(password_file) if password_file else None)
+        return parse_store_url(str(raw), Path(password_file) if password_file else None,
+                               Path(ca_file) if ca_file else None)
     except ValueError as exc:
         problems.append(f"store: {exc}")
         return None

@@ -32,6 +32,7 @@ class Offload(Protocol):
 
 class Compactions(Protocol):
     name: str  # the metrics label of the store: sqlite, redis
+    shared: bool  # other processes write to it too
 
     def may_hold(self, session: str) -> bool: ...
 
@@ -51,6 +52,7 @@ class LocalCompactions:
     (so a session with nothing stored costs no lookup)."""
 
     name = "sqlite"
+    shared = False
 
     def __init__(self, store: CompactionStore, offload: Offload, *, max_sessions: int) -> None:
         self.store = store

@@ -64,7 +64,11 @@ class RecoveryRequest:
             return None
         head = list(messages[:head_length(messages)])
         conversation = list(messages[len(head):])
-        session = ctx.session or derived_session_key(ctx.chat.model, head, conversation)
+        # A session the request only claims (an id in a header, from a tenant that does not
+        # vouch for it) does not name the store's key: a client could otherwise fill another
+        # session's slots and push its summaries out, on every replica sharing the store.
+        named = ctx.session if ctx.lineage.trusted else None
+        session = named or derived_session_key(ctx.chat.model, head, conversation)
         return cls(ctx, draft, session, head, conversation)
 
     @property

@@ -68,7 +68,8 @@ class SummaryLock(Protocol):
     """One summary per session across processes (a shared store's lock); ``hold`` yields
     whether another process held it first. Held inside this process's own session lock."""
 
-    def hold(self, session: str) -> contextlib.AbstractAsyncContextManager[bool]: ...
+    def hold(self, session: str, wait: float) -> contextlib.AbstractAsyncContextManager[bool]:
+        ...
 
 
 class Recovery:
@@ -164,8 +165,13 @@ class Recovery:
                                     learned_window=learned)
         if not retried:
             found = await self._find(request)
-            prior, scale = await self._offload(
+            prior, scale, fits = await self._offload(
                 self._after_overflow, request, found, failed, verdict.prompt_tokens)
+            if found is not None and failed is None and fits:
+                # A summary stored meanwhile (by a concurrent request, or by another replica
+                # before this one heard of it) is enough: reuse it, no new summary.
+                return ErrorStep("retry", verdict=verdict, learned_window=learned,
+                                 compaction=await self._reuse(request, found, "reused:overflow"))
             compacted = await self._compact(request, prior, trigger="overflow",
                                             why=verdict.pattern or "overflow", scale=scale)
             if compacted is None and found is not None and failed is None:
@@ -233,16 +239,22 @@ class Recovery:
 
     def _after_overflow(self, request: RecoveryRequest, found: StoredCompaction | None,
                         failed: Compaction | None, upstream_prompt: int | None
-                        ) -> tuple[Prior, float]:
+                        ) -> tuple[Prior, float, bool]:
+        """What is summarized already, the upstream's undercount, and whether the request
+        fits its budget with only that applied."""
         scale = request.undercount(self._tokens, failed.messages if failed else None,
                                    upstream_prompt)
-        return _prior(request, found), scale
+        prior = _prior(request, found)
+        fits = found is not None and request.estimate(self._tokens, prior) <= request.budget
+        return prior, scale, fits
 
     async def _find(self, request: RecoveryRequest, *, ask: bool = False
                     ) -> StoredCompaction | None:
         """A stored compaction of the longest prefix of the request, if any. ``ask``: even
-        when the store is not known to hold the session (another holder just stored it)."""
-        if self._store is None or not (ask or self._store.may_hold(request.session)):
+        when the store is not known to hold the session (another holder just stored it). A
+        shared store is always asked: another replica may have stored one a moment ago."""
+        if self._store is None or not (ask or self._store.shared
+                                       or self._store.may_hold(request.session)):
             return None
         return await self._store.find_for(request.conversation, request.session)
 
@@ -303,7 +315,7 @@ class Recovery:
         if cut.keep <= prior.covered:
             return None
         async with self._locks.hold(request.session) as contended, \
-                self._held_across(request.session) as elsewhere:
+                self._held_across(request) as elsewhere:
             # a concurrent request of the session (here or in another process sharing the
             # store) may have summarized this prefix meanwhile
             if contended or elsewhere:
@@ -326,10 +338,13 @@ class Recovery:
         return await self._offload(self._finish, request, summary, cut.keep, trigger,
                                    label=label, why=why, attempt=attempt, store_error=stored)
 
-    def _held_across(self, session: str) -> contextlib.AbstractAsyncContextManager[bool]:
+    def _held_across(self, request: RecoveryRequest
+                     ) -> contextlib.AbstractAsyncContextManager[bool]:
         if self._shared_lock is None:
             return contextlib.nullcontext(False)
-        return self._shared_lock.hold(session)
+        # Another replica's summary takes at most its summarizer timeout: wait that long.
+        return self._shared_lock.hold(request.session,
+                                      wait=request.policy.summarizer_timeout + 1.0)
 
     def _window(self, model: str) -> int:
         learned = self._windows.window(self._upstream, model)

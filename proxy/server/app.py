@@ -156,7 +156,10 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
     """Compactions and learned facts shared with the other replicas (``--store``); the
     embedded store under it stands in while the shared one does not answer."""
     url, local = state.settings.store, state.recovery.store
-    if url is None or not isinstance(local, LocalCompactions):
+    if url is None:
+        return None
+    if not isinstance(local, LocalCompactions):
+        log.error("--store %s is not used: the local compaction store did not open", url)
         return None
     errors = state.metrics.store_errors.labels(store="redis")
     assert state.sessions is not None

@@ -133,6 +133,8 @@ class ChatExchange:
                 UpstreamAnswer(upstream.status, upstream.headers.get("Content-Type"), answer),
                 attempt)
             state.record.error_step(step, chat.model)
+            if state.shared is not None and step.learned_window is not None:
+                state.shared.kick()  # the other replicas learn the window before they need it
             if step.learned_window is not None and view is not None:
                 view = replace(view, ctx=view.ctx.with_window(step.learned_window))
             self.proxy_seconds += time.perf_counter() - decided
@@ -239,6 +241,8 @@ class ChatExchange:
             # This upstream does not know stream_options: remember (for a while), and send
             # the request as the client did.
             state.stream_options.refused(upstream_url)
+            if state.shared is not None:
+                state.shared.kick()
             state.metrics.upstream_errors.labels(kind="stream_options_rejected").inc()
             upstream = await state.upstream.send("POST", path, query, headers, outgoing.body)
             hide_usage = False

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
@@ -40,13 +40,17 @@ class SharedClient:
         self.health = StoreHealth(clock)
         self._on_error = on_error
         # A bounded pool that waits briefly for a free connection instead of failing at once.
-        connection: type[aioredis.Connection] = (aioredis.SSLConnection if url.tls
-                                                 else aioredis.Connection)
+        tls: dict[str, Any] = {}
+        connection: type[aioredis.Connection] = aioredis.Connection
+        if url.tls:
+            connection = aioredis.SSLConnection
+            if url.ca_file is not None:
+                tls["ssl_ca_certs"] = str(url.ca_file)
         pool = aioredis.BlockingConnectionPool(
             host=url.host, port=url.port, db=url.db, username=url.username,
             password=url.password, socket_timeout=timeout, socket_connect_timeout=timeout,
             max_connections=max_connections, timeout=timeout, health_check_interval=30,
-            connection_class=connection)
+            connection_class=connection, **tls)
         self.redis: aioredis.Redis = aioredis.Redis(connection_pool=pool)
 
     async def run(self, call: Callable[[aioredis.Redis], Awaitable[T]], what: str,

@@ -16,9 +16,9 @@ made here while the shared store was away) and recovery goes on.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = ["KNOWN_KEY", "SharedCompactions"]
 KNOWN_KEY = KEY_PREFIX + "known"
 _MAX_SUMMARY_BYTES = 1024 * 1024
 _MAX_KNOWN = 100_000  # sessions remembered as having compactions, newest first
+_MAX_MARKS = 10_000  # uses waiting for the next sync
 
 
 def _entries(session: str) -> str:
@@ -47,6 +48,7 @@ def _used(session: str) -> str:
 
 class SharedCompactions:
     name = "redis"
+    shared = True
 
     def __init__(self, client: SharedClient, local: LocalCompactions, offload: Offload, *,
                  ttl: float = 7 * 86400, max_per_session: int = 16,
@@ -57,14 +59,18 @@ class SharedCompactions:
         self._ttl = max(int(ttl), 1)
         self._cap = max_per_session
         self._clock = clock
-        self._known: set[str] = set()
-        self._marks: set[asyncio.Task[None]] = set()
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._marks: dict[tuple[str, str], float] = {}  # (session, chain) -> used at
 
     # Sessions other replicas stored compactions for reach this set through SharedFacts.
     def learn_sessions(self, sessions: Iterable[str]) -> None:
-        self._known.update(sessions)
-        if len(self._known) > _MAX_KNOWN:
-            self._known.clear()  # only a hint: a missed session costs one failed upstream call
+        """Sessions with compactions (oldest first); the least recently heard of go past the
+        bound. Only a hint: a forgotten session's lookup still happens once it needs one."""
+        for session in sessions:
+            self._known[session] = None
+            self._known.move_to_end(session)
+        while len(self._known) > _MAX_KNOWN:
+            self._known.popitem(last=False)
 
     def may_hold(self, session: str) -> bool:
         return session in self._known or self.local.may_hold(session)
@@ -93,23 +99,26 @@ class SharedCompactions:
         if found.id >= 0:  # from the local store
             await self.local.touch(found)
             return
-        now, session = self._clock(), found.session_key
+        # Recency is no reason to hold the request: the marks go out with the next sync.
+        if len(self._marks) < _MAX_MARKS:
+            self._marks[(found.session_key, found.chain)] = self._clock()
+
+    async def flush_marks(self) -> None:
+        """Send the uses recorded since the last flush (one pipeline)."""
+        marks, self._marks = self._marks, {}
+        if not marks:
+            return
 
         async def mark(redis: aioredis.Redis) -> None:
             async with redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(_used(session), {found.chain: now}, xx=True)
-                pipe.expire(_used(session), self._ttl)
-                pipe.expire(_entries(session), self._ttl)
+                for (session, chain), when in marks.items():
+                    pipe.zadd(_used(session), {chain: when}, xx=True)
+                    pipe.expire(_used(session), self._ttl)
+                    pipe.expire(_entries(session), self._ttl)
                 await pipe.execute()
 
-        async def quietly() -> None:
-            with contextlib.suppress(StoreUnavailable):  # recency only
-                await self._client.run(mark, "touch")
-
-        # Recency is no reason to hold the request: the mark goes out beside it.
-        task = asyncio.create_task(quietly())
-        self._marks.add(task)
-        task.add_done_callback(self._marks.discard)
+        with contextlib.suppress(StoreUnavailable):  # recency only
+            await self._client.run(mark, "touch")
 
     async def put(self, session: str, summarized: Sequence[Mapping[str, Any]], summary: str,
                   tokens_replaced: int) -> str | None:
@@ -143,12 +152,10 @@ class SharedCompactions:
             await self._client.run(store, "store")
         except StoreUnavailable:
             return await self.local.put(session, summarized, summary, tokens_replaced)
-        self._known.add(session)
+        self.learn_sessions((session,))
         return None
 
     async def close(self) -> None:
-        if self._marks:
-            await asyncio.wait(set(self._marks), timeout=1.0)
         await self.local.close()
 
 

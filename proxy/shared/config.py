@@ -2,7 +2,8 @@
 
 ``redis://[user:password@]host[:port][/db]`` and ``rediss://`` (TLS). A password may come from
 the URL or, better (a URL shows in process listings and manifests), from a file named by
-``TAILFLOOR_STORE_PASSWORD_FILE`` (a mounted Secret); the file wins. The password is kept out
+``TAILFLOOR_STORE_PASSWORD_FILE`` (a mounted Secret); the file wins. ``rediss://`` trusts the
+system's CAs, or those in ``TAILFLOOR_STORE_CA_FILE``. The password is kept out
 of every string form of the result, so a log line or an error message cannot leak it.
 """
 
@@ -26,6 +27,7 @@ class StoreURL:
     tls: bool
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    ca_file: Path | None = None  # rediss://: CA certificates to trust (default: the system's)
 
     def __str__(self) -> str:
         """The URL without its credentials: the form every log line uses."""
@@ -34,7 +36,8 @@ class StoreURL:
         return f"{scheme}://{host}:{self.port}/{self.db}"
 
 
-def parse_store_url(url: str, password_file: Path | None = None) -> StoreURL:
+def parse_store_url(url: str, password_file: Path | None = None,
+                    ca_file: Path | None = None) -> StoreURL:
     """The store's address, or ValueError naming what is wrong (never the password)."""
     parts = urlsplit(url.strip())
     if parts.scheme not in _SCHEMES:
@@ -54,9 +57,13 @@ def parse_store_url(url: str, password_file: Path | None = None) -> StoreURL:
     password = unquote(parts.password) if parts.password else None
     if password_file is not None:
         password = read_password(password_file)
+    if ca_file is not None and not ca_file.is_file():
+        raise ValueError(f"the store CA file {str(ca_file)!r} is not a file")
+    if ca_file is not None and parts.scheme != "rediss":
+        raise ValueError("a store CA file needs a rediss:// (TLS) URL")
     return StoreURL(host=host, port=port, db=int(path or 0), tls=_SCHEMES[parts.scheme],
                     username=unquote(parts.username) if parts.username else None,
-                    password=password)
+                    password=password, ca_file=ca_file)
 
 
 def read_password(path: Path) -> str:

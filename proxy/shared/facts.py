@@ -71,15 +71,16 @@ class SharedFacts:
 
     async def sync(self) -> None:
         """One round: push what was learned here, read what was learned elsewhere."""
-        await self._push()
-        now = self._clock()
+        await self.push()
         since = self._known_since
 
         async def read(redis: aioredis.Redis) -> list[object]:
             async with redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(WINDOWS_KEY)
                 pipe.hgetall(REFUSALS_KEY)
-                pipe.zrangebyscore(KNOWN_KEY, since, "+inf", start=0, num=_PULL_LIMIT)
+                # Newest first: a replica that starts learns the sessions in use now.
+                pipe.zrevrangebyscore(KNOWN_KEY, "+inf", since, start=0, num=_PULL_LIMIT,
+                                      withscores=True)
                 result: list[object] = await pipe.execute()
             return result
 
@@ -87,21 +88,26 @@ class SharedFacts:
             windows, refusals, known = await self._client.run(read, "read facts")
         except StoreUnavailable:
             return
-        self._known_since = now - 5.0  # overlap: a write may land just before our clock
         if isinstance(windows, dict):
             for field, value in windows.items():
                 upstream_model, window = _decode_window(field, value)
                 if upstream_model is not None:
                     self._windows.merge(*upstream_model, window)
         if isinstance(refusals, dict):
+            now = self._clock()
             for upstream, until in refusals.items():
                 left = _float(until) - now
                 if left > 0:
                     self._stream_options.merge(_text(upstream), min(left, REMEMBER_SECONDS))
-        if isinstance(known, list):
-            self._compactions.learn_sessions([_text(s) for s in known])
+        if isinstance(known, list) and known:
+            self._compactions.learn_sessions([_text(s) for s, _score in reversed(known)])
+            # From the scores read (the writers' clocks), not this replica's own clock, with
+            # an overlap for a write that lands while we read. A writer whose clock is more
+            # than that behind may be missed: this is a hint, the lookup happens anyway.
+            self._known_since = max(float(score) for _s, score in known) - 5.0
 
-    async def _push(self) -> None:
+    async def push(self) -> None:
+        """Pass on what this process learned since the last push."""
         windows = _drain(self._windows.learned)
         refusals = _drain(self._stream_options.refusals)
         prints = _drain(self._prints.recorded)
@@ -144,7 +150,9 @@ class SharedFacts:
         fresh = False
         for raw in sessions[-PER_PRINT:]:
             session = _text(raw)
-            if self._prints.get(session) != print_:
+            # What this process recorded itself wins: the listing may be older than a
+            # session's newer fingerprint.
+            if self._prints.get(session) is None:
                 self._prints.merge(session, print_)
                 fresh = True
         return fresh

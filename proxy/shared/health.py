@@ -29,8 +29,15 @@ class StoreHealth:
         return self._failing
 
     def usable(self) -> bool:
-        """Whether to ask the store now: healthy, or its backoff has run out."""
-        return not self._failing or self.clock() >= self._retry_at
+        """Whether to ask the store now: healthy, or its backoff has run out. While failing,
+        one caller gets the try; the others go on without the store until it answers."""
+        if not self._failing:
+            return True
+        now = self.clock()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + self._backoff
+        return True
 
     def failed(self) -> bool:
         """Record a failure; True when it starts an episode."""

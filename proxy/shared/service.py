@@ -32,11 +32,11 @@ class SharedStore:
     def __init__(self, url: StoreURL, *, local: LocalCompactions, offload: Offload,
                  windows: LearnedWindows, stream_options: StreamOptionsMemory,
                  prints: Fingerprints, on_error: Callable[[], None] = lambda: None,
-                 max_per_session: int = 16, lock_wait: float = 130.0) -> None:
+                 max_per_session: int = 16) -> None:
         self.client = SharedClient(url, on_error=on_error)
         self.compactions = SharedCompactions(self.client, local, offload,
                                              max_per_session=max_per_session)
-        self.lock = SharedSummaryLock(self.client, wait=lock_wait, expiry=lock_wait + 20)
+        self.lock = SharedSummaryLock(self.client)
         self.facts = SharedFacts(self.client, windows=windows, stream_options=stream_options,
                                  prints=prints, compactions=self.compactions)
         self._wake = asyncio.Event()
@@ -54,15 +54,23 @@ class SharedStore:
             self._wake.set()
 
     async def _sync_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        read_at = 0.0
         while True:
             try:
-                await self.facts.sync()
+                await self.compactions.flush_marks()
+                if loop.time() >= read_at:
+                    read_at = loop.time() + SYNC_INTERVAL
+                    await self.facts.sync()
+                else:
+                    await self.facts.push()
             except Exception:  # a bug here must not stop the sharing for good
                 _LOG.exception("shared store sync failed; trying again")
             with contextlib.suppress(TimeoutError):
-                # Woken at once by what this process learns: a new session's first request
-                # may reach another replica right after its predecessor's last one.
-                await asyncio.wait_for(self._wake.wait(), SYNC_INTERVAL)
+                # Woken at once by what this process learns (pushed, not a whole round): a
+                # new session's first request may reach another replica right after its
+                # predecessor's last one.
+                await asyncio.wait_for(self._wake.wait(), max(read_at - loop.time(), 0.0))
             self._wake.clear()
 
     async def close(self) -> None:
@@ -72,5 +80,7 @@ class SharedStore:
                 await self._task
             self._task = None
         with contextlib.suppress(Exception):
-            await self.facts.sync()  # what was learned last, for the replicas that go on
+            # What was learned last, for the replicas that go on.
+            await self.compactions.flush_marks()
+            await self.facts.push()
         await self.client.close()

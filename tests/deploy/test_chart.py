@@ -329,3 +329,10 @@ def test_standalone_replicas_share_a_store_without_a_password_in_the_pod_spec() 
     assert store["valueFrom"]["secretKeyRef"] == {"name": "redis-url", "key": "url"}
     assert helm_template(sets=["tailfloor.store.url=http://cache:6379"],
                          check=False).returncode != 0
+
+
+def test_standalone_replicas_can_keep_sessions_by_client_ip_instead() -> None:
+    assert "sessionAffinity" not in one(render([STANDALONE]), "Service")["spec"]
+    service = one(render([STANDALONE], sets=["service.sessionAffinity=ClientIP"]), "Service")
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
+    assert service["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"] == 10800

@@ -15,7 +15,7 @@ from tests.conftest import free_port
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, *extra: str, port: int | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (bash .ci/test installs it)")
@@ -25,7 +25,8 @@ class RedisServer:
         self._log = (self._dir / "redis.log").open("wb")
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self._dir), "--protected-mode", "yes"],
+             "--appendonly", "no", "--dir", str(self._dir), "--protected-mode", "yes",
+             *extra],
             stdout=self._log, stderr=subprocess.STDOUT)
         self._wait()
 

@@ -68,6 +68,18 @@ def chat(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"model": "fake-model", "messages": messages, "max_completion_tokens": 256}
 
 
+def stored_bytes(client: Any, key: bytes) -> bytes:
+    """Every byte a key holds, read by its type (DUMP may compress)."""
+    kind = client.type(key)
+    if kind == b"hash":
+        return b"".join(k + v for k, v in client.hgetall(key).items())
+    if kind == b"zset":
+        return b"".join(client.zrange(key, 0, -1))
+    if kind == b"string":
+        return bytes(client.get(key) or b"")
+    return b""
+
+
 def summaries(fake: FakeUpstream) -> int:
     return kinds(fake).count("summary")
 
@@ -193,6 +205,49 @@ def test_redis_killed_mid_run_costs_no_request(
         server.stop()
 
 
+def test_the_next_turn_on_the_other_replica_at_once_makes_no_second_summary(
+        clean_fake: FakeUpstream, tmp_path: Path, store: RedisServer) -> None:
+    """A tool loop sends its next request right after the answer: the other replica has not
+    heard of the session yet, but asks the store before it summarizes anything."""
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    a, b = pair(clean_fake, tmp_path, store.url)
+    try:
+        messages = [*history("t", 8, 700), {"role": "user", "content": "run the tool"}]
+        status, answer, head = post(a, chat(messages))
+        assert status == 200 and head["x-tailfloor"] == "compacted:overflow", head
+        clean_fake.received.clear()
+        messages += [answer["choices"][0]["message"], {"role": "user", "content": "next"}]
+        status, _answer, head = post(b, chat(messages))
+        assert status == 200 and head["x-tailfloor"] in ("reused", "reused:overflow"), head
+        assert summaries(clean_fake) == 0, kinds(clean_fake)
+        assert carries_summary(clean_fake.chat_requests()[-1].body)
+    finally:
+        for proxy in (a, b):
+            proxy.stop()
+
+
+def test_a_claimed_session_id_does_not_name_the_store_key(
+        clean_fake: FakeUpstream, tmp_path: Path, store: RedisServer) -> None:
+    """Two roots (two tenants): a client claiming a tracked session's id gets nothing of it,
+    and its compaction goes under its own derived key, not into the victim's slots."""
+    victim_session(tmp_path / "alice")
+    (tmp_path / "bob").mkdir()
+    clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
+    proxy = ProxyProcess(clean_fake.url, "--rules", str(recovery_rules(tmp_path)),
+                         "--state", str(tmp_path / "state"), "--store", store.url,
+                         "--sessions", str(tmp_path / "alice"), "--sessions",
+                         str(tmp_path / "bob"))
+    try:
+        messages = [*history("m", 8, 700), {"role": "user", "content": "mine now"}]
+        status, _answer, head = post(proxy, chat(messages), {"x-tailfloor-session": VICTIM})
+        assert status == 200 and head["x-tailfloor"] == "compacted:overflow", head
+        with store.client() as client:
+            stored = list(client.scan_iter("tailfloor:c:*"))
+        assert [k.startswith(b"tailfloor:c:auto:") for k in stored] == [True], stored
+    finally:
+        proxy.stop()
+
+
 def test_nothing_secret_is_stored(clean_fake: FakeUpstream, tmp_path: Path,
                                   store: RedisServer) -> None:
     clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
@@ -202,12 +257,13 @@ def test_nothing_secret_is_stored(clean_fake: FakeUpstream, tmp_path: Path,
         assert post(a, chat(messages), {"x-tailfloor-session": "x"})[0] == 200
         time.sleep(SYNC * 1.5)
         with store.client() as client:
-            dump = b"".join(client.dump(key) or b"" for key in client.scan_iter())
             keys = list(client.scan_iter())
             ttls = [client.ttl(key) for key in keys]
+            values = b"".join(stored_bytes(client, key) for key in keys)
         assert keys and all(t > 0 for t in ttls), list(zip(keys, ttls, strict=True))
+        assert b"SUMMARY" in values.upper()  # the values were read, in the clear
         secret = AUTH.split()[1].encode()
-        assert secret not in dump and secret[:12] not in dump
+        assert secret not in values and secret[:12] not in values and b"Bearer" not in values
     finally:
         for proxy in (a, b):
             proxy.stop()

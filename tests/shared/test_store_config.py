@@ -83,6 +83,7 @@ def test_a_failing_store_is_left_alone_for_a_doubling_backoff() -> None:
     assert not health.usable()
     now[0] = 0.5
     assert health.usable()  # one try after the backoff
+    assert not health.usable()  # and only one: the others go on without the store
     assert health.failed() is False  # the same episode
     now[0] = 1.4
     assert not health.usable()  # backoff doubled to 1 s
