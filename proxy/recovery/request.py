@@ -110,15 +110,24 @@ class RecoveryRequest:
         room = math.floor((self.budget - output) * scale / (1.0 + self.spec.margin))
         return room - self._fixed(tokens) - self.summary_tokens
 
-    def estimate(self, tokens: TokenCounter, prior: Prior) -> int:
-        """Tokens of the request once ``prior`` replaces its prefix (margin, output included)."""
+    @property
+    def requested_output(self) -> int:
+        """The output limit the request asks for (0: none)."""
+        return requested_output(self.chat.body)
+
+    def prompt_estimate(self, tokens: TokenCounter, prior: Prior) -> int:
+        """Prompt tokens of the request once ``prior`` replaces its prefix (margin included,
+        output not)."""
         conversation = sum(tokens.per_message(self.conversation[prior.covered:],
                                               self.spec.encoding))
         if prior.covered and prior.summary is not None:
             wrapped = summary_message(prior.summary, self.policy.notes.summary_followed)
             conversation += tokens.message(wrapped, self.spec.encoding)
-        return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
-                + requested_output(self.chat.body))
+        return with_margin(self._fixed(tokens) + conversation, self.spec.margin)
+
+    def estimate(self, tokens: TokenCounter, prior: Prior) -> int:
+        """Tokens of the request once ``prior`` replaces its prefix (margin, output included)."""
+        return self.prompt_estimate(tokens, prior) + self.requested_output
 
     def undercount(self, tokens: TokenCounter, failed: Sequence[Message] | None,
                    upstream_prompt: int | None) -> float:

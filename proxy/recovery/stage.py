@@ -3,10 +3,14 @@
 before_send: a stored compaction whose prefix the request repeats replaces that prefix (no
     summarizer call); a request still estimated above the window minus the reserve (rules
     ``preflight``), or of a session whose last answer was a silent overflow, is compacted now.
+    When the window is known and the request names its output limit, only its prompt must
+    fit the budget: an output that runs past the window is lowered to fit (``output.py``).
 on_error: an overflow error (any provider's wording, rules' extra patterns) teaches the
-    model's window, then the ORIGINAL request (the floor's draft, never a previous
-    compaction) is compacted and sent once more; a second overflow answers the client with
-    OpenAI's 400 context_length_exceeded so the agent's own recovery takes over.
+    model's window; when the prompt alone fits (by the error's numbers, else our estimate),
+    the same request goes once more with its output lowered; otherwise the ORIGINAL request
+    (the floor's draft, never a previous compaction) is compacted and sent once more; a
+    second overflow answers the client with OpenAI's 400 context_length_exceeded so the
+    agent's own recovery takes over.
 after_answer: silent overflow and overflow errors inside a stream; the session's next
     request is compacted before it is sent.
 
@@ -37,9 +41,21 @@ import orjson
 from proxy.context import RequestContext
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
 from proxy.policy.records import Policy, RuleSet
-from proxy.recovery.detect import OverflowDetector, context_length_exceeded_body
+from proxy.recovery.detect import (
+    OverflowDetector,
+    OverflowVerdict,
+    context_length_exceeded_body,
+)
 from proxy.recovery.locks import SessionLocks
-from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, SummaryAttempt, Trigger
+from proxy.recovery.outcome import (
+    AfterCheck,
+    Compaction,
+    ErrorStep,
+    Prepared,
+    SummaryAttempt,
+    Trigger,
+)
+from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
 from proxy.recovery.plan import (
     Cut,
     Message,
@@ -111,27 +127,38 @@ class Recovery:
             return None
         return RecoveryRequest.of(ctx, draft)
 
-    async def before_send(self, request: RecoveryRequest | None) -> Compaction | None:
+    async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
             return None
-        prior, found, over = await self._offload(self._preflight, request)
+        prior, found, prompt = await self._offload(self._preflight, request)
+        over = request.policy.preflight and prompt + request.requested_output > request.budget
         # A cache warm never starts a summary: it repeats a request that fitted, or reuses
         # what that request was given.
         warm = request.ctx.signals.cache_warm
         why = None if warm else self._marked.pop(request.session)
-        if why is None and over and not warm:
+        by_output = why is None and over and not warm and output_decides(request, prompt)
+        if why is None and over and not warm and not by_output:
             why = "preflight"
         if why is not None:
             compacted = await self._compact(request, prior, trigger="preflight", why=why)
             if compacted is not None:
-                return compacted
-        if found is None:
-            return None
-        return await self._offload(self._reuse, request, found, "reused")
+                return Prepared(compacted)
+        reused = None if found is None else await self._offload(self._reuse, request, found,
+                                                                "reused")
+        clamp = None
+        if by_output and request.ctx.known_window:
+            clamp = await self._offload(
+                plan_clamp, reused.body if reused else request.draft.body,
+                policy=request.policy, requested=request.requested_output, prompt=prompt,
+                window=request.ctx.known_window, trigger="preflight", measured=False,
+                session=request.session)
+        return Prepared(reused, clamp) if reused or clamp else None
 
     async def on_error(self, request: RecoveryRequest | None, failed: Compaction | None,
-                       answer: UpstreamAnswer, *, attempt: int) -> ErrorStep:
-        """``failed``: the compaction that was sent, if recovery made what overflowed."""
+                       answer: UpstreamAnswer, *, attempt: int,
+                       clamped: OutputClamp | None = None) -> ErrorStep:
+        """``failed``: the compaction that was sent, if recovery made what overflowed;
+        ``clamped``: the output limit preflight lowered, if it did."""
         if request is None:
             return ErrorStep.passed()
         verdict = self._detector(request.policy).classify_response(
@@ -155,6 +182,9 @@ class Recovery:
             return ErrorStep.passed(overflow="passthrough", verdict=verdict,
                                     learned_window=learned)
         if not retried:
+            clamp = await self._offload(self._overflow_clamp, request, failed, clamped, verdict)
+            if clamp is not None:
+                return ErrorStep("retry", clamp=clamp, verdict=verdict, learned_window=learned)
             prior, found, scale = await self._offload(
                 self._after_overflow, request, failed, verdict.prompt_tokens)
             compacted = await self._compact(request, prior, trigger="overflow",
@@ -173,7 +203,7 @@ class Recovery:
                          else "nothing to compact")
 
     def after_answer(self, request: RecoveryRequest | None, sent: Compaction | None,
-                     seen: AnswerSeen) -> AfterCheck:
+                     seen: AnswerSeen, clamp: OutputClamp | None = None) -> AfterCheck:
         """A complete answer (or what a client that left had been sent). Counts tokens for
         a large request: the exchange runs it off the loop then."""
         if request is None:
@@ -182,7 +212,9 @@ class Recovery:
                 request.policy).classify_stream_event({"error": seen.stream_error}).is_overflow:
             self._marked.put(request.session, "mid_stream")
             return AfterCheck(overflow="mid_stream")
-        recovered = seen.status < 400 and sent is not None and sent.retry
+        answered = seen.status < 400
+        recovered = answered and sent is not None and sent.retry
+        clamped = answered and clamp is not None and clamp.trigger == "overflow"
         usage = seen.usage
         window = request.ctx.known_window
         prompt = usage.prompt_tokens if usage is not None else None
@@ -198,8 +230,9 @@ class Recovery:
             estimate)
         if silent is not None:
             self._marked.put(request.session, silent.kind)
-            return AfterCheck(overflow="silent", silent=silent, recovered=recovered)
-        return AfterCheck(recovered=recovered)
+            return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
+                              clamped=clamped)
+        return AfterCheck(recovered=recovered, clamped=clamped)
 
     # -- planning (blocking: runs in a worker thread) ------------------------------------
 
@@ -216,10 +249,10 @@ class Recovery:
         return len(body) + requested_output(request.chat.body) < request.budget
 
     def _preflight(self, request: RecoveryRequest
-                   ) -> tuple[Prior, StoredCompaction | None, bool]:
+                   ) -> tuple[Prior, StoredCompaction | None, int]:
+        """What is summarized already, and the prompt's estimate once that is applied."""
         prior, found = self._prior(request)
-        over = request.policy.preflight and request.estimate(self._tokens, prior) > request.budget
-        return prior, found, over
+        return prior, found, request.prompt_estimate(self._tokens, prior)
 
     def _after_overflow(self, request: RecoveryRequest, failed: Compaction | None,
                         upstream_prompt: int | None
@@ -228,6 +261,14 @@ class Recovery:
         scale = request.undercount(self._tokens, failed.messages if failed else None,
                                    upstream_prompt)
         return prior, found, scale
+
+    def _overflow_clamp(self, request: RecoveryRequest, failed: Compaction | None,
+                        clamped: OutputClamp | None, verdict: OverflowVerdict
+                        ) -> OutputClamp | None:
+        if failed is None:
+            return overflow_clamp(request, self._tokens, verdict, clamped=clamped)
+        return overflow_clamp(request, self._tokens, verdict, clamped=clamped,
+                              sent=(failed.messages, failed.body))
 
     def _prior(self, request: RecoveryRequest) -> tuple[Prior, StoredCompaction | None]:
         """What is summarized already: a stored compaction of this prefix, else the agent's."""
