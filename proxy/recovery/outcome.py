@@ -79,6 +79,7 @@ class ErrorStep:
     overflow: OverflowOutcome | None = None  # counted for this answer (failed, passthrough)
     verdict: OverflowVerdict | None = None
     learned_window: int | None = None  # the error taught the model's window
+    learned_ratio: float | None = None  # ...or a new token ratio (upstream's count / ours)
     note: str = ""  # why, for the log
 
     @classmethod
@@ -92,3 +93,4 @@ class AfterCheck:
     silent: SilentOverflow | None = None
     recovered: bool = False  # the compacted retry after an overflow error was answered
     clamped: bool = False  # the retry with its output lowered was answered
+    learned_ratio: float | None = None  # the usage taught a new token ratio

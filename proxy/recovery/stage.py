@@ -36,41 +36,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import orjson
-
 from proxy.context import RequestContext
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
 from proxy.policy.records import Policy, RuleSet
+from proxy.recovery.compaction import dropped, summarized
 from proxy.recovery.detect import (
     OverflowDetector,
     OverflowVerdict,
     context_length_exceeded_body,
 )
 from proxy.recovery.locks import SessionLocks
-from proxy.recovery.outcome import (
-    AfterCheck,
-    Compaction,
-    ErrorStep,
-    Prepared,
-    SummaryAttempt,
-    Trigger,
-)
+from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
 from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
-from proxy.recovery.plan import (
-    Cut,
-    Message,
-    Prior,
-    compacted_messages,
-    fallback_messages,
-    plan_cut,
-    runtime_line,
-)
-from proxy.recovery.request import RecoveryRequest, sent_tokens
+from proxy.recovery.plan import Cut, Prior, plan_cut
+from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.silent import check_silent_overflow
 from proxy.recovery.store import CompactionStore, StoredCompaction
 from proxy.recovery.summarize.service import Summaries
 from proxy.recovery.summarize.summarizer import SummarizerTransport
-from proxy.recovery.windows import BoundedMap, LearnedWindows
+from proxy.recovery.windows import BoundedMap, LearnedWindows, TokenRatios
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
 __all__ = ["Offload", "Recovery"]
@@ -91,10 +75,12 @@ class RulesSource(Protocol):
 
 class Recovery:
     def __init__(self, *, rules: RulesSource, tokens: TokenCounter, windows: LearnedWindows,
-                 transport: SummarizerTransport, upstream: str, offload: Offload) -> None:
+                 transport: SummarizerTransport, upstream: str, offload: Offload,
+                 ratios: TokenRatios | None = None) -> None:
         self._rules = rules
         self._tokens = tokens
         self._windows = windows
+        self._ratios = ratios if ratios is not None else TokenRatios()
         self._upstream = upstream
         self._offload = offload
         self._summaries = Summaries(transport, tokens, offload)
@@ -176,6 +162,16 @@ class Recovery:
                 learned = verdict.window
             if verdict.window != request.window:
                 request = replace(request, ctx=request.ctx.with_window(verdict.window))
+        step = await self._overflow_step(request, failed, clamped, verdict, retried=retried,
+                                         learned=learned)
+        if verdict.prompt_tokens is None:
+            return step
+        ratio = await self._offload(self._learn_ratio, request, failed, verdict.prompt_tokens)
+        return replace(step, learned_ratio=ratio) if ratio is not None else step
+
+    async def _overflow_step(self, request: RecoveryRequest, failed: Compaction | None,
+                             clamped: OutputClamp | None, verdict: OverflowVerdict, *,
+                             retried: bool, learned: int | None) -> ErrorStep:
         policy = request.policy
         if policy.on_overflow == "passthrough" or policy.mode != "enforce" \
                 or request.ctx.signals.cache_warm:
@@ -218,21 +214,23 @@ class Recovery:
         usage = seen.usage
         window = request.ctx.known_window
         prompt = usage.prompt_tokens if usage is not None else None
-        estimate = None
+        estimate = ratio = None
         body = sent.body if sent is not None else request.draft.body
         if window and prompt is not None and len(body) > window:
-            # only then may it show a truncation: a token is at least a byte
-            messages = sent.messages if sent is not None else request.draft.message_list(
-                request.chat)
-            estimate = sent_tokens(self._tokens, request.spec, request.chat, messages)
+            # only then may it show a truncation (a token is at least a byte), and only then
+            # is the prompt large enough to tell the upstream's token ratio
+            ours = request.sent_prompt(self._tokens, sent.messages if sent else None)
+            estimate = with_margin(ours, request.spec.margin) + request.requested_output
+            if seen.status < 400 and prompt <= window:
+                ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
         silent = check_silent_overflow(
             seen.finish_reason, prompt, usage.completion_tokens if usage else None, window,
             estimate)
         if silent is not None:
             self._marked.put(request.session, silent.kind)
             return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
-                              clamped=clamped)
-        return AfterCheck(recovered=recovered, clamped=clamped)
+                              clamped=clamped, learned_ratio=ratio)
+        return AfterCheck(recovered=recovered, clamped=clamped, learned_ratio=ratio)
 
     # -- planning (blocking: runs in a worker thread) ------------------------------------
 
@@ -261,6 +259,11 @@ class Recovery:
         scale = request.undercount(self._tokens, failed.messages if failed else None,
                                    upstream_prompt)
         return prior, found, scale
+
+    def _learn_ratio(self, request: RecoveryRequest, failed: Compaction | None,
+                     measured: int) -> float | None:
+        ours = request.sent_prompt(self._tokens, failed.messages if failed else None)
+        return self._ratios.learn(self._upstream, request.chat.model, measured, ours)
 
     def _overflow_clamp(self, request: RecoveryRequest, failed: Compaction | None,
                         clamped: OutputClamp | None, verdict: OverflowVerdict
@@ -295,8 +298,8 @@ class Recovery:
         if self._store is not None:
             with contextlib.suppress(sqlite3.Error, OSError):  # recency only
                 self._store.touch(found.id)
-        return self._finish(request, found.summary, found.message_count, "reused",
-                            label=label, why="stored")
+        return summarized(request, self._tokens, found.summary, found.message_count, "reused",
+                          label=label, why="stored")
 
     def _store_put(self, request: RecoveryRequest, covered: int, summary: str,
                    tokens: int) -> str | None:
@@ -309,39 +312,6 @@ class Recovery:
         except (sqlite3.Error, OSError) as exc:
             return f"{type(exc).__name__}: {exc}"[:200]
         return None
-
-    def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: Trigger,
-                *, label: str, why: str, attempt: SummaryAttempt | None = None,
-                store_error: str | None = None) -> Compaction:
-        messages = compacted_messages(request.head, summary, request.conversation[covered:],
-                                      request.policy.notes.summary_followed,
-                                      runtime_line(request.conversation))
-        return self._compaction(request, messages, trigger, label, why=why, covered=covered,
-                                attempt=attempt, store_error=store_error)
-
-    def _fallback(self, request: RecoveryRequest, prior: Prior, cut: Cut, costs: list[int], *,
-                  trigger: Trigger, why: str, attempt: SummaryAttempt) -> Compaction:
-        """The summarizer failed: the oldest messages are dropped instead, with a note."""
-        messages = fallback_messages(request.head, request.conversation, prior, cut.keep,
-                                     sum(costs[prior.covered:cut.keep]),
-                                     note=request.policy.notes.summary_followed)
-        return self._compaction(request, messages, trigger, f"dropped:{trigger}", why=why,
-                                covered=cut.keep, attempt=attempt)
-
-    def _compaction(self, request: RecoveryRequest, messages: list[Message], trigger: Trigger,
-                    label: str, *, why: str, covered: int, attempt: SummaryAttempt | None,
-                    store_error: str | None = None) -> Compaction:
-        encoding = request.spec.encoding
-        before = sum(request.costs(self._tokens))
-        after = sum(self._tokens.per_message(messages[len(request.head):], encoding))
-        # in the upstream's units as far as we can tell: non-OpenAI tokenizers count more
-        removed = with_margin(max(before - after, 0), request.spec.margin)
-        return Compaction(
-            body=orjson.dumps({**request.chat.body, "messages": messages}),
-            messages=tuple(messages), trigger=trigger, label=label, why=why,
-            session=request.session, replaced=covered,
-            kept=len(request.conversation) - covered, tokens_removed=removed,
-            window=request.window, summary=attempt, store_error=store_error)
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -364,7 +334,7 @@ class Recovery:
                 model=self._rules.rules.model(name), headers=request.ctx.headers,
                 window=request.window if name == request.chat.model else self._window(name))
             if summary is None:
-                return await self._offload(self._fallback, request, prior, cut, costs,
+                return await self._offload(dropped, request, self._tokens, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
             self._sessions.add(request.session)
             if len(self._sessions) > 2 * self._rules.rules.store.max_entries_total \
@@ -373,8 +343,9 @@ class Recovery:
             stored = await self._offload(self._store_put, request, cut.keep, summary,
                                          sum(costs[:cut.keep]))
         label = "reused" if trigger == "reused" else f"compacted:{trigger}"
-        return await self._offload(self._finish, request, summary, cut.keep, trigger,
-                                   label=label, why=why, attempt=attempt, store_error=stored)
+        return await self._offload(summarized, request, self._tokens, summary, cut.keep,
+                                   trigger, label=label, why=why, attempt=attempt,
+                                   store_error=stored)
 
     def _window(self, model: str) -> int:
         learned = self._windows.window(self._upstream, model)

@@ -173,7 +173,7 @@ class ChatExchange:
                                           chat.body, rules.identification)
         ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                             upstream=state.settings.upstream, sessions=state.sessions,
-                            signals=signals)
+                            signals=signals, ratios=state.ratios)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx
@@ -188,7 +188,7 @@ class ChatExchange:
             changed = True
             ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                                 upstream=state.settings.upstream, sessions=state.sessions,
-                                signals=ctx.signals)
+                                signals=ctx.signals, ratios=state.ratios)
         outcome = "timeout" if not changed else (
             "identified" if ctx.lineage.identified else "unidentified")
         state.metrics.identification_wait.labels(outcome=outcome).observe(
@@ -366,7 +366,7 @@ class ChatExchange:
         except Exception:
             self.state.log.exception("overflow checks after the answer failed")
             return
-        self.state.record.after(check)
+        self.state.record.after(check, self.chat.model)
 
     def _observe_overhead(self, extra: float) -> None:
         self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)

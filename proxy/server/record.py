@@ -114,6 +114,7 @@ class Recorder:
         if step.learned_window is not None:
             recovery_log.info("learned the context window of %s: %d tokens", model,
                               step.learned_window)
+        self._ratio(step.learned_ratio, model)
         if step.overflow is not None:
             self.metrics.overflow.labels(outcome=step.overflow).inc()
         if step.overflow == "passthrough" and step.verdict is not None:
@@ -125,8 +126,15 @@ class Recorder:
         if step.clamp is not None:
             self.clamp(step.clamp)
 
-    def after(self, check: AfterCheck) -> None:
+    @staticmethod
+    def _ratio(ratio: float | None, model: str) -> None:
+        if ratio is not None:
+            recovery_log.info("learned the token ratio of %s: %.2f of its tokens per token of "
+                              "our estimate (budgets use it as the margin)", model, ratio)
+
+    def after(self, check: AfterCheck, model: str) -> None:
         m = self.metrics
+        self._ratio(check.learned_ratio, model)
         if check.recovered:
             m.overflow.labels(outcome="recovered").inc()
         if check.clamped:
