@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from proxy.context import RequestContext
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
-from proxy.policy.records import Policy, RuleSet
+from proxy.policy.records import ModelSpec, Policy, RuleSet
 from proxy.recovery.compaction import dropped, summarized
 from proxy.recovery.detect import (
     OverflowDetector,
@@ -221,7 +221,8 @@ class Recovery:
             # is the prompt large enough to tell the upstream's token ratio
             ours = request.sent_prompt(self._tokens, sent.messages if sent else None)
             estimate = with_margin(ours, request.spec.margin) + request.requested_output
-            if seen.status < 400 and prompt <= window:
+            if seen.status < 400 and prompt <= window \
+                    and self._tokens.encodings.settled(request.spec.encoding):
                 ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
         silent = check_silent_overflow(
             seen.finish_reason, prompt, usage.completion_tokens if usage else None, window,
@@ -262,6 +263,8 @@ class Recovery:
 
     def _learn_ratio(self, request: RecoveryRequest, failed: Compaction | None,
                      measured: int) -> float | None:
+        if not self._tokens.encodings.settled(request.spec.encoding):
+            return None
         ours = request.sent_prompt(self._tokens, failed.messages if failed else None)
         return self._ratios.learn(self._upstream, request.chat.model, measured, ours)
 
@@ -329,10 +332,11 @@ class Recovery:
                     return await self._offload(self._reuse, request, found, f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
             name = request.policy.summary_model or request.chat.model
+            own = name == request.chat.model  # its spec carries the learned token ratio
             summary, attempt = await self._summaries.make(
                 request, material, previous=prior.summary,
-                model=self._rules.rules.model(name), headers=request.ctx.headers,
-                window=request.window if name == request.chat.model else self._window(name))
+                model=request.spec if own else self._spec(name), headers=request.ctx.headers,
+                window=request.window if own else self._window(name))
             if summary is None:
                 return await self._offload(dropped, request, self._tokens, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
@@ -346,6 +350,11 @@ class Recovery:
         return await self._offload(summarized, request, self._tokens, summary, cut.keep,
                                    trigger, label=label, why=why, attempt=attempt,
                                    store_error=stored)
+
+    def _spec(self, model: str) -> ModelSpec:
+        spec = self._rules.rules.model(model)
+        ratio = self._ratios.ratio(self._upstream, model)
+        return spec if ratio is None else replace(spec, margin=ratio - 1.0)
 
     def _window(self, model: str) -> int:
         learned = self._windows.window(self._upstream, model)
