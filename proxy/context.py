@@ -17,7 +17,7 @@ from proxy.floor.lineage import Lineage, Tenant
 from proxy.floor.sessions import SessionFinder
 from proxy.model import ChatRequest
 from proxy.policy.records import ModelSpec, Policy, RuleSet
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 
 __all__ = ["LARGE_BYTES", "LARGE_MESSAGES", "RequestContext", "build_context", "is_large"]
 
@@ -33,7 +33,7 @@ class RequestContext:
     headers: Mapping[str, str]
     signals: RequestSignals
     policy: Policy
-    spec: ModelSpec
+    spec: ModelSpec  # its margin the ratio learned from the upstream, when one was
     window: int  # learned from the upstream, else the rules' model table
     known_window: int | None  # learned, or named by a model table row (not the fallback)
     lineage: Lineage
@@ -63,7 +63,8 @@ def is_large(chat: ChatRequest) -> bool:
 
 def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet, *,
                   windows: LearnedWindows, upstream: str, sessions: SessionFinder | None,
-                  signals: RequestSignals | None = None) -> RequestContext:
+                  signals: RequestSignals | None = None,
+                  ratios: TokenRatios | None = None) -> RequestContext:
     """Signals, policy, model and session of one request. ``signals`` (a pass over every
     message) may be computed beforehand, off the event loop, for a large request."""
     if signals is None:
@@ -71,6 +72,7 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
     policy = rules.resolve(signals.agent_id, chat.model,
                            signals.session_key or signals.session_id)
     spec = rules.model(chat.model)
+    ratio = ratios.ratio(upstream, chat.model) if ratios is not None else None
     learned = windows.window(upstream, chat.model)
     known = learned or (None if spec is rules.unknown_model else spec.context_window)
     lineage, tenant, print_ = Lineage("not_looked_up"), _NOT_LOOKED_UP, None
@@ -84,8 +86,9 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
             lineage, tenant, print_ = found.lineage, found.tenant, found.print_
         except Exception as exc:  # an identification bug costs the floor, never the request
             lineage, error = Lineage("error"), f"{type(exc).__name__}: {exc}"[:200]
+    measured = spec if ratio is None else replace(spec, margin=ratio - 1.0)
     return RequestContext(chat=chat, headers=headers, signals=signals, policy=policy,
-                          spec=spec, window=learned or spec.context_window, known_window=known,
+                          spec=measured, window=learned or spec.context_window, known_window=known,
                           lineage=lineage, tenant=tenant, print_=print_, large=is_large(chat),
                           error=error)
 

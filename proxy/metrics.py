@@ -191,8 +191,14 @@ class Metrics:
         # Overflow recovery and compaction.
         self.overflow = Counter(
             "tailfloor_overflow_total",
-            "Context overflows (outcome: recovered|failed|passthrough|mid_stream|silent).",
+            "Context overflows (outcome: recovered|clamped|failed|passthrough|mid_stream|"
+            "silent).",
             ["outcome"], registry=r)
+        self.output_lowered = Counter(
+            "tailfloor_output_lowered_total",
+            "Requests sent with their output limit lowered to fit the window "
+            "(trigger: preflight|overflow).",
+            ["trigger"], registry=r)
         self.compactions = Counter(
             "tailfloor_compactions_total",
             "Compactions applied (trigger: overflow|preflight|reused).",

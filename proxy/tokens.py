@@ -24,6 +24,7 @@ import hashlib
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -207,9 +208,17 @@ class Encodings:
             return self._loaded[ESTIMATE]
         return self._load(name)
 
+    def settled(self, name: str) -> bool:
+        """Whether ``name`` counts the way it will from now on (not the estimate standing in
+        while its table loads): only such counts may be compared with an upstream's."""
+        return name in self._loaded
+
     def _load(self, name: str) -> Tokenizer:
+        started = time.perf_counter()
         try:
             tokenizer: Tokenizer = TiktokenTokenizer(self._loader(name))
+            log.info("tokenizer %s loaded in %.2f s; token counts are exact from now on", name,
+                     time.perf_counter() - started)
         except Exception as exc:  # any loader failure must degrade, never break a request
             self.degraded[name] = str(exc)
             log.warning("tokenizer %s unavailable (%s); token counts are estimates "

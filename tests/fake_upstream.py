@@ -222,7 +222,8 @@ class FakeUpstream:
                 not summarizing or self.behaviour.strict):
             chars = fb.total_chars(messages)
             if chars > self.behaviour.max_chars:
-                return Reply(status=400, error=fb.overflow_error(chars))
+                size = fb.size_usage(payload, "")["prompt_tokens"]
+                return Reply(status=400, error=fb.overflow_error(chars, tokens=size))
         if (payload.get("max_completion_tokens") or payload.get("max_tokens")) == 1:
             reply = Reply(text="O")  # a cache-warming request: one token, then the cap
         elif summarizing:

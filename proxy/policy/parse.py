@@ -78,6 +78,12 @@ def _margin(value: object) -> float:
     return float(value)
 
 
+def _share(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise _Bad("expected a number above 0 and at most 1 (0.25 = a quarter)")
+    return float(value)
+
+
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
         raise _Bad("expected true or false")
@@ -161,6 +167,8 @@ _POLICY: Mapping[str, Callable[[object], Any]] = {
     "summary_model": _optional_text,
     "summary_max_tokens": _whole(1),
     "summarizer_timeout": _positive_number,
+    "min_output_tokens": _whole(1),
+    "min_output_share": _share,
     "overflow_patterns": _regexes,
 }
 POLICY_FIELDS: tuple[str, ...] = tuple(_POLICY)

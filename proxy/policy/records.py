@@ -101,6 +101,8 @@ class Policy:
     summary_model: str | None = None
     summary_max_tokens: int = 4096
     summarizer_timeout: float = 120.0
+    min_output_tokens: int = 1024  # an output limit is lowered to fit, never below this...
+    min_output_share: float = 0.25  # ...or this share of what was asked, when smaller
     overflow_patterns: tuple[re.Pattern[str], ...] = ()  # extra overflow messages (issue 5)
     notes: Notes = field(default_factory=Notes)
     source: str = "defaults"  # "defaults" or the name of the rule that produced it

@@ -2,6 +2,8 @@
 
     Compaction    a request that goes upstream compacted (a summary replaces its prefix) or
                   with a stored compaction applied again
+    Prepared      what preflight changed: a compaction, a lowered output limit, or both (a
+                  stored compaction applied, then the output lowered to fit)
     ErrorStep     what to do with an error answer: retry with a compaction, answer the
                   client with a reply of our own, or pass the upstream's answer on
     AfterCheck    what a complete answer showed: an overflow recovered, a silent overflow,
@@ -15,13 +17,15 @@ from typing import Any, Literal
 
 from proxy.model import ErrorReply
 from proxy.recovery.detect import OverflowVerdict
+from proxy.recovery.output import OutputClamp
 from proxy.recovery.silent import SilentOverflow
 
-__all__ = ["AfterCheck", "Compaction", "ErrorStep", "OverflowOutcome", "SummaryAttempt",
-           "Trigger"]
+__all__ = ["AfterCheck", "Compaction", "ErrorStep", "OverflowOutcome", "Prepared",
+           "SummaryAttempt", "Trigger"]
 
 Trigger = Literal["preflight", "overflow", "reused"]  # tailfloor_compactions_total{trigger}
-OverflowOutcome = Literal["recovered", "failed", "passthrough", "mid_stream", "silent"]
+OverflowOutcome = Literal["recovered", "clamped", "failed", "passthrough", "mid_stream",
+                          "silent"]
 Message = dict[str, Any]
 
 
@@ -61,13 +65,21 @@ class Compaction:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    compaction: Compaction | None = None
+    clamp: OutputClamp | None = None  # its body is the one sent (the compaction's, lowered)
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorStep:
     action: Literal["retry", "reply", "pass"]
     compaction: Compaction | None = None  # retry: what to send
+    clamp: OutputClamp | None = None  # retry: what was sent, its output lowered
     reply: ErrorReply | None = None  # reply: the answer the client gets instead
     overflow: OverflowOutcome | None = None  # counted for this answer (failed, passthrough)
     verdict: OverflowVerdict | None = None
     learned_window: int | None = None  # the error taught the model's window
+    learned_ratio: float | None = None  # ...or a new token ratio (upstream's count / ours)
     note: str = ""  # why, for the log
 
     @classmethod
@@ -79,4 +91,6 @@ class ErrorStep:
 class AfterCheck:
     overflow: OverflowOutcome | None = None  # mid_stream | silent
     silent: SilentOverflow | None = None
-    recovered: bool = False  # the retry after an overflow error was answered
+    recovered: bool = False  # the compacted retry after an overflow error was answered
+    clamped: bool = False  # the retry with its output lowered was answered
+    learned_ratio: float | None = None  # the usage taught a new token ratio

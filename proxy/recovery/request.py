@@ -114,23 +114,41 @@ class RecoveryRequest:
         room = math.floor((self.budget - output) * scale / (1.0 + self.spec.margin))
         return room - self._fixed(tokens) - self.summary_tokens
 
-    def estimate(self, tokens: TokenCounter, prior: Prior) -> int:
-        """Tokens of the request once ``prior`` replaces its prefix (margin, output included)."""
+    @property
+    def requested_output(self) -> int:
+        """The output limit the request asks for (0: none)."""
+        return requested_output(self.chat.body)
+
+    def prompt_estimate(self, tokens: TokenCounter, prior: Prior) -> int:
+        """Prompt tokens of the request once ``prior`` replaces its prefix (margin included,
+        output not)."""
         conversation = sum(tokens.per_message(self.conversation[prior.covered:],
                                               self.spec.encoding))
         if prior.covered and prior.summary is not None:
             wrapped = summary_message(prior.summary, self.policy.notes.summary_followed)
             conversation += tokens.message(wrapped, self.spec.encoding)
-        return (with_margin(self._fixed(tokens) + conversation, self.spec.margin)
-                + requested_output(self.chat.body))
+        return with_margin(self._fixed(tokens) + conversation, self.spec.margin)
+
+    def estimate(self, tokens: TokenCounter, prior: Prior) -> int:
+        """Tokens of the request once ``prior`` replaces its prefix (margin, output included)."""
+        return self.prompt_estimate(tokens, prior) + self.requested_output
 
     def undercount(self, tokens: TokenCounter, failed: Sequence[Message] | None,
                    upstream_prompt: int | None) -> float:
-        """How much smaller our count is than the upstream's, when a request recovery made
-        itself (``failed``, so believed to fit) overflowed and the error says how many tokens
-        it had: the retry is then cut to fit by the upstream's measure, not ours."""
-        if failed is None or not upstream_prompt:
+        """How much smaller our count is than the upstream's, when the error says how many
+        tokens what overflowed had (``failed``: a compaction recovery made, else the floor's
+        draft): the retry is then cut to fit by the upstream's measure, not ours, so a model
+        whose tokenizer counts more than the rules' margin allows still gets a retry that
+        fits."""
+        if not upstream_prompt:
             return 1.0
-        body = {"messages": list(failed), "tools": self.chat.body.get("tools")}
-        ours = tokens.request(body, self.spec.encoding, self.spec.margin)
-        return min(1.0, max(_MIN_SCALE, (ours.messages + ours.tools) / upstream_prompt))
+        ours = with_margin(self.sent_prompt(tokens, failed), self.spec.margin)
+        return min(1.0, max(_MIN_SCALE, ours / upstream_prompt))
+
+    def sent_prompt(self, tokens: TokenCounter, sent: Sequence[Message] | None) -> int:
+        """Our count of the prompt sent (``sent``: a compaction's messages, else the floor's
+        draft), without margin: what the upstream's own count is compared with."""
+        messages = sent if sent is not None else self.draft.message_list(self.chat)
+        body = {"messages": list(messages or []), "tools": self.chat.body.get("tools")}
+        counted = tokens.request(body, self.spec.encoding, 0.0)
+        return counted.messages + counted.tools

@@ -3,10 +3,14 @@
 before_send: a stored compaction whose prefix the request repeats replaces that prefix (no
     summarizer call); a request still estimated above the window minus the reserve (rules
     ``preflight``), or of a session whose last answer was a silent overflow, is compacted now.
+    When the window is known and the request names its output limit, only its prompt must
+    fit the budget: an output that runs past the window is lowered to fit (``output.py``).
 on_error: an overflow error (any provider's wording, rules' extra patterns) teaches the
-    model's window, then the ORIGINAL request (the floor's draft, never a previous
-    compaction) is compacted and sent once more; a second overflow answers the client with
-    OpenAI's 400 context_length_exceeded so the agent's own recovery takes over.
+    model's window; when the prompt alone fits (by the error's numbers, else our estimate),
+    the same request goes once more with its output lowered; otherwise the ORIGINAL request
+    (the floor's draft, never a previous compaction) is compacted and sent once more; a
+    second overflow answers the client with OpenAI's 400 context_length_exceeded so the
+    agent's own recovery takes over.
 after_answer: silent overflow and overflow errors inside a stream; the session's next
     request is compacted before it is sent.
 
@@ -30,30 +34,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-import orjson
-
 from proxy.context import RequestContext
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
-from proxy.policy.records import Policy, RuleSet
+from proxy.policy.records import ModelSpec, Policy, RuleSet
+from proxy.recovery.compaction import dropped, summarized
 from proxy.recovery.compactions import Compactions, LocalCompactions, Offload
-from proxy.recovery.detect import OverflowDetector, context_length_exceeded_body
-from proxy.recovery.locks import SessionLocks
-from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, SummaryAttempt, Trigger
-from proxy.recovery.plan import (
-    Cut,
-    Message,
-    Prior,
-    compacted_messages,
-    fallback_messages,
-    plan_cut,
-    runtime_line,
+from proxy.recovery.detect import (
+    OverflowDetector,
+    OverflowVerdict,
+    context_length_exceeded_body,
 )
-from proxy.recovery.request import RecoveryRequest, sent_tokens
+from proxy.recovery.locks import SessionLocks
+from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
+from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
+from proxy.recovery.plan import Cut, Prior, plan_cut
+from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.silent import check_silent_overflow
 from proxy.recovery.store import CompactionStore, StoredCompaction
 from proxy.recovery.summarize.service import Summaries
 from proxy.recovery.summarize.summarizer import SummarizerTransport
-from proxy.recovery.windows import BoundedMap, LearnedWindows
+from proxy.recovery.windows import BoundedMap, LearnedWindows, TokenRatios
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
 __all__ = ["Offload", "Recovery", "SummaryLock"]
@@ -74,10 +74,12 @@ class SummaryLock(Protocol):
 
 class Recovery:
     def __init__(self, *, rules: RulesSource, tokens: TokenCounter, windows: LearnedWindows,
-                 transport: SummarizerTransport, upstream: str, offload: Offload) -> None:
+                 transport: SummarizerTransport, upstream: str, offload: Offload,
+                 ratios: TokenRatios | None = None) -> None:
         self._rules = rules
         self._tokens = tokens
         self._windows = windows
+        self._ratios = ratios if ratios is not None else TokenRatios()
         self._upstream = upstream
         self._offload = offload
         self._summaries = Summaries(transport, tokens, offload)
@@ -119,28 +121,38 @@ class Recovery:
             return None
         return RecoveryRequest.of(ctx, draft)
 
-    async def before_send(self, request: RecoveryRequest | None) -> Compaction | None:
+    async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
             return None
         found = await self._find(request)
-        prior, over = await self._offload(self._preflight, request, found)
+        prior, prompt = await self._offload(self._preflight, request, found)
+        over = request.policy.preflight and prompt + request.requested_output > request.budget
         # A cache warm never starts a summary: it repeats a request that fitted, or reuses
         # what that request was given.
         warm = request.ctx.signals.cache_warm
         why = None if warm else self._marked.pop(request.session)
-        if why is None and over and not warm:
+        by_output = why is None and over and not warm and output_decides(request, prompt)
+        if why is None and over and not warm and not by_output:
             why = "preflight"
         if why is not None:
             compacted = await self._compact(request, prior, trigger="preflight", why=why)
             if compacted is not None:
-                return compacted
-        if found is None:
-            return None
-        return await self._reuse(request, found, "reused")
+                return Prepared(compacted)
+        reused = None if found is None else await self._reuse(request, found, "reused")
+        clamp = None
+        if by_output and request.ctx.known_window:
+            clamp = await self._offload(
+                plan_clamp, reused.body if reused else request.draft.body,
+                policy=request.policy, requested=request.requested_output, prompt=prompt,
+                window=request.ctx.known_window, trigger="preflight", measured=False,
+                session=request.session)
+        return Prepared(reused, clamp) if reused or clamp else None
 
     async def on_error(self, request: RecoveryRequest | None, failed: Compaction | None,
-                       answer: UpstreamAnswer, *, attempt: int) -> ErrorStep:
-        """``failed``: the compaction that was sent, if recovery made what overflowed."""
+                       answer: UpstreamAnswer, *, attempt: int,
+                       clamped: OutputClamp | None = None) -> ErrorStep:
+        """``failed``: the compaction that was sent, if recovery made what overflowed;
+        ``clamped``: the output limit preflight lowered, if it did."""
         if request is None:
             return ErrorStep.passed()
         verdict = self._detector(request.policy).classify_response(
@@ -158,12 +170,25 @@ class Recovery:
                 learned = verdict.window
             if verdict.window != request.window:
                 request = replace(request, ctx=request.ctx.with_window(verdict.window))
+        step = await self._overflow_step(request, failed, clamped, verdict, retried=retried,
+                                         learned=learned)
+        if verdict.prompt_tokens is None:
+            return step
+        ratio = await self._offload(self._learn_ratio, request, failed, verdict.prompt_tokens)
+        return replace(step, learned_ratio=ratio) if ratio is not None else step
+
+    async def _overflow_step(self, request: RecoveryRequest, failed: Compaction | None,
+                             clamped: OutputClamp | None, verdict: OverflowVerdict, *,
+                             retried: bool, learned: int | None) -> ErrorStep:
         policy = request.policy
         if policy.on_overflow == "passthrough" or policy.mode != "enforce" \
                 or request.ctx.signals.cache_warm:
             return ErrorStep.passed(overflow="passthrough", verdict=verdict,
                                     learned_window=learned)
         if not retried:
+            clamp = await self._offload(self._overflow_clamp, request, failed, clamped, verdict)
+            if clamp is not None:
+                return ErrorStep("retry", clamp=clamp, verdict=verdict, learned_window=learned)
             found = await self._find(request)
             prior, scale, fits = await self._offload(
                 self._after_overflow, request, found, failed, verdict.prompt_tokens)
@@ -188,7 +213,7 @@ class Recovery:
                          else "nothing to compact")
 
     def after_answer(self, request: RecoveryRequest | None, sent: Compaction | None,
-                     seen: AnswerSeen) -> AfterCheck:
+                     seen: AnswerSeen, clamp: OutputClamp | None = None) -> AfterCheck:
         """A complete answer (or what a client that left had been sent). Counts tokens for
         a large request: the exchange runs it off the loop then."""
         if request is None:
@@ -197,24 +222,30 @@ class Recovery:
                 request.policy).classify_stream_event({"error": seen.stream_error}).is_overflow:
             self._marked.put(request.session, "mid_stream")
             return AfterCheck(overflow="mid_stream")
-        recovered = seen.status < 400 and sent is not None and sent.retry
+        answered = seen.status < 400
+        recovered = answered and sent is not None and sent.retry
+        clamped = answered and clamp is not None and clamp.trigger == "overflow"
         usage = seen.usage
         window = request.ctx.known_window
         prompt = usage.prompt_tokens if usage is not None else None
-        estimate = None
+        estimate = ratio = None
         body = sent.body if sent is not None else request.draft.body
         if window and prompt is not None and len(body) > window:
-            # only then may it show a truncation: a token is at least a byte
-            messages = sent.messages if sent is not None else request.draft.message_list(
-                request.chat)
-            estimate = sent_tokens(self._tokens, request.spec, request.chat, messages)
+            # only then may it show a truncation (a token is at least a byte), and only then
+            # is the prompt large enough to tell the upstream's token ratio
+            ours = request.sent_prompt(self._tokens, sent.messages if sent else None)
+            estimate = with_margin(ours, request.spec.margin) + request.requested_output
+            if seen.status < 400 and prompt <= window \
+                    and self._tokens.encodings.settled(request.spec.encoding):
+                ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
         silent = check_silent_overflow(
             seen.finish_reason, prompt, usage.completion_tokens if usage else None, window,
             estimate)
         if silent is not None:
             self._marked.put(request.session, silent.kind)
-            return AfterCheck(overflow="silent", silent=silent, recovered=recovered)
-        return AfterCheck(recovered=recovered)
+            return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
+                              clamped=clamped, learned_ratio=ratio)
+        return AfterCheck(recovered=recovered, clamped=clamped, learned_ratio=ratio)
 
     # -- planning (blocking: runs in a worker thread) ------------------------------------
 
@@ -232,10 +263,10 @@ class Recovery:
         return len(body) + requested_output(request.chat.body) < request.budget
 
     def _preflight(self, request: RecoveryRequest, found: StoredCompaction | None
-                   ) -> tuple[Prior, bool]:
+                   ) -> tuple[Prior, int]:
+        """What is summarized already, and the prompt's estimate once that is applied."""
         prior = _prior(request, found)
-        over = request.policy.preflight and request.estimate(self._tokens, prior) > request.budget
-        return prior, over
+        return prior, request.prompt_estimate(self._tokens, prior)
 
     def _after_overflow(self, request: RecoveryRequest, found: StoredCompaction | None,
                         failed: Compaction | None, upstream_prompt: int | None
@@ -258,6 +289,21 @@ class Recovery:
             return None
         return await self._store.find_for(request.conversation, request.session)
 
+    def _learn_ratio(self, request: RecoveryRequest, failed: Compaction | None,
+                     measured: int) -> float | None:
+        if not self._tokens.encodings.settled(request.spec.encoding):
+            return None
+        ours = request.sent_prompt(self._tokens, failed.messages if failed else None)
+        return self._ratios.learn(self._upstream, request.chat.model, measured, ours)
+
+    def _overflow_clamp(self, request: RecoveryRequest, failed: Compaction | None,
+                        clamped: OutputClamp | None, verdict: OverflowVerdict
+                        ) -> OutputClamp | None:
+        if failed is None:
+            return overflow_clamp(request, self._tokens, verdict, clamped=clamped)
+        return overflow_clamp(request, self._tokens, verdict, clamped=clamped,
+                              sent=(failed.messages, failed.body))
+
     def _cut(self, request: RecoveryRequest, prior: Prior, scale: float
              ) -> tuple[Cut, list[int]]:
         costs = request.costs(self._tokens)
@@ -270,41 +316,8 @@ class Recovery:
                      ) -> Compaction:
         if self._store is not None:
             await self._store.touch(found)
-        return await self._offload(self._finish, request, found.summary, found.message_count,
-                                   "reused", label=label, why="stored")
-
-    def _finish(self, request: RecoveryRequest, summary: str, covered: int, trigger: Trigger,
-                *, label: str, why: str, attempt: SummaryAttempt | None = None,
-                store_error: str | None = None) -> Compaction:
-        messages = compacted_messages(request.head, summary, request.conversation[covered:],
-                                      request.policy.notes.summary_followed,
-                                      runtime_line(request.conversation))
-        return self._compaction(request, messages, trigger, label, why=why, covered=covered,
-                                attempt=attempt, store_error=store_error)
-
-    def _fallback(self, request: RecoveryRequest, prior: Prior, cut: Cut, costs: list[int], *,
-                  trigger: Trigger, why: str, attempt: SummaryAttempt) -> Compaction:
-        """The summarizer failed: the oldest messages are dropped instead, with a note."""
-        messages = fallback_messages(request.head, request.conversation, prior, cut.keep,
-                                     sum(costs[prior.covered:cut.keep]),
-                                     note=request.policy.notes.summary_followed)
-        return self._compaction(request, messages, trigger, f"dropped:{trigger}", why=why,
-                                covered=cut.keep, attempt=attempt)
-
-    def _compaction(self, request: RecoveryRequest, messages: list[Message], trigger: Trigger,
-                    label: str, *, why: str, covered: int, attempt: SummaryAttempt | None,
-                    store_error: str | None = None) -> Compaction:
-        encoding = request.spec.encoding
-        before = sum(request.costs(self._tokens))
-        after = sum(self._tokens.per_message(messages[len(request.head):], encoding))
-        # in the upstream's units as far as we can tell: non-OpenAI tokenizers count more
-        removed = with_margin(max(before - after, 0), request.spec.margin)
-        return Compaction(
-            body=orjson.dumps({**request.chat.body, "messages": messages}),
-            messages=tuple(messages), trigger=trigger, label=label, why=why,
-            session=request.session, replaced=covered,
-            kept=len(request.conversation) - covered, tokens_removed=removed,
-            window=request.window, summary=attempt, store_error=store_error)
+        return await self._offload(summarized, request, self._tokens, found.summary,
+                                   found.message_count, "reused", label=label, why="stored")
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -324,19 +337,26 @@ class Recovery:
                     return await self._reuse(request, found, f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
             name = request.policy.summary_model or request.chat.model
+            own = name == request.chat.model  # its spec carries the learned token ratio
             summary, attempt = await self._summaries.make(
                 request, material, previous=prior.summary,
-                model=self._rules.rules.model(name), headers=request.ctx.headers,
-                window=request.window if name == request.chat.model else self._window(name))
+                model=request.spec if own else self._spec(name), headers=request.ctx.headers,
+                window=request.window if own else self._window(name))
             if summary is None:
-                return await self._offload(self._fallback, request, prior, cut, costs,
+                return await self._offload(dropped, request, self._tokens, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
             stored = "no store" if self._store is None else await self._store.put(
                 request.session, request.conversation[:cut.keep], summary,
                 sum(costs[:cut.keep]))
         label = "reused" if trigger == "reused" else f"compacted:{trigger}"
-        return await self._offload(self._finish, request, summary, cut.keep, trigger,
-                                   label=label, why=why, attempt=attempt, store_error=stored)
+        return await self._offload(summarized, request, self._tokens, summary, cut.keep,
+                                   trigger, label=label, why=why, attempt=attempt,
+                                   store_error=stored)
+
+    def _spec(self, model: str) -> ModelSpec:
+        spec = self._rules.rules.model(model)
+        ratio = self._ratios.ratio(self._upstream, model)
+        return spec if ratio is None else replace(spec, margin=ratio - 1.0)
 
     def _held_across(self, request: RecoveryRequest
                      ) -> contextlib.AbstractAsyncContextManager[bool]:

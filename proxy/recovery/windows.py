@@ -2,6 +2,9 @@
 
 - the context window each upstream model told us in an overflow error ("maximum context
   length is 8192 tokens"): it beats the rules' model table, which is a guess for most models;
+- how many tokens each upstream model counts per token of our estimate (its own count from an
+  overflow error, or an answer's usage, against ours): it replaces the table's margin, so a
+  model whose tokenizer is not OpenAI's is budgeted by its own measure;
 - the sessions whose last answer showed a silent overflow: their next request is compacted
   before it is sent.
 
@@ -16,8 +19,14 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Generic, TypeVar
 
-__all__ = ["BoundedMap", "LearnedWindows"]
+__all__ = ["MAX_RATIO", "MIN_COUNTED", "BoundedMap", "LearnedWindows", "TokenRatios"]
 
+# A ratio is believed between 1.0 (our count is never taken to be too high: the reserve covers
+# a tokenizer that counts less) and 2.0 (beyond that the measure is more likely wrong than the
+# tokenizer), and learned only from prompts large enough that framing tokens do not dominate.
+MAX_RATIO = 2.0
+MIN_COUNTED = 256
+_MOVED = 0.05  # a change worth a log line
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -80,3 +89,26 @@ class LearnedWindows:
 
     def window(self, upstream: str, model: str) -> int | None:
         return self._windows.get((upstream, model))
+
+
+class TokenRatios:
+    """The upstream's prompt tokens per token of our estimate, per upstream and model."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._ratios: BoundedMap[tuple[str, str], float] = BoundedMap(limit)
+
+    def learn(self, upstream: str, model: str, measured: int | None, ours: int) -> float | None:
+        """Remember ``measured / ours`` (bounded); the ratio when it is new or moved by more
+        than ``_MOVED``, else None (also when the counts are too small to tell)."""
+        if measured is None or measured < MIN_COUNTED or ours < MIN_COUNTED:
+            return None
+        ratio = round(min(MAX_RATIO, max(1.0, measured / ours)), 3)
+        key = (upstream, model)
+        before = self._ratios.get(key)
+        self._ratios.put(key, ratio)
+        if before is not None and abs(ratio - before) <= _MOVED * before:
+            return None
+        return ratio
+
+    def ratio(self, upstream: str, model: str) -> float | None:
+        return self._ratios.get((upstream, model))

@@ -31,7 +31,7 @@ from proxy.policy.parse import RulesError
 from proxy.recovery.compactions import LocalCompactions
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 from proxy.server import protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.connections import CappedSite, default_cap
@@ -57,8 +57,9 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     rules = RulesHolder.open(settings.rules, metrics)
     tokens = TokenCounter(Encodings(background=True))
     windows = LearnedWindows()
+    ratios = TokenRatios()
     offload = WorkerPool()
-    recovery = Recovery(rules=rules, tokens=tokens, windows=windows,
+    recovery = Recovery(rules=rules, tokens=tokens, windows=windows, ratios=ratios,
                         transport=UpstreamSummaryTransport(upstream),
                         upstream=settings.upstream, offload=offload)
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
@@ -66,7 +67,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     prints = Fingerprints()
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
-        windows=windows, offload=offload, recovery=recovery, record=Recorder(metrics),
+        windows=windows, ratios=ratios, offload=offload, recovery=recovery,
+        record=Recorder(metrics),
         transcripts=transcripts, floor=Floor(transcripts.catalog, tokens, prints),
         # Each --sessions root is a tenant; the default roots are one user's two agent homes.
         sessions=SessionFinder(transcripts.catalog, prints=prints,

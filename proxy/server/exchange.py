@@ -30,7 +30,7 @@ from proxy.errors import AnswerTooLarge, ProxyError, Rejected, to_response_parts
 from proxy.floor.decision import Decision, none
 from proxy.floor.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
-from proxy.recovery.outcome import Compaction, ErrorStep
+from proxy.recovery.outcome import ErrorStep, Prepared
 from proxy.recovery.request import RecoveryRequest
 from proxy.server.guard import start_answer
 from proxy.server.outgoing import Outgoing
@@ -103,10 +103,10 @@ class ChatExchange:
         if chat.inspected:
             view = (await state.offload(state.recovery.view, ctx, outgoing.draft) if ctx.large
                     else state.recovery.view(ctx, outgoing.draft))
-        compaction = await self._before_send(view)
-        if compaction is not None:
-            state.record.compaction(compaction)
-            outgoing = replace(outgoing, compaction=compaction)
+        prepared = await self._before_send(view)
+        if prepared is not None:
+            state.record.prepared(prepared)
+            outgoing = replace(outgoing, compaction=prepared.compaction, clamp=prepared.clamp)
         self.proxy_seconds += time.perf_counter() - self.started
         attempt = 0
         while True:
@@ -129,7 +129,7 @@ class ChatExchange:
                 return Finished(error_response(exc, self.request_id), outgoing.verdict)
             decided = time.perf_counter()
             step = await self._on_error(
-                view, outgoing.compaction,
+                view, outgoing,
                 UpstreamAnswer(upstream.status, upstream.headers.get("Content-Type"), answer),
                 attempt)
             state.record.error_step(step, chat.model)
@@ -138,8 +138,9 @@ class ChatExchange:
             if step.learned_window is not None and view is not None:
                 view = replace(view, ctx=view.ctx.with_window(step.learned_window))
             self.proxy_seconds += time.perf_counter() - decided
-            if step.action == "retry" and step.compaction is not None and attempt == 0:
-                outgoing, attempt = replace(outgoing, compaction=step.compaction), 1
+            retry = outgoing.retried(step) if attempt == 0 else None
+            if retry is not None:
+                outgoing, attempt = retry, 1
                 continue
             if step.action == "reply" and step.reply is not None:
                 return Finished(web.Response(
@@ -172,7 +173,7 @@ class ChatExchange:
                                           chat.body, rules.identification)
         ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                             upstream=state.settings.upstream, sessions=state.sessions,
-                            signals=signals)
+                            signals=signals, ratios=state.ratios)
         shared = state.shared
         if shared is not None:
             shared.kick()
@@ -182,7 +183,7 @@ class ChatExchange:
                 # predecessor of this new one.
                 ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                                     upstream=state.settings.upstream, sessions=state.sessions,
-                                    signals=ctx.signals)
+                                    signals=ctx.signals, ratios=state.ratios)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx
@@ -197,7 +198,7 @@ class ChatExchange:
             changed = True
             ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
                                 upstream=state.settings.upstream, sessions=state.sessions,
-                                signals=ctx.signals)
+                                signals=ctx.signals, ratios=state.ratios)
         outcome = "timeout" if not changed else (
             "identified" if ctx.lineage.identified else "unidentified")
         state.metrics.identification_wait.labels(outcome=outcome).observe(
@@ -262,7 +263,7 @@ class ChatExchange:
         if upstream.status == 200:
             usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust)
             self.state.record.usage(usage, self.chat.model, self.chat.agent_id)
-            await self._after(view, outgoing.compaction,
+            await self._after(view, outgoing,
                               AnswerSeen(upstream.status, usage, finish_reason, None))
         headers = self._client_headers(upstream, outgoing.verdict)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
@@ -312,11 +313,11 @@ class ChatExchange:
         except ConnectionError:
             # A write found the client gone: nothing more to send, nothing wrong on our side.
             upstream.close()
-            await self._stream_seen(scanner, outgoing.compaction, view)
+            await self._stream_seen(scanner, outgoing, view)
             return Finished(response, outgoing.verdict, client_gone=True)
         except BaseException:
             upstream.close()
-            await self._stream_seen(scanner, outgoing.compaction, view)
+            await self._stream_seen(scanner, outgoing, view)
             raise
         if outcome.keepalives:
             state.metrics.keepalives.inc(outcome.keepalives)
@@ -332,11 +333,11 @@ class ChatExchange:
                 outcome.first_chunk_at - self.started)
         state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id)
         seen = AnswerSeen(upstream.status, scanner.usage, scanner.finish_reason, scanner.error)
-        await self._after(view, outgoing.compaction, seen)
+        await self._after(view, outgoing, seen)
         self._observe_overhead(prepared + outcome.proxy_seconds)
         return Finished(response, outgoing.verdict)
 
-    async def _stream_seen(self, scanner: StreamScanner, sent: Compaction | None,
+    async def _stream_seen(self, scanner: StreamScanner, sent: Outgoing,
                            view: RecoveryRequest | None) -> None:
         """A stream cut short by the client: what was read still counts (tokens used, an
         overflow error event the client got before it left)."""
@@ -347,7 +348,7 @@ class ChatExchange:
 
     # A bug in recovery must cost the recovery, never the request: each phase falls back to
     # doing nothing, and says so in the log.
-    async def _before_send(self, view: RecoveryRequest | None) -> Compaction | None:
+    async def _before_send(self, view: RecoveryRequest | None) -> Prepared | None:
         try:
             return await self.state.recovery.before_send(view)
         except Exception:
@@ -355,27 +356,29 @@ class ChatExchange:
                                      "goes as it was")
             return None
 
-    async def _on_error(self, view: RecoveryRequest | None, sent: Compaction | None,
+    async def _on_error(self, view: RecoveryRequest | None, sent: Outgoing,
                         answer: UpstreamAnswer, attempt: int) -> ErrorStep:
         try:
-            return await self.state.recovery.on_error(view, sent, answer, attempt=attempt)
+            return await self.state.recovery.on_error(view, sent.compaction, answer,
+                                                      attempt=attempt, clamped=sent.clamp)
         except Exception:
             self.state.log.exception("overflow recovery failed; the upstream's answer is "
                                      "passed on")
             return ErrorStep.passed(overflow="failed")
 
-    async def _after(self, view: RecoveryRequest | None, sent: Compaction | None,
+    async def _after(self, view: RecoveryRequest | None, sent: Outgoing,
                      seen: AnswerSeen) -> None:
         recovery = self.state.recovery
         try:
             if view is not None and view.ctx.large:
-                check = await self.state.offload(recovery.after_answer, view, sent, seen)
+                check = await self.state.offload(recovery.after_answer, view, sent.compaction,
+                                                 seen, sent.clamp)
             else:
-                check = recovery.after_answer(view, sent, seen)
+                check = recovery.after_answer(view, sent.compaction, seen, sent.clamp)
         except Exception:
             self.state.log.exception("overflow checks after the answer failed")
             return
-        self.state.record.after(check)
+        self.state.record.after(check, self.chat.model)
 
     def _observe_overhead(self, extra: float) -> None:
         self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)

@@ -1,17 +1,18 @@
 """What goes upstream for one attempt of a chat request, and everything done to make it.
 
 One record carried to the end of the request: the floor's decision, recovery's compaction (if
-any), and from them the body, the ``x-tailfloor`` verdict and the usage adjustment, each
-derived once.
+any), its lowered output limit (if any), and from them the body, the ``x-tailfloor`` verdict
+and the usage adjustment, each derived once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.floor.decision import Decision
 from proxy.model import Draft, UsageAdjustment
-from proxy.recovery.outcome import Compaction
+from proxy.recovery.outcome import Compaction, ErrorStep
+from proxy.recovery.output import OutputClamp
 
 __all__ = ["Outgoing"]
 
@@ -20,6 +21,7 @@ __all__ = ["Outgoing"]
 class Outgoing:
     decision: Decision
     compaction: Compaction | None = None
+    clamp: OutputClamp | None = None  # made from the body above: its body is the one sent
     report_client_usage: bool = True  # rules' report_usage = "client"
 
     @property
@@ -29,17 +31,20 @@ class Outgoing:
 
     @property
     def body(self) -> bytes:
+        if self.clamp is not None:
+            return self.clamp.body
         return self.compaction.body if self.compaction is not None else self.decision.body
 
     @property
     def verdict(self) -> str:
         floor = self.decision
-        if self.compaction is None:
+        recovery = [done.label for done in (self.compaction, self.clamp) if done is not None]
+        if not recovery:
             return floor.verdict
         # A pass-through verdict ("none; reason=...") says nothing once recovery changed it.
-        if floor.kind == "none":
-            return self.compaction.label
-        return f"{floor.verdict}+{self.compaction.label}"
+        if floor.kind != "none":
+            recovery.insert(0, floor.verdict)
+        return "+".join(recovery)
 
     @property
     def adjust(self) -> UsageAdjustment | None:
@@ -53,3 +58,14 @@ class Outgoing:
         if not added:
             return None
         return UsageAdjustment(added=added, removed=0, window=self.decision.window)
+
+    def retried(self, step: ErrorStep) -> Outgoing | None:
+        """The attempt a retry step asks for: the same messages with a lower output limit, or
+        the compaction (with the output limit the client asked for); None: no retry."""
+        if step.action != "retry":
+            return None
+        if step.clamp is not None:
+            return replace(self, clamp=step.clamp)
+        if step.compaction is not None:
+            return replace(self, compaction=step.compaction, clamp=None)
+        return None

@@ -1,8 +1,9 @@
 """Every metric and log line about a chat request, from the values the stages returned.
 
-The floor returns a ``Decision``, recovery a ``Compaction``, an ``ErrorStep`` and an
-``AfterCheck``, the relay a ``StreamOutcome``; the exchange hands them here once each. No stage
-touches a metric itself, so what is counted is exactly what happened to the request.
+The floor returns a ``Decision``, recovery a ``Prepared`` (a ``Compaction``, an
+``OutputClamp``), an ``ErrorStep`` and an ``AfterCheck``, the relay a ``StreamOutcome``; the
+exchange hands them here once each. No stage touches a metric itself, so what is counted is
+exactly what happened to the request.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
 from proxy.model import Usage
-from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, SummaryAttempt
+from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
+from proxy.recovery.output import OutputClamp
 
 __all__ = ["Recorder"]
 
@@ -51,6 +53,22 @@ class Recorder:
         if decision.added_to_request:
             m.tail_messages_injected.inc(decision.added_raw)
             m.tail_tokens_injected.inc(decision.added_tokens)
+
+    def prepared(self, prepared: Prepared) -> None:
+        if prepared.compaction is not None:
+            self.compaction(prepared.compaction)
+        if prepared.clamp is not None:
+            self.clamp(prepared.clamp)
+
+    def clamp(self, clamp: OutputClamp) -> None:
+        self.metrics.output_lowered.labels(trigger=clamp.trigger).inc()
+        recovery_log.info(
+            "%s: session %s, output limit %d lowered to %d (window %d, prompt %d tokens by %s)",
+            clamp.label, clamp.session, clamp.requested, clamp.limit, clamp.window,
+            clamp.prompt_tokens, "the upstream's count" if clamp.measured else "our estimate",
+            extra={"verdict": clamp.label, "session": clamp.session,
+                   "requested_output": clamp.requested, "output_limit": clamp.limit,
+                   "window": clamp.window})
 
     def compaction(self, compaction: Compaction) -> None:
         m = self.metrics
@@ -96,6 +114,7 @@ class Recorder:
         if step.learned_window is not None:
             recovery_log.info("learned the context window of %s: %d tokens", model,
                               step.learned_window)
+        self._ratio(step.learned_ratio, model)
         if step.overflow is not None:
             self.metrics.overflow.labels(outcome=step.overflow).inc()
         if step.overflow == "passthrough" and step.verdict is not None:
@@ -104,11 +123,22 @@ class Recorder:
             recovery_log.warning("context overflow not recoverable: %s", step.note)
         if step.compaction is not None:
             self.compaction(step.compaction)
+        if step.clamp is not None:
+            self.clamp(step.clamp)
 
-    def after(self, check: AfterCheck) -> None:
+    @staticmethod
+    def _ratio(ratio: float | None, model: str) -> None:
+        if ratio is not None:
+            recovery_log.info("learned the token ratio of %s: %.2f of its tokens per token of "
+                              "our estimate (budgets use it as the margin)", model, ratio)
+
+    def after(self, check: AfterCheck, model: str) -> None:
         m = self.metrics
+        self._ratio(check.learned_ratio, model)
         if check.recovered:
             m.overflow.labels(outcome="recovered").inc()
+        if check.clamped:
+            m.overflow.labels(outcome="clamped").inc()
         if check.overflow == "mid_stream":
             m.overflow.labels(outcome="mid_stream").inc()
             recovery_log.warning("context overflow inside the stream, passed on (bytes had "

@@ -14,7 +14,7 @@ from proxy.floor.stage import Floor
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 from proxy.server.budget import BodyBudget
 from proxy.server.connections import CappedSite
 from proxy.server.offload import WorkerPool
@@ -35,6 +35,7 @@ class ProxyState:
     rules: RulesHolder
     tokens: TokenCounter
     windows: LearnedWindows
+    ratios: TokenRatios
     offload: WorkerPool
     recovery: Recovery
     record: Recorder

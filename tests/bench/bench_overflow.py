@@ -131,7 +131,8 @@ async def main(runs: int, check: bool) -> int:
         started = time.perf_counter()
         applied = await recovery.before_send(view_of(recovery, request, windows, session))
         first = time.perf_counter() - started
-        assert applied is not None and applied.label == "reused", applied
+        assert applied is not None and applied.compaction is not None, applied
+        assert applied.compaction.label == "reused", applied
         samples = []
         for _ in range(runs):
             started = time.perf_counter()

@@ -130,5 +130,6 @@ def test_compacted_requests_keep_the_invariant(
     calls = transport.calls
     again = asyncio.run(instance.before_send(_request(instance, messages)[1]))
     if result.label == "compacted:overflow":
-        assert again is not None and again.label == "reused"
-        assert again.body == result.body and transport.calls == calls
+        assert again is not None and again.compaction is not None and again.clamp is None
+        assert again.compaction.label == "reused"
+        assert again.compaction.body == result.body and transport.calls == calls

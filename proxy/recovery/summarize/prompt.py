@@ -9,7 +9,7 @@ Pure: no I/O, no network.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -19,6 +19,7 @@ __all__ = [
     "TokenField",
     "build_request",
     "clip_text",
+    "prompt_overhead",
     "readable_text",
     "serialize_messages",
 ]
@@ -181,6 +182,20 @@ def serialize_messages(
         else:
             blocks.append(f"[{role}]: {text}")
     return "\n\n".join(blocks)
+
+
+# Tokens a chat template wraps around two messages and the reply (role markers, separators):
+# a few per message for OpenAI's, more for some local models' templates.
+_TEMPLATE_SLACK = 48
+
+
+def prompt_overhead(count: Callable[[dict[str, Any]], int]) -> int:
+    """What one summarization call costs besides its conversation and carried summary: the
+    system prompt, the instructions and the tags, counted by ``count`` (tokens of a message,
+    the model's margin included) for the longer of the two variants, plus template slack.
+    Counted rather than assumed, so a model with a small window keeps room for material."""
+    bodies = (build_request("", "", 1), build_request("", "", 1, previous_summary="-"))
+    return max(sum(count(m) for m in body["messages"]) for body in bodies) + _TEMPLATE_SLACK
 
 
 def build_request(

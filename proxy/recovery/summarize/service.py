@@ -17,7 +17,7 @@ from typing import Any
 from proxy.policy.records import ModelSpec
 from proxy.recovery.outcome import SummaryAttempt
 from proxy.recovery.request import RecoveryRequest
-from proxy.recovery.summarize.prompt import TokenField
+from proxy.recovery.summarize.prompt import TokenField, prompt_overhead
 from proxy.recovery.summarize.summarizer import (
     Summarizer,
     SummarizerConfig,
@@ -60,12 +60,14 @@ class Summaries:
                                    else "max_completion_tokens")
         started = time.perf_counter()
         try:
+            def count(message: dict[str, Any]) -> int:
+                return with_margin(self._tokens.message(message, model.encoding), model.margin)
+
             config = SummarizerConfig(
                 context_window=window, max_output_tokens=request.summary_tokens,
                 timeout=policy.summarizer_timeout, call_timeout=policy.summarizer_timeout,
-                token_field=token_field)
-            summarizer = Summarizer(self.transport, config, lambda m: with_margin(
-                self._tokens.message(m, model.encoding), model.margin), offload=self._offload)
+                prompt_overhead_tokens=prompt_overhead(count), token_field=token_field)
+            summarizer = Summarizer(self.transport, config, count, offload=self._offload)
             result = await summarizer.summarize(material, model=name,
                                                 headers=summarizer_headers(headers),
                                                 previous_summary=previous)

@@ -1,0 +1,75 @@
+"""The real model server (llama.cpp with SmolLM2-135M, tests/model_server.py) per test module,
+on a free loopback port, behind a recording relay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port, stop_process
+from tests.model.relay import RecordingRelay
+
+N_CTX = 1536
+
+
+class ModelServer:
+    def __init__(self, n_ctx: int = N_CTX) -> None:
+        self.n_ctx = n_ctx
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(tempfile.mkdtemp(prefix="tailfloor-model-")) / "server.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "model_server.py"), "--port", str(self.port),
+             "--n-ctx", str(n_ctx)], stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the model server exited:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"the model server did not become ready:\n{self.logs()}")
+
+    def logs(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def tokenize(self, text: str) -> int:
+        """The server's own token count of ``text``."""
+        request = urllib.request.Request(self.url + "/tokenize",
+                                         data=json.dumps({"content": text}).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return len(json.loads(response.read())["tokens"])
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[ModelServer]:
+    server = ModelServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def relay(model_server: ModelServer) -> Iterator[RecordingRelay]:
+    recording = RecordingRelay(model_server.url)
+    yield recording
+    recording.stop()

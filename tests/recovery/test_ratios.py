@@ -1,0 +1,37 @@
+"""The token ratio learned per upstream and model, and the margin a request is budgeted with."""
+
+from __future__ import annotations
+
+import orjson
+
+from proxy.context import build_context
+from proxy.model import ChatRequest
+from proxy.policy.records import RuleSet
+from proxy.recovery.windows import LearnedWindows, TokenRatios
+
+
+def test_a_ratio_is_bounded_and_needs_a_prompt_of_some_size() -> None:
+    ratios = TokenRatios()
+    assert ratios.learn("u", "m", 1370, 1000) == 1.37
+    assert ratios.ratio("u", "m") == 1.37
+    assert ratios.ratio("u", "other") is None and ratios.ratio("v", "m") is None
+    assert ratios.learn("u", "m", 1380, 1000) is None  # within 5%: kept, not news
+    assert ratios.ratio("u", "m") == 1.38
+    assert ratios.learn("u", "m", 9000, 1000) == 2.0  # a count 9x ours is not believed
+    assert ratios.learn("u", "m", 500, 1000) == 1.0  # nor one below ours
+    assert ratios.learn("u", "m", 200, 150) is None  # framing tokens would dominate
+    assert ratios.ratio("u", "m") == 1.0
+
+
+def test_the_learned_ratio_is_the_margin_of_the_request() -> None:
+    rules, windows, ratios = RuleSet(), LearnedWindows(), TokenRatios()
+    raw = b'{"model":"local","messages":[{"role":"user","content":"hi"}]}'
+    chat = ChatRequest.parse(raw, orjson.loads(raw), None)
+    before = build_context(chat, {}, rules, windows=windows, upstream="u", sessions=None,
+                           ratios=ratios)
+    assert before.spec.margin == rules.unknown_model.margin == 0.2
+    ratios.learn("u", "local", 1370, 1000)
+    after = build_context(chat, {}, rules, windows=windows, upstream="u", sessions=None,
+                          ratios=ratios)
+    assert round(after.spec.margin, 3) == 0.37
+    assert after.spec.encoding == before.spec.encoding
