@@ -96,6 +96,8 @@ class TokenRatios:
 
     def __init__(self, limit: int = 1024) -> None:
         self._ratios: BoundedMap[tuple[str, str], float] = BoundedMap(limit)
+        # What this process learned, for a shared store to pass on to the other replicas.
+        self.learned: deque[tuple[str, str, float]] = deque(maxlen=limit)
 
     def learn(self, upstream: str, model: str, measured: int | None, ours: int) -> float | None:
         """Remember ``measured / ours`` (bounded); the ratio when it is new or moved by more
@@ -108,7 +110,13 @@ class TokenRatios:
         self._ratios.put(key, ratio)
         if before is not None and abs(ratio - before) <= _MOVED * before:
             return None
+        self.learned.append((upstream, model, ratio))
         return ratio
+
+    def merge(self, upstream: str, model: str, ratio: float) -> None:
+        """A ratio another replica learned (bounded like our own)."""
+        if 1.0 <= ratio <= MAX_RATIO:
+            self._ratios.put((upstream, model), ratio)
 
     def ratio(self, upstream: str, model: str) -> float | None:
         return self._ratios.get((upstream, model))

@@ -166,6 +166,7 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
     errors = state.metrics.store_errors.labels(store="redis")
     assert state.sessions is not None
     shared = SharedStore(url, local=local, offload=state.offload, windows=state.windows,
+                         ratios=state.ratios,
                          stream_options=state.stream_options, prints=state.sessions.prints,
                          on_error=errors.inc,
                          max_per_session=state.rules.rules.store.max_entries_per_session)

@@ -379,6 +379,8 @@ class ChatExchange:
             self.state.log.exception("overflow checks after the answer failed")
             return
         self.state.record.after(check, self.chat.model)
+        if self.state.shared is not None and check.learned_ratio is not None:
+            self.state.shared.kick()
 
     def _observe_overhead(self, extra: float) -> None:
         self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)

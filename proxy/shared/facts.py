@@ -4,7 +4,8 @@ Each process keeps its learned facts in memory (the request path reads only memo
 module passes them on in the background:
 
 - context windows learned from overflow errors, per upstream and model
-  (``tailfloor:windows``, a hash);
+  (``tailfloor:windows``, a hash), and the upstream's token count per token of our estimate
+  (``tailfloor:ratios``);
 - upstreams that refuse ``stream_options`` (``tailfloor:refusals``: until when);
 - request fingerprints per session, for the carry of a session that names itself nowhere
   (``tailfloor:fp:<fingerprint>``: the sessions that sent it, newest last, at most
@@ -28,7 +29,7 @@ import orjson
 from redis import asyncio as aioredis
 
 from proxy.floor.fingerprints import Fingerprints
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 from proxy.shared.client import KEY_PREFIX, SharedClient, StoreUnavailable
 from proxy.shared.compactions import KNOWN_KEY
 from proxy.upstream.stream_options import REMEMBER_SECONDS, StreamOptionsMemory
@@ -36,7 +37,9 @@ from proxy.upstream.stream_options import REMEMBER_SECONDS, StreamOptionsMemory
 __all__ = ["PER_PRINT", "SharedFacts"]
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 WINDOWS_KEY = KEY_PREFIX + "windows"
+RATIOS_KEY = KEY_PREFIX + "ratios"
 REFUSALS_KEY = KEY_PREFIX + "refusals"
 PER_PRINT = 64
 _PULL_LIMIT = 10_000  # newly known sessions read per round
@@ -53,10 +56,12 @@ class KnownSessions(Protocol):
 class SharedFacts:
     def __init__(self, client: SharedClient, *, windows: LearnedWindows,
                  stream_options: StreamOptionsMemory, prints: Fingerprints,
-                 compactions: KnownSessions, ttl: float = 7 * 86400,
+                 compactions: KnownSessions, ratios: TokenRatios | None = None,
+                 ttl: float = 7 * 86400,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._windows = windows
+        self._ratios = ratios if ratios is not None else TokenRatios()
         self._stream_options = stream_options
         self._prints = prints
         self._compactions = compactions
@@ -66,8 +71,8 @@ class SharedFacts:
 
     def pending(self) -> bool:
         """Whether this process learned something the others have not been told."""
-        return bool(self._windows.learned or self._stream_options.refusals
-                    or self._prints.recorded)
+        return bool(self._windows.learned or self._ratios.learned
+                    or self._stream_options.refusals or self._prints.recorded)
 
     async def sync(self) -> None:
         """One round: push what was learned here, read what was learned elsewhere."""
@@ -77,6 +82,7 @@ class SharedFacts:
         async def read(redis: aioredis.Redis) -> list[object]:
             async with redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(WINDOWS_KEY)
+                pipe.hgetall(RATIOS_KEY)
                 pipe.hgetall(REFUSALS_KEY)
                 # Newest first: a replica that starts learns the sessions in use now.
                 pipe.zrevrangebyscore(KNOWN_KEY, "+inf", since, start=0, num=_PULL_LIMIT,
@@ -85,14 +91,19 @@ class SharedFacts:
             return result
 
         try:
-            windows, refusals, known = await self._client.run(read, "read facts")
+            windows, ratios, refusals, known = await self._client.run(read, "read facts")
         except StoreUnavailable:
             return
         if isinstance(windows, dict):
             for field, value in windows.items():
-                upstream_model, window = _decode_window(field, value)
+                upstream_model, window = _decode_pair(field, value, int)
                 if upstream_model is not None:
                     self._windows.merge(*upstream_model, window)
+        if isinstance(ratios, dict):
+            for field, value in ratios.items():
+                upstream_model, ratio = _decode_pair(field, value, float)
+                if upstream_model is not None:
+                    self._ratios.merge(*upstream_model, ratio)
         if isinstance(refusals, dict):
             now = self._clock()
             for upstream, until in refusals.items():
@@ -109,9 +120,10 @@ class SharedFacts:
     async def push(self) -> None:
         """Pass on what this process learned since the last push."""
         windows = _drain(self._windows.learned)
+        ratios = _drain(self._ratios.learned)
         refusals = _drain(self._stream_options.refusals)
         prints = _drain(self._prints.recorded)
-        if not (windows or refusals or prints):
+        if not (windows or ratios or refusals or prints):
             return
         now = self._clock()
 
@@ -121,6 +133,10 @@ class SharedFacts:
                     pipe.hset(WINDOWS_KEY, orjson.dumps([upstream, model]), window)
                 if windows:
                     pipe.expire(WINDOWS_KEY, self._ttl)
+                for upstream, model, ratio in ratios:
+                    pipe.hset(RATIOS_KEY, orjson.dumps([upstream, model]), ratio)
+                if ratios:
+                    pipe.expire(RATIOS_KEY, self._ttl)
                 for upstream in refusals:
                     pipe.hset(REFUSALS_KEY, upstream, now + REMEMBER_SECONDS)
                 if refusals:
@@ -137,6 +153,7 @@ class SharedFacts:
         except StoreUnavailable:
             # Told later: put them back (bounded deques drop the oldest first).
             self._windows.learned.extend(windows)
+            self._ratios.learned.extend(ratios)
             self._stream_options.refusals.extend(refusals)
             self._prints.recorded.extend(prints)
 
@@ -180,12 +197,15 @@ def _float(value: object) -> float:
         return 0.0
 
 
-def _decode_window(field: object, value: object) -> tuple[tuple[str, str] | None, int]:
+def _decode_pair(field: object, value: object, kind: Callable[[str], N]
+                 ) -> tuple[tuple[str, str] | None, N]:
+    """A ``[upstream, model]`` field and its number, or None for what this build cannot
+    read."""
     try:
         upstream, model = orjson.loads(field if isinstance(field, bytes | str) else b"")
-        window = int(_text(value))
+        number = kind(_text(value))
     except (orjson.JSONDecodeError, TypeError, ValueError):
-        return None, 0
+        return None, kind("0")
     if not isinstance(upstream, str) or not isinstance(model, str):
-        return None, 0
-    return (upstream, model), window
+        return None, number
+    return (upstream, model), number

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from proxy.floor.fingerprints import Fingerprints
 from proxy.recovery.compactions import LocalCompactions, Offload
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 from proxy.shared.client import SharedClient
 from proxy.shared.compactions import SharedCompactions
 from proxy.shared.config import StoreURL
@@ -30,15 +30,17 @@ SYNC_INTERVAL = 1.0  # seconds between rounds of reading what the other replicas
 
 class SharedStore:
     def __init__(self, url: StoreURL, *, local: LocalCompactions, offload: Offload,
-                 windows: LearnedWindows, stream_options: StreamOptionsMemory,
+                 windows: LearnedWindows, ratios: TokenRatios,
+                 stream_options: StreamOptionsMemory,
                  prints: Fingerprints, on_error: Callable[[], None] = lambda: None,
                  max_per_session: int = 16) -> None:
         self.client = SharedClient(url, on_error=on_error)
         self.compactions = SharedCompactions(self.client, local, offload,
                                              max_per_session=max_per_session)
         self.lock = SharedSummaryLock(self.client)
-        self.facts = SharedFacts(self.client, windows=windows, stream_options=stream_options,
-                                 prints=prints, compactions=self.compactions)
+        self.facts = SharedFacts(self.client, windows=windows, ratios=ratios,
+                                 stream_options=stream_options, prints=prints,
+                                 compactions=self.compactions)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.floor.fingerprints import Fingerprints
-from proxy.recovery.windows import LearnedWindows
+from proxy.recovery.windows import LearnedWindows, TokenRatios
 from proxy.shared.client import SharedClient
 from proxy.shared.config import parse_store_url
 from proxy.shared.facts import SharedFacts
@@ -115,5 +115,35 @@ async def test_a_starting_replica_learns_the_newest_sessions_first(
         await shared.sync()
         assert "s11999" in known.sessions and "s0" not in known.sessions
         assert known.sessions[-1] == "s11999"  # newest last: the most recently used
+    finally:
+        await client.close()
+
+
+async def test_windows_ratios_and_refusals_learned_on_one_replica_reach_another(
+        debug_redis: RedisServer) -> None:
+    client = SharedClient(parse_store_url(debug_redis.url))
+    try:
+        with debug_redis.client() as sync:
+            sync.delete("tailfloor:windows", "tailfloor:ratios", "tailfloor:refusals")
+        windows, ratios, refusals = LearnedWindows(), TokenRatios(), StreamOptionsMemory()
+        assert windows.learn("http://up", "m1", 8192)
+        assert ratios.learn("http://up", "m1", 1370, 1000) == 1.37
+        refusals.refused("http://old-up")
+        here = SharedFacts(client, windows=windows, ratios=ratios, stream_options=refusals,
+                           prints=Fingerprints(), compactions=Known())
+        assert here.pending()
+        await here.push()
+        assert not here.pending()
+        there_windows, there_ratios, there_refusals = (LearnedWindows(), TokenRatios(),
+                                                       StreamOptionsMemory())
+        there = SharedFacts(client, windows=there_windows, ratios=there_ratios,
+                            stream_options=there_refusals, prints=Fingerprints(),
+                            compactions=Known())
+        await there.sync()
+        assert there_windows.window("http://up", "m1") == 8192
+        assert there_ratios.ratio("http://up", "m1") == 1.37
+        assert not there_refusals.accepted("http://old-up")
+        assert there_refusals.accepted("http://up")
+        assert not there.pending()  # what was read is not pushed back
     finally:
         await client.close()
