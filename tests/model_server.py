@@ -8,7 +8,9 @@ file. This runs the server until SIGTERM or SIGINT::
 
 Context shift stays off, so a prompt over the window is refused with llama.cpp's
 ``exceed_context_size_error`` and nothing is cut silently; one slot, so the whole window is
-one request's.
+one request's. Sampling defaults to temperature 0 (a request's own ``temperature`` wins), so
+the same requests get the same answers and the server's prompt cache serves a repeated
+conversation again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def model_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / MODEL_FILE
 
 
-def serve(port: int, n_ctx: int, threads: int) -> None:
+def serve(port: int, n_ctx: int, threads: int, temperature: float) -> None:
     import xllamacpp as xlc
 
     params = xlc.CommonParams()
@@ -45,6 +47,7 @@ def serve(port: int, n_ctx: int, threads: int) -> None:
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     params.warmup = False
+    params.sampling.temp = temperature
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -60,8 +63,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args()
-    serve(args.port, args.n_ctx, args.threads)
+    serve(args.port, args.n_ctx, args.threads, args.temperature)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,20 @@ class ModelServer:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-4000:]
 
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
     def tokenize(self, text: str) -> int:
         """The server's own token count of ``text``."""
-        request = urllib.request.Request(self.url + "/tokenize",
-                                         data=json.dumps({"content": text}).encode())
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return len(json.loads(response.read())["tokens"])
+        return len(self._post("/tokenize", {"content": text})["tokens"])
+
+    def prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
+        """The server's count of a chat request's prompt: its chat template applied, then
+        tokenized with the special tokens (what its usage reports as prompt_tokens)."""
+        prompt = self._post("/apply-template", {"messages": messages})["prompt"]
+        return len(self._post("/tokenize", {"content": prompt, "add_special": True})["tokens"])
 
     def stop(self) -> None:
         stop_process(self.proc)

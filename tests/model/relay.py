@@ -25,8 +25,11 @@ class Exchange:
     path: str
     body: bytes
     status: int = 0
-    answer: bytes = b""
-    chunks: list[bytes] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)  # each kept before it is passed on
+
+    @property
+    def answer(self) -> bytes:
+        return b"".join(self.chunks)
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -83,7 +86,6 @@ class RecordingRelay:
                 exchange.chunks.append(chunk)
                 await response.write(chunk)
             await response.write_eof()
-        exchange.answer = b"".join(exchange.chunks)
         return response
 
     def stop(self) -> None:

@@ -19,6 +19,7 @@ from tests.model.conftest import ModelServer
 from tests.model.relay import Exchange, RecordingRelay
 
 MODEL = "smollm2"
+KEEPALIVE = b": keep-alive\n\n"
 RULES = """[defaults]
 min_tail_messages = 4
 summary_max_tokens = 64
@@ -158,14 +159,18 @@ def test_non_streaming_overflow_is_recovered_and_the_summary_reused(
 
 def test_streaming_overflow_is_recovered_and_relayed_byte_for_byte(
         model_server: ModelServer, relay: RecordingRelay, proxy: ProxyProcess) -> None:
-    messages = conversation("b")
+    messages = conversation("a")  # as above: the server's prompt cache saves CI time
     with client(proxy).chat.completions.with_streaming_response.create(
             model=MODEL, messages=messages, max_tokens=16, stream=True,  # type: ignore[arg-type]
             stream_options={"include_usage": True}) as response:
         assert response.headers["x-tailfloor"] == "compacted:overflow"
         received = b"".join(response.iter_bytes())
     retry = check_recovery(model_server, relay, proxy, messages)
-    assert received == retry.answer  # the server's SSE, byte for byte
+    # the server's SSE byte for byte, plus the comments tailfloor writes into an idle stream
+    # (a slow machine keeps the first token waiting past --keepalive-interval)
+    keepalives = received.count(KEEPALIVE)
+    assert received.replace(KEEPALIVE, b"") == retry.answer
+    assert proxy.sample("tailfloor_stream_keepalives_total") == keepalives
     events = [json.loads(e) for e in data_events(received) if e != "[DONE]"]
     usage = events[-1]["usage"]
     assert usage["prompt_tokens"] + usage["completion_tokens"] <= model_server.n_ctx
@@ -190,5 +195,38 @@ def test_an_output_limit_past_the_window_is_lowered_to_what_the_server_holds(
         assert prompt + limit <= model_server.n_ctx
         assert limit >= 1000  # never below min(min_output_tokens, a quarter of 4000)
         assert proxy.sample("tailfloor_output_lowered_total", trigger="preflight") == 1
+    finally:
+        proxy.stop()
+
+
+def test_a_length_finish_at_the_window_is_not_a_silent_overflow(
+        model_server: ModelServer, relay: RecordingRelay, tmp_path: Path) -> None:
+    """llama.cpp refuses a prompt that fills its window, and one that fits generates until the
+    window is full and stops with ``length``: an answer with output, which the silent-overflow
+    rules leave alone (only a length finish with no output at a full window is one)."""
+    proxy = start(relay, tmp_path, f'[[models]]\npattern = "{MODEL}"\n'
+                                   f'context_window = {model_server.n_ctx}\n'
+                                   'encoding = "o200k_base"\nmargin = 0.2\n'
+                                   f'[[rules]]\nname = "as sent"\nmodel = "{MODEL}"\n'
+                                   'preflight = false\n')
+    try:
+        # a few tokens of room left, by the server's own count of the prompt
+        question = "What now?"
+        messages = [*conversation("a")[:-1], {"role": "user", "content": question}]
+        while model_server.prompt_tokens(messages) < model_server.n_ctx - 6:
+            question = "Please, " + question
+            messages[-1] = {"role": "user", "content": question}
+        assert model_server.prompt_tokens(messages) < model_server.n_ctx
+        answer = client(proxy).chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=400)  # type: ignore[arg-type]
+        (sent,) = relay.chats()
+        assert sent.json()["messages"] == messages and sent.json()["max_tokens"] == 400
+        usage = orjson.loads(sent.answer)["usage"]  # the server's own counts
+        assert answer.choices[0].finish_reason == "length"
+        assert 0 < usage["completion_tokens"] < 400
+        assert model_server.n_ctx - 2 <= usage["prompt_tokens"] + usage["completion_tokens"] \
+            <= model_server.n_ctx
+        assert proxy.sample("tailfloor_overflow_total", outcome="silent") == 0
+        assert "silent context overflow" not in proxy.logs()
     finally:
         proxy.stop()
