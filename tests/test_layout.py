@@ -31,7 +31,7 @@ PURE = [
     "recovery/summarize/response.py",
     "transcripts/catalog.py", "transcripts/entries.py", "transcripts/view.py",
     "transcripts/index.py", "transcripts/records.py", "transcripts/render.py",
-    "transcripts/state.py",
+    "transcripts/state.py", "transcripts/ordering.py", "shared/health.py",
     "context.py", "model.py", "errors.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",

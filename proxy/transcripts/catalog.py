@@ -24,6 +24,7 @@ from typing import Any
 from proxy.transcripts import loading, view
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
+from proxy.transcripts.ordering import Groups
 from proxy.transcripts.records import (
     SessionInfo,
     SessionRecord,
@@ -52,14 +53,13 @@ class Catalog:
         self._lock = threading.RLock()
         self._states: dict[str, SessionState] = {}
         self._index = ContentIndex()
-        self._by_key: dict[str, list[str]] = {}
-        self._by_group: dict[str, list[str]] = {}
+        # Sessions by OpenClaw session key (scoped) and by Pi directory, each in order.
+        self._by_key = Groups(self._order)
+        self._by_group = Groups(self._order)
         self._key_scopes: dict[str, set[str]] = {}
         # (table, name) whose links may change -> the sessions added to it (None: any may)
         self._relink: dict[tuple[int, str], set[str] | None] = {}
         self._deferred: set[str] = set()
-        # group -> its ids oldest first and each one's position (a cache)
-        self._ordered: dict[str, tuple[list[str], dict[str, int]]] = {}
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
@@ -72,6 +72,7 @@ class Catalog:
             old = self._states.get(info.session_id)
             if old is not None:
                 self._index.drop(info.session_id, old.held, keep=())
+                self._reorder(info)
             st = SessionState(info, store)
             self._states[info.session_id] = st
             st.add_marks(window.marks)
@@ -101,6 +102,7 @@ class Catalog:
             if st is None:
                 return
             st.info = info
+            self._reorder(info)
             self._link_key(info)
             self._refresh(st)
 
@@ -112,10 +114,8 @@ class Catalog:
             self._index.drop(session_id, st.held, keep=())
             for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
                                                (self._by_group, st.info.group))):
-                if name and session_id in table.get(name, []):
-                    table[name].remove(session_id)
+                if name and table.remove(name, session_id):
                     self._relink[(n, name)] = None
-                    self._ordered.pop(name, None)
             self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -185,7 +185,7 @@ class Catalog:
                 if len(scopes) != 1:
                     return []
                 scope = next(iter(scopes))
-            ids = sorted(self._by_key.get(f"{scope}\x00{session_key}", []), key=self._order,
+            ids = sorted(self._by_key.members(f"{scope}\x00{session_key}"), key=self._order,
                          reverse=True)
             return [r for r in (self.get(i) for i in ids) if r is not None]
 
@@ -318,19 +318,21 @@ class Catalog:
         if gone:
             self._index.drop(st.info.session_id, gone, keep=st.held)
 
+    def _reorder(self, info: SessionInfo) -> None:
+        """The session's start time may have changed: its groups sort again when asked."""
+        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
+            if name:
+                table.reorder(name)
+
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:
             self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
         for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
                                            (self._by_group, info.group))):
-            if name:
-                ids = table.setdefault(name, [])
-                if info.session_id not in ids:
-                    ids.append(info.session_id)
-                    added = self._relink.setdefault((n, name), set())
-                    if added is not None:
-                        added.add(info.session_id)
-                    self._ordered.pop(name, None)
+            if name and table.add(name, info.session_id):
+                added = self._relink.setdefault((n, name), set())
+                if added is not None:
+                    added.add(info.session_id)
 
     def relink(self) -> None:
         """Recompute the records of sessions whose key or directory gained or lost a session
@@ -339,16 +341,14 @@ class Catalog:
             pending, self._relink = self._relink, {}
             todo, self._deferred = self._deferred, set()
             for (n, name), added in pending.items():
-                ids = (self._by_key if n == 0 else self._by_group).get(name, [])
-                if added is None or 2 * len(added) >= len(ids):
-                    todo.update(ids)
+                table = self._by_key if n == 0 else self._by_group
+                if added is None:
+                    todo.update(table.members(name))
                 else:
                     # Only a new session and the one right after it can change links: a
                     # directory of 20,000 sessions gaining one refreshes two, not 20,000.
-                    ordered = sorted(ids, key=self._order)
                     todo.update(added)
-                    todo.update(ordered[k + 1] for k, sid in enumerate(ordered[:-1])
-                                if sid in added)
+                    todo.update(table.after(name, added))
             for sid in todo:
                 st = self._states.get(sid)
                 if st is not None:
@@ -376,20 +376,15 @@ class Catalog:
         info = st.info
         if info.predecessor:
             return info.predecessor, info.link
-        if info.session_key:
-            older = [i for i in self._by_key.get(_scoped(info) or "", [])
-                     if i != info.session_id and self._order(i) < self._order(info.session_id)]
-            if older:
-                return max(older, key=self._order), "key_history"
+        scoped = _scoped(info)
+        if scoped:
+            older = self._by_key.before(scoped, info.session_id)
+            if older is not None:
+                return older, "key_history"
         if info.group is not None:
-            cached = self._ordered.get(info.group)
-            if cached is None:
-                ordered = sorted(self._by_group.get(info.group, []), key=self._order)
-                cached = self._ordered[info.group] = (ordered, {s: k for k, s in
-                                                                enumerate(ordered)})
-            at = cached[1].get(info.session_id, 0)
-            if at > 0:
-                return cached[0][at - 1], "pi_directory"
+            before = self._by_group.before(info.group, info.session_id)
+            if before is not None:
+                return before, "pi_directory"
         return None, None
 
 
