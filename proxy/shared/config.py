@@ -1,4 +1,4 @@
-"""Where the shared store is: ``--store URL`` read and checked. Pure.
+"""Where the shared store is: ``--store URL`` read and checked (and the password file read).
 
 ``redis://[user:password@]host[:port][/db]`` and ``rediss://`` (TLS). A password may come from
 the URL or, better (a URL shows in process listings and manifests), from a file named by
