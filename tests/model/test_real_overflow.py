@@ -230,3 +230,31 @@ def test_a_length_finish_at_the_window_is_not_a_silent_overflow(
         assert "silent context overflow" not in proxy.logs()
     finally:
         proxy.stop()
+
+
+def test_a_retry_is_cut_by_the_servers_count_when_ours_is_low(
+        model_server: ModelServer, relay: RecordingRelay, tmp_path: Path) -> None:
+    """No margin and no reserve: a compaction planned by our count alone would fill the window
+    and be refused again. The refusal's n_prompt_tokens against our count of the same request
+    cuts the retry to fit by the server's measure."""
+    proxy = start(relay, tmp_path, f'[[models]]\npattern = "{MODEL}"\n'
+                                   f'context_window = {model_server.n_ctx}\n'
+                                   'encoding = "o200k_base"\nmargin = 0.0\n'
+                                   f'[[rules]]\nname = "tight"\nmodel = "{MODEL}"\n'
+                                   'reserve_tokens = 0\nmin_tail_messages = 30\n')
+    try:
+        messages = conversation("a")
+        raw = client(proxy).chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, max_tokens=16)  # type: ignore[arg-type]
+        raw.parse()
+        assert raw.headers["x-tailfloor"] == "compacted:overflow", proxy.logs()
+        refused, *_, retry = relay.chats()
+        measured = orjson.loads(refused.answer)["error"]["n_prompt_tokens"]
+        assert measured > model_server.n_ctx
+        assert retry.status == 200 and not retry.is_summary
+        usage = orjson.loads(retry.answer)["usage"]
+        assert usage["prompt_tokens"] + 16 <= model_server.n_ctx
+        assert model_server.prompt_tokens(retry.json()["messages"]) == usage["prompt_tokens"]
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 1
+    finally:
+        proxy.stop()
