@@ -177,7 +177,8 @@ class ChatExchange:
         shared = state.shared
         if shared is not None:
             shared.kick()
-            if ctx.print_ is not None and first_of_session(ctx) and \
+            tracked = state.transcripts is not None and len(state.transcripts.catalog) > 0
+            if tracked and ctx.print_ is not None and first_of_session(ctx) and \
                     await shared.facts.pull_print(ctx.print_):
                 # Another replica saw this system prompt and tools: its sessions may be the
                 # predecessor of this new one.
