@@ -100,7 +100,7 @@ def test_the_harness_runs_against_the_small_model(model_server: ModelServer,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     relay.exchanges.clear()
     report = main(["--upstream", relay.url, "--model", "smollm2", "--runs", "1",
-                   "--window", str(model_server.n_ctx), "--max-tokens", "96"])
+                   "--window", str(model_server.n_ctx), "--max-tokens", "64"])
     printed = capsys.readouterr().out
     assert set(report) == {t.name for t in TASKS}
     for task in TASKS:
