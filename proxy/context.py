@@ -86,7 +86,9 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
             lineage, tenant, print_ = found.lineage, found.tenant, found.print_
         except Exception as exc:  # an identification bug costs the floor, never the request
             lineage, error = Lineage("error"), f"{type(exc).__name__}: {exc}"[:200]
-    measured = spec if ratio is None else replace(spec, margin=ratio - 1.0)
+    # A learned ratio raises the margin, never lowers what the rules set: one request's count
+    # must not take away the room the operator kept for counting error.
+    measured = spec if ratio is None else replace(spec, margin=max(spec.margin, ratio - 1.0))
     return RequestContext(chat=chat, headers=headers, signals=signals, policy=policy,
                           spec=measured, window=learned or spec.context_window, known_window=known,
                           lineage=lineage, tenant=tenant, print_=print_, large=is_large(chat),

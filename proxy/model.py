@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from proxy.wire.members import with_member
+
 # The first "model" key of a body (a key: its quotes are not escaped as they are in strings).
 _MODEL = re.compile(rb'(?<!\\)"model"\s*:\s*"((?:[^"\\]|\\.){1,200})"')
 
@@ -159,9 +161,9 @@ _INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
 def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes | None:
     """The request body with ``stream_options.include_usage`` set, changing as little as possible.
 
-    Appending one member to the JSON object keeps every other byte as the client sent it; only
-    when the client already sent ``stream_options`` is the object serialised again. None when
-    that cannot be done (a body nested deeper than the serialiser allows): send it as it is.
+    Appending one member to the JSON object keeps every other byte as the client sent it; when
+    the client already sent ``stream_options``, only that member's value is replaced. None when
+    that cannot be done: send it as it is.
     """
     if "stream_options" not in body:
         end = raw.rstrip()
@@ -169,10 +171,12 @@ def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes | None:
             inner = end[:-1].rstrip()
             separator = b"" if inner.endswith(b"{") else b","
             return inner + separator + _INCLUDE_USAGE + b"}"
+    # ``raw`` may be a rewrite (a compaction, a lowered output limit) of the client's body:
+    # only the stream_options member changes, in place; the rest stays what was planned.
     options = body.get("stream_options")
     merged = dict(options) if isinstance(options, dict) else {}
     merged["include_usage"] = True
     try:
-        return orjson.dumps({**body, "stream_options": merged})
+        return with_member(raw, "stream_options", orjson.dumps(merged))
     except (orjson.JSONEncodeError, TypeError):
         return None

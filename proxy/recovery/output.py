@@ -71,7 +71,10 @@ def plan_clamp(body: bytes, *, policy: Policy, requested: int, prompt: int, wind
                trigger: ClampTrigger, measured: bool, session: str) -> OutputClamp | None:
     """``body`` with its output lowered to fit, or None (nothing to lower, too little room,
     or a body whose limit cannot be rewritten in place)."""
-    limit = lowered_output(requested, prompt, window, minimum_output(policy, requested))
+    # Our estimate may be a little low: leave some of the window for that (the upstream's own
+    # count, from its error, needs none).
+    slack = 0 if measured else max(16, window // 50)
+    limit = lowered_output(requested, prompt + slack, window, minimum_output(policy, requested))
     if limit is None:
         return None
     lowered = with_output_limit(body, limit)

@@ -228,19 +228,21 @@ class Recovery:
         usage = seen.usage
         window = request.ctx.known_window
         prompt = usage.prompt_tokens if usage is not None else None
-        estimate = ratio = None
+        estimate = ratio = ours = None
         body = sent.body if sent is not None else request.draft.body
         if window and prompt is not None and len(body) > window:
             # only then may it show a truncation (a token is at least a byte), and only then
             # is the prompt large enough to tell the upstream's token ratio
             ours = request.sent_prompt(self._tokens, sent.messages if sent else None)
-            estimate = with_margin(ours, request.spec.margin) + request.requested_output
-            if seen.status < 400 and prompt <= window \
-                    and self._tokens.encodings.settled(request.spec.encoding):
-                ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
+            # what was asked of the upstream: a clamped request asked for less
+            output = clamp.limit if clamp is not None else request.requested_output
+            estimate = with_margin(ours, request.spec.margin) + output
         silent = check_silent_overflow(
             seen.finish_reason, prompt, usage.completion_tokens if usage else None, window,
             estimate)
+        if silent is None and ours is not None and prompt is not None and answered \
+                and prompt <= (window or 0) and self._ratio_worthy(request, body):
+            ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
         if silent is not None:
             self._marked.put(request.session, silent.kind)
             return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
@@ -276,7 +278,9 @@ class Recovery:
         scale = request.undercount(self._tokens, failed.messages if failed else None,
                                    upstream_prompt)
         prior = _prior(request, found)
-        fits = found is not None and request.estimate(self._tokens, prior) <= request.budget
+        # by the upstream's count as far as this error tells it (scale <= 1)
+        fits = found is not None and (request.prompt_estimate(self._tokens, prior) / scale
+                                      + request.requested_output) <= request.budget
         return prior, scale, fits
 
     async def _find(self, request: RecoveryRequest, *, ask: bool = False
@@ -289,9 +293,15 @@ class Recovery:
             return None
         return await self._store.find_for(request.conversation, request.session)
 
+    def _ratio_worthy(self, request: RecoveryRequest, body: bytes) -> bool:
+        """A request whose count tells the upstream's tokenizer apart from ours: counted by
+        the real table, and text only (images and audio are guessed, not counted)."""
+        return (self._tokens.encodings.settled(request.spec.encoding)
+                and b'"image_url"' not in body and b'"input_audio"' not in body)
+
     def _learn_ratio(self, request: RecoveryRequest, failed: Compaction | None,
                      measured: int) -> float | None:
-        if not self._tokens.encodings.settled(request.spec.encoding):
+        if not self._ratio_worthy(request, failed.body if failed else request.draft.body):
             return None
         ours = request.sent_prompt(self._tokens, failed.messages if failed else None)
         return self._ratios.learn(self._upstream, request.chat.model, measured, ours)
@@ -356,7 +366,7 @@ class Recovery:
     def _spec(self, model: str) -> ModelSpec:
         spec = self._rules.rules.model(model)
         ratio = self._ratios.ratio(self._upstream, model)
-        return spec if ratio is None else replace(spec, margin=ratio - 1.0)
+        return spec if ratio is None else replace(spec, margin=max(spec.margin, ratio - 1.0))
 
     def _held_across(self, request: RecoveryRequest
                      ) -> contextlib.AbstractAsyncContextManager[bool]:

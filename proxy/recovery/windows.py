@@ -27,6 +27,7 @@ __all__ = ["MAX_RATIO", "MIN_COUNTED", "BoundedMap", "LearnedWindows", "TokenRat
 MAX_RATIO = 2.0
 MIN_COUNTED = 256
 _MOVED = 0.05  # a change worth a log line
+_STEP = 0.2  # the most one sample moves a learned ratio
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -104,9 +105,14 @@ class TokenRatios:
         than ``_MOVED``, else None (also when the counts are too small to tell)."""
         if measured is None or measured < MIN_COUNTED or ours < MIN_COUNTED:
             return None
-        ratio = round(min(MAX_RATIO, max(1.0, measured / ours)), 3)
+        ratio = min(MAX_RATIO, max(1.0, measured / ours))
         key = (upstream, model)
         before = self._ratios.get(key)
+        if before is not None:
+            # One sample moves it a step at most: an odd request (a tokenizer's worst case)
+            # cannot swing every budget of the model at once.
+            ratio = before + max(-_STEP, min(_STEP, ratio - before))
+        ratio = round(ratio, 3)
         self._ratios.put(key, ratio)
         if before is not None and abs(ratio - before) <= _MOVED * before:
             return None

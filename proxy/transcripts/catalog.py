@@ -72,7 +72,8 @@ class Catalog:
             old = self._states.get(info.session_id)
             if old is not None:
                 self._index.drop(info.session_id, old.held, keep=())
-                self._reorder(info)
+                if old.info.created != info.created:
+                    self._reorder(info)
             st = SessionState(info, store)
             self._states[info.session_id] = st
             st.add_marks(window.marks)
@@ -101,8 +102,10 @@ class Catalog:
             st = self._states.get(info.session_id)
             if st is None:
                 return
+            moved = st.info.created != info.created
             st.info = info
-            self._reorder(info)
+            if moved:
+                self._reorder(info)
             self._link_key(info)
             self._refresh(st)
 
@@ -319,10 +322,13 @@ class Catalog:
             self._index.drop(st.info.session_id, gone, keep=st.held)
 
     def _reorder(self, info: SessionInfo) -> None:
-        """The session's start time may have changed: its groups sort again when asked."""
-        for table, name in ((self._by_key, _scoped(info)), (self._by_group, info.group)):
+        """The session's start time changed: its groups sort again, and every link in them
+        may move (its old neighbours and its new ones)."""
+        for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
+                                           (self._by_group, info.group))):
             if name:
                 table.reorder(name)
+                self._relink[(n, name)] = None
 
     def _link_key(self, info: SessionInfo) -> None:
         if info.session_key:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import orjson
 
-__all__ = ["OUTPUT_KEYS", "with_output_limit"]
+__all__ = ["OUTPUT_KEYS", "with_member", "with_output_limit"]
 
 # The names a chat request gives its output limit (the first one set counts, as in tokens.py).
 OUTPUT_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
@@ -94,15 +94,36 @@ def with_output_limit(raw: bytes, limit: int) -> bytes | None:
     try:
         spans = [(start, end) for key, start, end in _member_spans(raw)
                  if key in OUTPUT_KEYS and all(b in _NUMBER for b in raw[start:end])]
-        lowered = [(start, end) for start, end in spans
-                   if isinstance(value := orjson.loads(raw[start:end]), int) and value > limit]
+        values = [(start, end, orjson.loads(raw[start:end])) for start, end in spans]
+        lowered = [(start, end) for start, end, value in values
+                   if isinstance(value, int) and value > limit]
     except (ValueError, IndexError):  # orjson.JSONDecodeError is a ValueError
         return None
+    if any(isinstance(v, float) and v > limit for _s, _e, v in values):
+        return None  # a limit this cannot lower in place would still ask for too much
     if not lowered:
         return None
     out = bytearray()
     last = 0
     for start, end in lowered:
         out += raw[last:start] + str(limit).encode()
+        last = end
+    return bytes(out + raw[last:])
+
+
+def with_member(raw: bytes, key: str, value: bytes) -> bytes | None:
+    """``raw`` with the value of its top-level member ``key`` (each copy) replaced by
+    ``value`` (JSON), nothing else changed. None when there is no such member or ``raw`` is
+    not a JSON object this can read."""
+    try:
+        spans = [(start, end) for name, start, end in _member_spans(raw) if name == key]
+    except (ValueError, IndexError):
+        return None
+    if not spans:
+        return None
+    out = bytearray()
+    last = 0
+    for start, end in spans:
+        out += raw[last:start] + value
         last = end
     return bytes(out + raw[last:])

@@ -107,3 +107,12 @@ def test_the_minimum_output_is_a_rules_key() -> None:
         parse_rules([("00.toml", "[defaults]\nmin_output_share = 1.5\nmin_output_tokens = 0\n")])
     assert any("min_output_share = 1.5" in p for p in bad.value.problems)
     assert any("min_output_tokens = 0" in p for p in bad.value.problems)
+
+
+def test_a_limit_that_cannot_be_lowered_in_place_lowers_none() -> None:
+    """A whole-number limit beside a fractional one: lowering only one would leave the
+    upstream the other, still too large."""
+    raw = b'{"max_completion_tokens":9000.0,"max_tokens":9000,"messages":[]}'
+    assert with_output_limit(raw, 1000) is None
+    assert with_output_limit(b'{"max_completion_tokens":900.0,"max_tokens":9000}', 1000) == (
+        b'{"max_completion_tokens":900.0,"max_tokens":1000}')

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.ordering import Groups
+from proxy.transcripts.records import SessionInfo, Window
+from tests.transcripts.test_views import MemStore, conversation
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10_000)), unique_by=lambda t: t[1],
@@ -33,3 +38,39 @@ def test_a_removed_session_leaves_its_neighbours_linked() -> None:
     assert groups.remove("dir", "s2") and not groups.remove("dir", "s2")
     assert groups.before("dir", "s3") == "s1"
     assert groups.before("dir", "s1") is None and groups.members("dir") == ["s3", "s1"]
+
+
+def _catalog_of(*sessions: tuple[str, float]) -> Catalog:
+    catalog = Catalog()
+    for sid, created in sessions:
+        store = MemStore(conversation(1))
+        catalog.put(SessionInfo(sid, "pi", "pi", "mem", created=created, group="d"), store,
+                    Window(store.entries(), True))
+    catalog.relink()
+    return catalog
+
+
+def _links(catalog: Catalog) -> dict[str, str | None]:
+    links = {}
+    for sid in "abc":
+        record = catalog.get(sid)
+        assert record is not None
+        links[sid] = record.predecessor
+    return links
+
+
+def test_a_session_whose_start_time_moves_relinks_its_old_and_new_neighbours() -> None:
+    catalog = _catalog_of(("a", 1.0), ("b", 2.0), ("c", 3.0))
+    assert _links(catalog) == {"a": None, "b": "a", "c": "b"}
+    info = catalog.info("b")
+    assert info is not None
+    catalog.update_info(replace(info, created=4.0))  # its header time became known: after c
+    catalog.relink()
+    assert _links(catalog) == {"a": None, "c": "a", "b": "c"}
+    # the same when the session is read again from scratch
+    catalog = _catalog_of(("a", 1.0), ("b", 2.0), ("c", 3.0))
+    store = MemStore(conversation(1))
+    catalog.put(SessionInfo("b", "pi", "pi", "mem", created=4.0, group="d"), store,
+                Window(store.entries(), True))
+    catalog.relink()
+    assert _links(catalog) == {"a": None, "c": "a", "b": "c"}

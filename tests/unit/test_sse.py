@@ -102,3 +102,16 @@ def test_with_stream_usage_appends_without_reserialising() -> None:
     raw = b'{"stream":true,"stream_options":{"continuous_usage_stats":true}}'
     merged = orjson.loads(with_stream_usage(raw, orjson.loads(raw)))
     assert merged["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
+
+
+def test_with_stream_usage_keeps_what_tailfloor_rewrote() -> None:
+    """The body going out may be a rewrite of the client's (a lowered output limit, a
+    compaction): only its stream_options member changes, never back to the client's body."""
+    client = {"model": "m", "stream": True, "max_tokens": 9000,
+              "stream_options": {"include_usage": False},
+              "messages": [{"role": "user", "content": "a long history"}]}
+    rewritten = (b'{"model": "m", "stream": true, "max_tokens": 100, '
+                 b'"stream_options": {"include_usage": false}, '
+                 b'"messages": [{"role": "user", "content": "the summary"}]}')
+    out = with_stream_usage(rewritten, client)
+    assert out == rewritten.replace(b'{"include_usage": false}', b'{"include_usage":true}')
