@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +57,23 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def wait_until_ready(proc: subprocess.Popen[bytes], url: str, logs: Callable[[], str],
+                     name: str, *, seconds: float, pause: float) -> None:
+    """Until ``url`` answers 200; RuntimeError with the process's log if it exits or never
+    does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited early:\n{logs()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(pause)
+    raise RuntimeError(f"{name} did not become ready:\n{logs()}")
+
+
 class ProxyProcess:
     """A real ``tailfloor serve`` process on a free loopback port."""
 
@@ -81,17 +98,8 @@ class ProxyProcess:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tailfloor exited early:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"tailfloor did not become ready:\n{self.logs()}")
+        wait_until_ready(self.proc, self.url + "/readyz", self.logs, "tailfloor", seconds=20,
+                         pause=0.05)
 
     def logs(self) -> str:
         self._log.flush()

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, free_port, stop_process
+from tests.conftest import ROOT, free_port, stop_process, wait_until_ready
 from tests.model.relay import RecordingRelay
 
 N_CTX = 1536
@@ -34,17 +33,8 @@ class ModelServer:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the model server exited:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"the model server did not become ready:\n{self.logs()}")
+        wait_until_ready(self.proc, self.url + "/health", self.logs, "the model server",
+                         seconds=60, pause=0.1)
 
     def logs(self) -> str:
         self._log.flush()
