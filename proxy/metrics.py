@@ -93,8 +93,9 @@ class Metrics:
             ["route", "model", "code"], registry=r)
         self.tokens = Counter(
             "tailfloor_tokens_total",
-            "Tokens reported by the upstream (type: input|output|cached_input|reasoning).",
-            ["model", "agent", "type"], registry=r)
+            "Tokens reported by the upstream (type: input|output|cached_input|reasoning; "
+            "route: chat_completions|responses|messages, the API dialect).",
+            ["model", "agent", "type", "route"], registry=r)
         self.request_duration = Histogram(
             "tailfloor_request_duration_seconds", "Whole request duration as the client sees it.",
             ["route", "model"], buckets=REQUEST_BUCKETS, registry=r)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from proxy.wire.members import with_member
+
+if TYPE_CHECKING:
+    from proxy.wire.dialect import Dialect, Translation
 
 # The first "model" key of a body (a key: its quotes are not escaped as they are in strings).
 _MODEL = re.compile(rb'(?<!\\)"model"\s*:\s*"((?:[^"\\]|\\.){1,200})"')
@@ -26,6 +29,20 @@ class ChatRequest:
     agent_id: str | None
     # False for a body too large to read (see ``unread``): it goes upstream as it came.
     inspected: bool = True
+    # A request in another dialect (Responses, Anthropic Messages): ``raw`` and ``body`` are
+    # its chat translation, what every stage works on; ``client_raw`` is what the client sent.
+    dialect: Dialect | None = None
+    translation: Translation | None = None
+    client_raw: bytes = b""
+
+    @property
+    def route(self) -> str:
+        return self.dialect.name if self.dialect is not None else "chat_completions"
+
+    @property
+    def pass_reason(self) -> str | None:
+        """Why a dialect request must reach the upstream as it came (server-side state...)."""
+        return self.translation.pass_reason if self.translation is not None else None
 
     @classmethod
     def parse(cls, raw: bytes, body: dict[str, Any], agent_id: str | None) -> ChatRequest:
@@ -37,14 +54,35 @@ class ChatRequest:
             stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id)
 
     @classmethod
-    def unread(cls, raw: bytes, agent_id: str | None) -> ChatRequest:
+    def translated(cls, raw: bytes, body: dict[str, Any], agent_id: str | None,
+                   dialect: Dialect) -> ChatRequest:
+        """A request in ``dialect``, translated once into the chat shape the stages read."""
+        translation = dialect.translate(body)
+        chat = translation.chat
+        model = chat.get("model")
+        return cls(raw=orjson.dumps(chat), body=chat, model=model if isinstance(model, str)
+                   else "", stream=chat.get("stream") is True, include_usage=True,
+                   agent_id=agent_id, dialect=dialect, translation=translation, client_raw=raw)
+
+    def outgoing(self, body: bytes) -> bytes:
+        """What goes upstream for ``body`` (a body the stages made): the client's own bytes
+        when they left it alone, else, for a dialect request, rendered in its dialect."""
+        if self.translation is None or self.dialect is None:
+            return body
+        if body is self.raw or body == self.raw:
+            return self.client_raw
+        return orjson.dumps(self.dialect.render(self.translation, orjson.loads(body)))
+
+    @classmethod
+    def unread(cls, raw: bytes, agent_id: str | None,
+               dialect: Dialect | None = None) -> ChatRequest:
         """A body with so many JSON values that parsing it alone would hold the interpreter
         for tens of milliseconds: not parsed, not rewritten, only its model read for the
         metrics label."""
         found = _MODEL.search(raw[:65536])
         model = found.group(1).decode("utf-8", "replace") if found else ""
         return cls(raw=raw, body={}, model=model, stream=False, include_usage=False,
-                   agent_id=agent_id, inspected=False)
+                   agent_id=agent_id, inspected=False, dialect=dialect)
 
 
 @dataclass(frozen=True, slots=True)

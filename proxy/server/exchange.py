@@ -20,18 +20,20 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.context import (
+    LARGE_BYTES,
     RequestContext,
     build_context,
     first_of_session,
     is_large,
     runs_ahead,
 )
-from proxy.errors import AnswerTooLarge, ProxyError, Rejected, to_response_parts
+from proxy.errors import AnswerTooLarge, ProxyError, Rejected
 from proxy.floor.decision import Decision, none
 from proxy.floor.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
 from proxy.recovery.outcome import ErrorStep, Prepared
 from proxy.recovery.request import RecoveryRequest
+from proxy.server.answers import JSON, Finished, error_response, pass_large
 from proxy.server.guard import start_answer
 from proxy.server.outgoing import Outgoing
 from proxy.server.relay import relay_stream
@@ -42,7 +44,6 @@ from proxy.upstream.headers import forward_headers, response_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
 from proxy.upstream.stream_options import names_stream_options
 
-JSON = "application/json"
 LAG_WAIT = 0.2  # seconds a request that runs ahead of its transcript may wait for it
 ACTIVE_WITHIN = 2.0  # only while some transcript changed this recently
 # What an answer may cost in memory: an error's first MiB tells whether it is an overflow;
@@ -58,21 +59,6 @@ class Sent:
 
     upstream: UpstreamResponse
     usage_injected: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The answer the client gets, and whether a write found the client gone (a 499)."""
-
-    response: web.StreamResponse
-    verdict: str = "none"
-    client_gone: bool = False
-
-
-def error_response(exc: ProxyError, request_id: str) -> web.Response:
-    status, body = to_response_parts(exc)
-    return web.Response(body=body, status=status, content_type=JSON,
-                        headers={"x-tailfloor-request-id": request_id})
 
 
 class _CoalescedStream(web.StreamResponse):
@@ -100,7 +86,7 @@ class ChatExchange:
         state.record.floor(decision)
         outgoing = Outgoing(decision, report_client_usage=ctx.policy.report_usage == "client")
         view = None
-        if chat.inspected:
+        if chat.inspected and chat.pass_reason is None:
             view = (await state.offload(state.recovery.view, ctx, outgoing.draft) if ctx.large
                     else state.recovery.view(ctx, outgoing.draft))
         prepared = await self._before_send(view)
@@ -122,11 +108,11 @@ class ChatExchange:
                                          f"is over {ERROR_BODY_LIMIT} bytes")
             except Rejected as exc:  # a header the upstream head cannot carry
                 state.metrics.rejected.labels(reason=exc.reason).inc()
-                return Finished(error_response(exc, self.request_id), outgoing.verdict)
+                return Finished(self._error(exc), outgoing.verdict)
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
                 state.log.warning("upstream failed before answering: %s", exc.message)
-                return Finished(error_response(exc, self.request_id), outgoing.verdict)
+                return Finished(self._error(exc), outgoing.verdict)
             decided = time.perf_counter()
             step = await self._on_error(
                 view, outgoing,
@@ -143,8 +129,10 @@ class ChatExchange:
                 outgoing, attempt = retry, 1
                 continue
             if step.action == "reply" and step.reply is not None:
+                reply = step.reply.body if chat.dialect is None else \
+                    chat.dialect.error_body(step.reply.body)
                 return Finished(web.Response(
-                    body=step.reply.body, status=step.reply.status, content_type=JSON,
+                    body=reply, status=step.reply.status, content_type=JSON,
                     headers={"x-tailfloor-request-id": self.request_id}), outgoing.verdict)
             return await self._finish_plain(upstream, answer, outgoing, view)
         if not upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
@@ -152,12 +140,16 @@ class ChatExchange:
                 answer, whole = await upstream.read_up_to(PLAIN_ANSWER_LIMIT)
             except ProxyError as exc:
                 state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-                return Finished(error_response(exc, self.request_id), outgoing.verdict)
+                return Finished(self._error(exc), outgoing.verdict)
             if not whole:
-                return await self._pass_large(upstream, answer, outgoing.verdict)
+                return await pass_large(self.state, self.request, upstream, answer,
+                                        headers=self._client_headers(upstream,
+                                                                     outgoing.verdict),
+                                        verdict=outgoing.verdict)
             return await self._finish_plain(upstream, answer, outgoing, view)
         return await self._finish_stream(
-            upstream, StreamScanner(hide_usage=sent.usage_injected, adjust=outgoing.adjust),
+            upstream, StreamScanner(hide_usage=sent.usage_injected, adjust=outgoing.adjust,
+                                    dialect=chat.dialect),
             outgoing,
             view)
 
@@ -210,6 +202,8 @@ class ChatExchange:
         floor = self.state.floor
         if not ctx.chat.inspected:
             return none(ctx.chat, "too_large", "too_large")
+        if ctx.chat.pass_reason is not None:
+            return none(ctx.chat, ctx.chat.pass_reason, "unidentified")
         if floor is None:
             return none(ctx.chat, "no_transcripts", "unidentified")
         settled = floor.settle(ctx)
@@ -227,6 +221,10 @@ class ChatExchange:
         injected = with_stream_usage(outgoing.body, chat.body) if hide_usage else None
         hide_usage = injected is not None
         body = injected if injected is not None else outgoing.body
+        if chat.dialect is not None:
+            # Rendering a large rewrite in the client's dialect is CPU work: off the loop.
+            body = (await state.offload(chat.outgoing, body) if len(body) > LARGE_BYTES
+                    else chat.outgoing(body))
         # The body goes upstream decoded (proxy/server/body.py), never with the client's coding.
         headers = forward_headers(self.request.headers, identity_encoding=True,
                                   decoded_body=True)
@@ -251,6 +249,9 @@ class ChatExchange:
         return Sent(upstream, hide_usage)
 
     # ------------------------------------------------------------------ answers
+    def _error(self, exc: ProxyError) -> web.Response:
+        return error_response(exc, self.request_id, self.chat.dialect)
+
     def _client_headers(self, upstream: UpstreamResponse, verdict: str) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
         headers["x-tailfloor-request-id"] = self.request_id
@@ -262,43 +263,16 @@ class ChatExchange:
                             outgoing: Outgoing, view: RecoveryRequest | None) -> Finished:
         after = time.perf_counter()
         if upstream.status == 200:
-            usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust)
-            self.state.record.usage(usage, self.chat.model, self.chat.agent_id)
+            usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust,
+                                                           self.chat.dialect)
+            self.state.record.usage(usage, self.chat.model, self.chat.agent_id,
+                                   self.chat.route)
             await self._after(view, outgoing,
                               AnswerSeen(upstream.status, usage, finish_reason, None))
         headers = self._client_headers(upstream, outgoing.verdict)
         response = web.Response(body=answer, status=upstream.status, headers=headers)
         self._observe_overhead(time.perf_counter() - after)
         return Finished(response, outgoing.verdict)
-
-    async def _pass_large(self, upstream: UpstreamResponse, head: bytes, verdict: str
-                          ) -> Finished:
-        """A complete answer too large to hold: passed on as it arrives, its usage not read
-        (counted in tailfloor_large_answers_total)."""
-        self.state.metrics.large_answers.inc()
-        response = web.StreamResponse(status=upstream.status,
-                                      headers=self._client_headers(upstream, verdict))
-        try:
-            await start_answer(response, self.request)
-            await response.write(head)
-            async for chunk in upstream.chunks():
-                await response.write(chunk)
-        except ConnectionError:
-            upstream.close()  # the client left: nothing more to send
-            return Finished(response, verdict, client_gone=True)
-        except ProxyError as exc:
-            upstream.close()  # the upstream broke mid-answer: the client's is cut short
-            self.state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-            self.state.log.warning("upstream broke in a large answer: %s", exc.message)
-            if self.request.transport is not None:
-                self.request.transport.close()
-            return Finished(response, verdict)
-        except BaseException:
-            upstream.close()
-            raise
-        upstream.release()
-        await response.write_eof()
-        return Finished(response, verdict)
 
     async def _finish_stream(self, upstream: UpstreamResponse, scanner: StreamScanner,
                              outgoing: Outgoing, view: RecoveryRequest | None) -> Finished:
@@ -332,7 +306,8 @@ class ChatExchange:
         if outcome.first_chunk_at is not None:
             state.metrics.ttft_by(state.metrics.model_label(self.chat.model)).observe(
                 outcome.first_chunk_at - self.started)
-        state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id)
+        state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id,
+                           self.chat.route)
         seen = AnswerSeen(upstream.status, scanner.usage, scanner.finish_reason, scanner.error)
         await self._after(view, outgoing, seen)
         self._observe_overhead(prepared + outcome.proxy_seconds)
@@ -343,7 +318,8 @@ class ChatExchange:
         """A stream cut short by the client: what was read still counts (tokens used, an
         overflow error event the client got before it left)."""
         if scanner.usage is not None:
-            self.state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id)
+            self.state.record.usage(scanner.usage, self.chat.model, self.chat.agent_id,
+                                    self.chat.route)
         await self._after(view, sent, AnswerSeen(200, scanner.usage, scanner.finish_reason,
                                                  scanner.error))
 
@@ -384,4 +360,4 @@ class ChatExchange:
             self.state.shared.kick()
 
     def _observe_overhead(self, extra: float) -> None:
-        self.state.metrics.overhead_by("chat_completions").observe(self.proxy_seconds + extra)
+        self.state.metrics.overhead_by(self.chat.route).observe(self.proxy_seconds + extra)

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected
 from proxy.server.accounting import Accounting
+from proxy.server.answers import error_response
 from proxy.server.body import body_encoding, decodable, decode_stream
-from proxy.server.exchange import error_response
 from proxy.server.guard import start_answer
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target

@@ -151,10 +151,11 @@ class Recorder:
                                  "our estimate %s; the session's next request is compacted "
                                  "first", s.kind, s.prompt_tokens, s.window, s.estimate)
 
-    def usage(self, usage: Usage | None, model: str, agent: str | None) -> None:
+    def usage(self, usage: Usage | None, model: str, agent: str | None,
+              route: str = "chat_completions") -> None:
         m = self.metrics
         if usage is None:
-            m.usage_missing.labels(route="chat_completions").inc()
+            m.usage_missing.labels(route=route).inc()
             return
         m.model_label.admit(model)  # an upstream answered for it: a real model name
         model_label = m.model_label(model)
@@ -163,4 +164,4 @@ class Recorder:
                             ("cached_input", usage.cached_tokens),
                             ("reasoning", usage.reasoning_tokens)):
             if value:
-                m.tokens_by(model_label, agent_label, kind).inc(value)
+                m.tokens_by(model_label, agent_label, kind, route).inc(value)

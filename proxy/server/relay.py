@@ -67,7 +67,9 @@ async def relay_stream(
         event = {"error": {"message": message, "type": "upstream_error", "param": None,
                            "code": f"upstream_{kind}"}}
         prefix = b"" if scanner.at_event_boundary else b"\n\n"
-        await response.write(prefix + b"data: " + orjson.dumps(event) + b"\n\n")
+        written = (b"data: " + orjson.dumps(event) + b"\n\n" if scanner.dialect is None
+                   else scanner.dialect.stream_error(message, f"upstream_{kind}"))
+        await response.write(prefix + written)
     finally:
         if keeper is not None:
             keeper.cancel()

@@ -29,14 +29,21 @@ from proxy.floor.decision import none
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.model import ChatRequest
 from proxy.server.accounting import Accounting, request_id
+from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding, decodable, decode
 from proxy.server.budget import Hold
-from proxy.server.exchange import JSON, ChatExchange, error_response
+from proxy.server.exchange import ChatExchange
 from proxy.server.passthrough import forward, passthrough
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target, parse_target, route_path
+from proxy.wire.anthropic import MESSAGES
+from proxy.wire.dialect import Dialect
+from proxy.wire.responses import RESPONSES
 
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+# The other two dialects the agents speak, translated for the stages (proxy/wire/dialect.py).
+DIALECT_PATHS: dict[str, Dialect] = {"/v1/responses": RESPONSES, "/responses": RESPONSES,
+                                     "/v1/messages": MESSAGES, "/messages": MESSAGES}
 # A body above either bound is not parsed: parsing is one call that holds the interpreter,
 # and so every other request, for ~8 ms per 50,000 JSON objects or ~13 ms per 8 MB. It is
 # forwarded as it came, counted (x-tailfloor: none; reason=too_large).
@@ -61,28 +68,35 @@ async def route(request: web.Request) -> web.StreamResponse:
         return error_response(exc, request_id(state, request))
     if state.draining:
         return _draining(request_id(state, request))
-    if request.method == "POST" and route_path(target.path) in CHAT_PATHS:
-        return await chat_completions(request, target)
+    if request.method == "POST":
+        path = route_path(target.path)
+        if path in CHAT_PATHS:
+            return await chat_completions(request, target)
+        dialect = DIALECT_PATHS.get(path)
+        if dialect is not None:
+            return await chat_completions(request, target, dialect)
     return await passthrough(request, target)
 
 
-async def chat_completions(request: web.Request, target: Target) -> web.StreamResponse:
+async def chat_completions(request: web.Request, target: Target,
+                           dialect: Dialect | None = None) -> web.StreamResponse:
     state = request.app[STATE_KEY]
-    acct = Accounting(state, request, "chat_completions")
+    acct = Accounting(state, request, dialect.name if dialect is not None
+                      else "chat_completions")
     acct.model = ""
     try:
         length = request.content_length
         if length is not None and MAX_PARSED_BYTES < length <= state.settings.max_body_bytes \
                 and body_encoding(request.headers) is None:
             # Too large to read: streamed through as it comes, never held in memory.
-            chat = ChatRequest.unread(b"", target.agent)
+            chat = ChatRequest.unread(b"", target.agent, dialect)
             state.record.floor(none(chat, "too_large", "too_large"))
             acct.verdict = "none; reason=too_large"
             response, gone = await forward(state, request, target, acct, verdict=acct.verdict)
             return acct.answer(response, gone=gone)
         hold = state.bodies.hold()
         try:
-            return await _chat(request, target, state, acct, hold)
+            return await _chat(request, target, state, acct, hold, dialect=dialect)
         finally:
             hold.release()
     except (asyncio.CancelledError, ConnectionError):
@@ -94,7 +108,7 @@ async def chat_completions(request: web.Request, target: Target) -> web.StreamRe
 
 
 async def _chat(request: web.Request, target: Target, state: ProxyState, acct: Accounting,
-                hold: Hold) -> web.StreamResponse:
+                hold: Hold, *, dialect: Dialect | None) -> web.StreamResponse:
     """Read and parse the body (within the budget, held for the caller), then the exchange."""
     try:
         settings = state.settings
@@ -103,15 +117,14 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                                hold=hold)
         if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
                                            and raw.count(b"{") > MAX_OBJECTS):
-            chat = ChatRequest.unread(raw, target.agent)
+            chat = ChatRequest.unread(raw, target.agent, dialect)
         else:
             # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
-            body = (await state.offload(_parse_json_object, raw) if len(raw) > LARGE_BYTES
-                    else _parse_json_object(raw))
-            chat = ChatRequest.parse(raw, body, target.agent)
+            chat = (await state.offload(_parsed, raw, target.agent, dialect)
+                    if len(raw) > LARGE_BYTES else _parsed(raw, target.agent, dialect))
     except Rejected as exc:
         state.metrics.rejected.labels(reason=exc.reason).inc()
-        refused = error_response(exc, acct.request_id)
+        refused = error_response(exc, acct.request_id, dialect)
         if isinstance(exc, Busy):
             refused.headers["Retry-After"] = "1"
         if isinstance(exc, BodyTimeout | Busy):
@@ -158,6 +171,13 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
     if not hold.take(len(decoded)):
         raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
     return decoded
+
+
+def _parsed(raw: bytes, agent: str | None, dialect: Dialect | None) -> ChatRequest:
+    body = _parse_json_object(raw)
+    if dialect is None:
+        return ChatRequest.parse(raw, body, agent)
+    return ChatRequest.translated(raw, body, agent, dialect)
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:

@@ -19,9 +19,13 @@ from typing import Any
 import orjson
 
 from proxy.model import Usage, UsageAdjustment
+from proxy.wire.dialect import Dialect
 from proxy.wire.stream import DONE, event_data
 
 _INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
+# Responses and Anthropic events that say how a stream is going: usage, an error, the end.
+_DIALECT_INTERESTING = re.compile(
+    rb'"usage"\s*:\s*\{|"error"\s*:|"stop_reason"\s*:\s*"|"type"\s*:\s*"error"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_NULL = b',"usage":null'
 MAX_PENDING = 16 * 1024 * 1024
@@ -29,9 +33,12 @@ MAX_PENDING = 16 * 1024 * 1024
 
 class StreamScanner:
     def __init__(self, hide_usage: bool = False,
-                 adjust: UsageAdjustment | None = None) -> None:
+                 adjust: UsageAdjustment | None = None, dialect: Dialect | None = None) -> None:
         self.hide_usage = hide_usage
         self.adjust = adjust
+        self.dialect = dialect
+        self._interesting = _INTERESTING if dialect is None else _DIALECT_INTERESTING
+        self._usage_parts: dict[str, Any] = {}  # a dialect's usage, gathered over events
         # Whole-event processing is needed only when events may change.
         self._by_event = hide_usage or adjust is not None
         self.usage: Usage | None = None
@@ -60,7 +67,7 @@ class StreamScanner:
         self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
         if complete:
             self.events += complete.count(b"data:")
-            if _INTERESTING.search(complete):
+            if self._interesting.search(complete):
                 for line in complete.splitlines():
                     self._read_line(line)
             elif b"[DONE]" in complete:
@@ -93,6 +100,8 @@ class StreamScanner:
         parsed: object = None
         for line in event.splitlines():
             parsed = self._read_line(line) or parsed
+        if self.dialect is not None:
+            return self._dialect_event(event, parsed)
         usage = parsed.get("usage") if isinstance(parsed, dict) else None
         if isinstance(usage, dict) and isinstance(parsed, dict):
             if self.hide_usage and parsed.get("choices") == []:
@@ -103,6 +112,28 @@ class StreamScanner:
         if self.hide_usage and _USAGE_NULL in event:
             return event.replace(_USAGE_NULL, b"")
         return event
+
+    def _dialect_event(self, event: bytes, parsed: object) -> bytes:
+        """An event with its usage adjusted (its ``event:`` line and the rest kept)."""
+        if self.dialect is None or self.adjust is None or not isinstance(parsed, dict):
+            return event
+        changed = self.dialect.adjusted_event(parsed, self.adjust)
+        if changed is None:
+            return event
+        kept = [line for line in event.splitlines()
+                if line.strip() and event_data(line) is None]
+        return b"\n".join([*kept, b"data: " + orjson.dumps(changed)]) + b"\n\n"
+
+    def _read_dialect(self, parsed: dict[str, Any]) -> None:
+        assert self.dialect is not None
+        facts = self.dialect.event_facts(parsed)
+        if facts.usage is not None:
+            self._usage_parts.update(facts.usage)
+            self.usage = self.dialect.usage(self._usage_parts)
+        if facts.error is not None:
+            self.error = facts.error
+        if facts.finish_reason is not None:
+            self.finish_reason = facts.finish_reason
 
     def _read_line(self, line: bytes) -> dict[str, Any] | None:
         payload = event_data(line)
@@ -117,6 +148,9 @@ class StreamScanner:
             return None
         if not isinstance(parsed, dict):
             return None
+        if self.dialect is not None:
+            self._read_dialect(parsed)
+            return parsed
         usage = parsed.get("usage")
         if isinstance(usage, dict):
             self.usage = Usage.from_dict(usage)
@@ -132,7 +166,7 @@ class StreamScanner:
 
 
 def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
-                    ) -> tuple[Usage | None, bytes, str | None]:
+                    dialect: Dialect | None = None) -> tuple[Usage | None, bytes, str | None]:
     """Usage and finish reason of a non-streaming chat completion body (parsed once), and the
     body the client gets: the same bytes, or the body with its usage adjusted when tailfloor
     changed the prompt."""
@@ -142,6 +176,13 @@ def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
         return None, body, None
     if not isinstance(parsed, dict):
         return None, body, None
+    if dialect is not None:
+        facts = dialect.answer_facts(parsed)
+        if facts.usage is None:
+            return None, body, facts.finish_reason
+        if adjust is not None:
+            body = orjson.dumps(dialect.adjusted_answer(parsed, adjust))
+        return dialect.usage(facts.usage), body, facts.finish_reason
     reason = _finish_reason(parsed)
     usage = parsed.get("usage")
     if not isinstance(usage, dict):

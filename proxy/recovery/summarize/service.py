@@ -24,7 +24,11 @@ from proxy.recovery.summarize.summarizer import (
     SummarizerError,
     SummarizerTransport,
 )
-from proxy.recovery.summarize.transport import summarizer_headers
+from proxy.recovery.summarize.transport import (
+    DialectSummaryTransport,
+    UpstreamSummaryTransport,
+    summarizer_headers,
+)
 from proxy.recovery.windows import BoundedMap
 from proxy.tokens import TokenCounter, with_margin
 
@@ -67,7 +71,11 @@ class Summaries:
                 context_window=window, max_output_tokens=request.summary_tokens,
                 timeout=policy.summarizer_timeout, call_timeout=policy.summarizer_timeout,
                 prompt_overhead_tokens=prompt_overhead(count), token_field=token_field)
-            summarizer = Summarizer(self.transport, config, count, offload=self._offload)
+            transport: SummarizerTransport = self.transport
+            dialect = request.chat.dialect
+            if dialect is not None and isinstance(transport, UpstreamSummaryTransport):
+                transport = DialectSummaryTransport(transport, dialect)
+            summarizer = Summarizer(transport, config, count, offload=self._offload)
             result = await summarizer.summarize(material, model=name,
                                                 headers=summarizer_headers(headers),
                                                 previous_summary=previous)

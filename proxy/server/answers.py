@@ -1,0 +1,66 @@
+"""Answers the exchange gives besides a relayed stream: tailfloor's own errors (in the
+request's dialect) and a complete answer too large to hold, passed on as it arrives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.errors import ProxyError, to_response_parts
+from proxy.server.guard import start_answer
+from proxy.server.state import ProxyState
+from proxy.upstream.pool import UpstreamResponse
+from proxy.wire.dialect import Dialect
+
+__all__ = ["JSON", "Finished", "error_response", "pass_large"]
+
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The answer the client gets, and whether a write found the client gone (a 499)."""
+
+    response: web.StreamResponse
+    verdict: str = "none"
+    client_gone: bool = False
+
+
+def error_response(exc: ProxyError, request_id: str,
+                   dialect: Dialect | None = None) -> web.Response:
+    status, body = to_response_parts(exc)
+    if dialect is not None:
+        body = dialect.error_body(body)
+    return web.Response(body=body, status=status, content_type=JSON,
+                        headers={"x-tailfloor-request-id": request_id})
+
+
+async def pass_large(state: ProxyState, request: web.Request, upstream: UpstreamResponse,
+                     head: bytes, *, headers: CIMultiDict[str], verdict: str) -> Finished:
+    """A complete answer too large to hold: passed on as it arrives, its usage not read
+    (counted in tailfloor_large_answers_total)."""
+    state.metrics.large_answers.inc()
+    response = web.StreamResponse(status=upstream.status, headers=headers)
+    try:
+        await start_answer(response, request)
+        await response.write(head)
+        async for chunk in upstream.chunks():
+            await response.write(chunk)
+    except ConnectionError:
+        upstream.close()  # the client left: nothing more to send
+        return Finished(response, verdict, client_gone=True)
+    except ProxyError as exc:
+        upstream.close()  # the upstream broke mid-answer: the client's is cut short
+        state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+        state.log.warning("upstream broke in a large answer: %s", exc.message)
+        if request.transport is not None:
+            request.transport.close()
+        return Finished(response, verdict)
+    except BaseException:
+        upstream.close()
+        raise
+    upstream.release()
+    await response.write_eof()
+    return Finished(response, verdict)
