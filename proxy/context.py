@@ -70,7 +70,7 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
     if signals is None:
         signals = identify(chat.agent_id, headers, chat.body, rules.identification)
     policy = rules.resolve(signals.agent_id, chat.model,
-                           signals.session_key or signals.session_id)
+                           signals.session_key or signals.session_id, chat.route)
     spec = rules.model(chat.model)
     ratio = ratios.ratio(upstream, chat.model) if ratios is not None else None
     learned = windows.window(upstream, chat.model)

@@ -126,6 +126,11 @@ class Metrics:
         self.watcher_restarts = Counter(
             "tailfloor_watcher_restarts_total",
             "Transcript watcher restarts (reason: error|ended|roots).", ["reason"], registry=r)
+        self.dialect_passthrough = Counter(
+            "tailfloor_dialect_passthrough_total",
+            "Responses and Messages requests passed on untouched because they do not hold "
+            "the conversation (reason: server_state|message_thread|unsupported_item).",
+            ["route", "reason"], registry=r)
         self.large_answers = Counter(
             "tailfloor_large_answers_total",
             "Complete (non-streaming) answers over the size limit, passed on as they arrived "

@@ -195,7 +195,7 @@ def _absolute_path(value: object) -> str:
 
 _AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path}
 _RULE_MATCH: Mapping[str, Callable[[object], Any]] = {
-    "name": _text, "agent": _glob, "model": _glob, "session_key": _glob}
+    "name": _text, "agent": _glob, "model": _glob, "session_key": _glob, "dialect": _glob}
 
 
 class _Collector:
@@ -329,6 +329,7 @@ def _rules(c: _Collector, base: Policy,
         built.append(Rule(
             name=rule_name, file=file, index=index, agent=match.get("agent"),
             model=match.get("model"), session_key=match.get("session_key"),
+            dialect=match.get("dialect"),
             overrides=tuple(sorted([*overrides, *(f"notes.{k}" for k in rule_notes)])),
             policy=policy))
     return tuple(built)

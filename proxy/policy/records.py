@@ -160,10 +160,13 @@ class Rule:
     session_key: Pattern | None
     overrides: tuple[str, ...]  # policy fields this rule sets; the rest come from the defaults
     policy: Policy
+    dialect: Pattern | None = None  # chat_completions | responses | messages
 
-    def matches(self, agent: str | None, model: str | None, session_key: str | None) -> bool:
+    def matches(self, agent: str | None, model: str | None, session_key: str | None,
+                dialect: str | None = None) -> bool:
         return all(p is None or p.matches(v) for p, v in (
-            (self.agent, agent), (self.model, model), (self.session_key, session_key)))
+            (self.agent, agent), (self.model, model), (self.session_key, session_key),
+            (self.dialect, dialect or "chat_completions")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +203,7 @@ class RuleSet:
     files: tuple[str, ...] = ()
     # Derived state, never passed in (so dataclasses.replace cannot share a cache).
     _model_patterns: tuple[Pattern, ...] = field(init=False, compare=False, repr=False)
-    _policies: dict[tuple[str | None, str | None, str | None], Match] = field(
+    _policies: dict[tuple[str | None, str | None, str | None, str | None], Match] = field(
         init=False, compare=False, repr=False)
     _model_cache: dict[str, ModelSpec] = field(init=False, compare=False, repr=False)
 
@@ -210,13 +213,14 @@ class RuleSet:
         object.__setattr__(self, "_policies", {})
         object.__setattr__(self, "_model_cache", {})
 
-    def explain(self, agent: str | None, model: str | None, session_key: str | None) -> Match:
+    def explain(self, agent: str | None, model: str | None, session_key: str | None,
+                dialect: str | None = None) -> Match:
         """The first rule matching the request (or the defaults) and the policy it yields."""
-        key = (agent, model, session_key)
+        key = (agent, model, session_key, dialect)
         found = self._policies.get(key)
         if found is None:
             found = next((Match(r, r.policy) for r in self.rules
-                          if r.matches(agent, model, session_key)), None)
+                          if r.matches(agent, model, session_key, dialect)), None)
             found = found or Match(None, self.defaults)
             if len(self._policies) >= _CACHE_LIMIT:
                 self._policies.clear()
@@ -229,8 +233,9 @@ class RuleSet:
             return None
         return next((a.root for a in self.agents if a.agent_id == agent_id), None)
 
-    def resolve(self, agent: str | None, model: str | None, session_key: str | None) -> Policy:
-        return self.explain(agent, model, session_key).policy
+    def resolve(self, agent: str | None, model: str | None, session_key: str | None,
+                dialect: str | None = None) -> Policy:
+        return self.explain(agent, model, session_key, dialect).policy
 
     def model(self, name: str | None) -> ModelSpec:
         """Context window, encoding and token margin of a model (first table row that matches)."""

@@ -203,6 +203,8 @@ class ChatExchange:
         if not ctx.chat.inspected:
             return none(ctx.chat, "too_large", "too_large")
         if ctx.chat.pass_reason is not None:
+            self.state.metrics.dialect_passthrough.labels(
+                route=ctx.chat.route, reason=ctx.chat.pass_reason).inc()
             return none(ctx.chat, ctx.chat.pass_reason, "unidentified")
         if floor is None:
             return none(ctx.chat, "no_transcripts", "unidentified")

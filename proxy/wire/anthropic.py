@@ -90,6 +90,12 @@ class AnthropicMessages:
     def translate(self, body: dict[str, Any]) -> Translation:
         raw = body.get("messages")
         items = list(raw) if isinstance(raw, list) else []
+        thread = body.get("thread")
+        if isinstance(thread, Mapping) and thread.get("type") == "continue":
+            # Pi's message threads: only the messages after the server's own copy of the
+            # conversation travel, so there is nothing here to floor or compact.
+            return Translation(body, tuple(items), {**body, "messages": []}, (),
+                               pass_reason="message_thread")
         messages: list[Message] = []
         spans: list[tuple[int, int]] = []
         system = body.get("system")

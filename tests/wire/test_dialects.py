@@ -225,3 +225,12 @@ def test_anthropic_overflow_reply_uses_anthropic_wording() -> None:
     body = orjson.loads(MESSAGES.error_body(context_length_exceeded_body(200000, 250000)))
     assert body["type"] == "error"
     assert body["error"]["message"] == "prompt is too long: 250000 tokens > 200000 maximum"
+
+
+def test_anthropic_message_thread_continuation_passes_through() -> None:
+    body = {"model": "claude", "max_tokens": 100, "messages": [
+        {"role": "user", "content": "next"}],
+        "thread": {"type": "continue", "previous_message_id": "msg_01"}}
+    assert MESSAGES.translate(body).pass_reason == "message_thread"
+    created = {**anthropic_body(), "thread": {"type": "create"}}
+    assert MESSAGES.translate(created).pass_reason is None
