@@ -37,6 +37,7 @@ class AgentBehaviour:
     overflow_word: str = ""
     window_tokens: int = 8192
     summary_delay: float = 0.0  # seconds a summarization call waits before its answer
+    reasoning: bool = False  # default answers carry reasoning (Responses/Anthropic dialects)
 
 
 def text_of(content: Any) -> str:

@@ -1,5 +1,9 @@
 """A scripted OpenAI-compatible upstream for tests and benchmarks (loopback only).
 
+It speaks chat completions (``/v1/chat/completions``) and, from the same script, the OpenAI
+Responses and Anthropic Messages dialects (``/v1/responses``, ``/v1/messages``; see
+``fake_dialects``).
+
 It records every request it receives and answers from a script: tests push ``Reply`` objects
 onto ``FakeUpstream.script``; with the script empty it answers a short text, or a tool call
 when the latest user text says ``USE_TOOL``. It also runs standalone
@@ -25,13 +29,24 @@ from aiohttp import web
 
 try:
     from tests import fake_behaviour as fb
+    from tests import fake_dialects as fd
+    from tests.fake_chat import _completion, _sse_chunks
 except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
     import fake_behaviour as fb  # type: ignore[no-redef]
+    import fake_dialects as fd  # type: ignore[no-redef]
+    from fake_chat import _completion, _sse_chunks  # type: ignore[no-redef]
 
 
 @dataclass
 class Reply:
-    """One scripted answer. ``chunks`` overrides the generated SSE events when given."""
+    """One scripted answer. ``chunks`` overrides the generated SSE events when given.
+
+    ``usage`` is in the chat shape (converted for the other dialects) or a dialect's own;
+    ``finish="length"`` is the output cap (``length``, Responses ``incomplete`` with
+    ``max_output_tokens``, Anthropic ``max_tokens``); ``reasoning`` adds a Responses reasoning
+    item or an Anthropic thinking block; ``stream_error`` (dialects only) ends the stream with
+    the dialect's error event after the text (Responses: ``response.failed``, or ``error`` with
+    ``stream_error_event="error"``)."""
 
     status: int = 200
     text: str = "Hello from the fake upstream."
@@ -50,6 +65,10 @@ class Reply:
     pieces: int = 3
     # Replace "__TS__" in each event with the wall-clock time it is written (benchmarks).
     stamp: bool = False
+    finish: str | None = None
+    reasoning: str | None = None
+    stream_error: dict[str, Any] | None = None
+    stream_error_event: str = "response.failed"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reply:
@@ -89,6 +108,7 @@ class FakeUpstream:
         self.behaviour: fb.AgentBehaviour | None = None
         self._calls = 0
         self._replies = 0
+        self._answers = 0
         # Real models' tool-call ids are random: ids that repeat across runs would tie one
         # run's requests to another run's sessions (a tool-call id is strong evidence).
         self._salt = os.urandom(4).hex()
@@ -124,11 +144,15 @@ class FakeUpstream:
         self.received.clear()
         self.reject_stream_options = False
         self.behaviour = None
-        self._calls = self._replies = 0
+        self._calls = self._replies = self._answers = 0
         self._salt = os.urandom(4).hex()
 
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.path.endswith("/chat/completions")]
+
+    def dialect_requests(self, dialect: str) -> list[Received]:
+        """The requests of ``fd.RESPONSES`` or ``fd.MESSAGES``."""
+        return [r for r in self.received if fd.dialect_of(r.path) == dialect]
 
     async def _control_script(self, request: web.Request) -> web.Response:
         self.script.extend(Reply.from_json(item) for item in await request.json())
@@ -158,6 +182,11 @@ class FakeUpstream:
             delay = request.query.get("fake_delay_ms", "")
             if delay.isdigit():
                 await asyncio.sleep(int(delay) / 1000)
+            dialect = fd.dialect_of(request.path)
+            if dialect is not None:
+                response = await self._dialect(request, received, dialect)
+                received.completed = True
+                return response
             if not request.path.endswith("/chat/completions"):
                 received.completed = True
                 return web.json_response({"path": request.path, "echo": body.decode("utf-8",
@@ -191,6 +220,30 @@ class FakeUpstream:
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         chunks = reply.chunks if reply.chunks is not None else _sse_chunks(
             model, reply, include_usage)
+        return await self._stream(request, reply, chunks)
+
+    async def _dialect(self, request: web.Request, received: Received, dialect: str
+                       ) -> web.StreamResponse:
+        payload = orjson.loads(received.body)
+        reply = self.script.popleft() if self.script else self._default_reply(
+            fd.chat_view(payload, dialect))
+        if reply.delay_before_headers:
+            await asyncio.sleep(reply.delay_before_headers)
+        if reply.raw_body is not None or reply.error is not None or reply.status != 200:
+            body = reply.raw_body if reply.raw_body is not None else orjson.dumps(
+                fd.error_body(dialect, reply.error, reply.status))
+            return web.Response(body=body, status=reply.status, content_type="application/json")
+        self._answers += 1
+        ident = f"fake_{self._answers}_{self._salt}"
+        if not payload.get("stream"):
+            return web.Response(body=orjson.dumps(fd.final_body(dialect, payload, reply, ident)),
+                                content_type="application/json")
+        chunks = reply.chunks if reply.chunks is not None else fd.events(
+            dialect, payload, reply, ident)
+        return await self._stream(request, reply, chunks)
+
+    async def _stream(self, request: web.Request, reply: Reply, chunks: list[bytes]
+                      ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -252,48 +305,9 @@ class FakeUpstream:
                           if sized else "Hello from the fake upstream.")
         if sized:
             reply.usage = fb.size_usage(payload, reply.text)
+        if self.behaviour is not None and self.behaviour.reasoning:
+            reply.reasoning = f"Thinking about the request ({self._calls + self._replies})."
         return reply
-
-
-def _completion(model: str, reply: Reply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
-    finish = "stop"
-    if reply.tool_call:
-        message["tool_calls"] = [{"id": reply.tool_call["id"], "type": "function", "function": {
-            "name": reply.tool_call["name"], "arguments": reply.tool_call["arguments"]}}]
-        finish = "tool_calls"
-    body: dict[str, Any] = {
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
-    if reply.usage is not None:
-        body["usage"] = reply.usage
-    return body
-
-
-def _sse_chunks(model: str, reply: Reply, include_usage: bool) -> list[bytes]:
-    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-            "model": model}
-    null_usage = {"usage": None} if include_usage and reply.usage_in_every_chunk_null else {}
-    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
-    if reply.tool_call:
-        deltas.append({"tool_calls": [{"index": 0, "id": reply.tool_call["id"],
-                                       "type": "function", "function": {
-                                           "name": reply.tool_call["name"], "arguments": ""}}]})
-        deltas.append({"tool_calls": [{"index": 0, "function": {
-            "arguments": reply.tool_call["arguments"]}}]})
-    text = reply.text
-    step = max(1, len(text) // max(reply.pieces, 1))
-    deltas.extend({"content": text[i:i + step]} for i in range(0, len(text), step))
-    finish = "tool_calls" if reply.tool_call else "stop"
-    events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}],
-               **null_usage} for d in deltas]
-    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
-                   **null_usage})
-    if include_usage and reply.usage is not None:
-        events.append({**base, "choices": [], "usage": reply.usage})
-    out = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
-    out.append(b"data: [DONE]\n\n")
-    return out
 
 
 async def _main(port: int, agent: bool, max_chars: int) -> None:
