@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, total_chars
 from tests.fake_dialects import MESSAGES, RESPONSES, chat_view
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.fake_upstream import FakeUpstream
 from tests.recovery.conversation import history, rules_dir
 
 KEY = "sk-test-secret-0123456789"
@@ -240,6 +240,8 @@ def test_overflow_is_compacted_with_a_summary_made_in_the_dialect(
         answer = raw.parse()
         text = "".join(e.delta for e in answer if e.type == "response.output_text.delta") \
             if stream else answer.output_text  # type: ignore[union-attr]
+        if not stream:  # the agent is told the size of what it sent, not of the compaction
+            assert answer.usage.input_tokens > 11  # type: ignore[union-attr]
     else:
         system, turns = as_anthropic(messages)
         araw = claude(dialect_proxy).messages.with_raw_response.create(
@@ -249,6 +251,8 @@ def test_overflow_is_compacted_with_a_summary_made_in_the_dialect(
         text = "".join(e.delta.text for e in parsed if e.type == "content_block_delta"
                        and e.delta.type == "text_delta") if stream else \
             parsed.content[0].text  # type: ignore[union-attr]
+        if not stream:
+            assert parsed.usage.input_tokens > 11  # type: ignore[union-attr]
         raw = araw  # type: ignore[assignment]
     assert raw.headers["x-tailfloor"] == "compacted:overflow"
     assert text
