@@ -244,8 +244,9 @@ class AnthropicMessages:
 
 
 def render_messages(messages: list[Message]) -> list[Any]:
-    """Chat messages as Anthropic messages: text blocks, tool uses, tool results gathered in
-    the user turn that follows, and consecutive turns of one role merged."""
+    """Chat messages as Anthropic messages, as Pi sends its history: text blocks, tool uses,
+    the tool results of a turn gathered in one user message; other messages one each (the
+    API joins consecutive turns of one role itself)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.get("role") == "assistant" else "user"
@@ -265,8 +266,10 @@ def render_messages(messages: list[Message]) -> list[Any]:
                                "input": _arguments(function.get("arguments"))})
         if not blocks:
             continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        results = message.get("role") == "tool"
+        if results and out and out[-1]["role"] == "user" and all(
+                b.get("type") == "tool_result" for b in out[-1]["content"]):
+            out[-1]["content"].extend(blocks)  # one user turn holds a turn's tool results
         else:
             out.append({"role": role, "content": blocks})
     return out

@@ -65,6 +65,7 @@ def _translate_items(items: list[Any]) -> tuple[list[Message], list[tuple[int, i
     spans: list[tuple[int, int]] = []
     start: int | None = None  # first item of the assistant turn being gathered
     turn: Message | None = None
+    calls: dict[str, str] = {}
 
     def close(end: int) -> None:
         nonlocal start, turn
@@ -88,8 +89,14 @@ def _translate_items(items: list[Any]) -> tuple[list[Message], list[tuple[int, i
         if kind == "function_call":
             if turn is None:
                 start, turn = index, {"role": "assistant", "content": ""}
+            call_id = str(item.get("call_id", ""))
+            item_id = item.get("id")
+            if isinstance(item_id, str) and item_id.startswith("fc"):
+                # Pi's transcripts name a call "<call_id>|<item id>": the same form here lets
+                # the call's id tie the request to its transcript.
+                calls[call_id] = f"{call_id}|{item_id}"
             turn.setdefault("tool_calls", []).append({
-                "id": str(item.get("call_id", "")), "type": "function",
+                "id": calls.get(call_id, call_id), "type": "function",
                 "function": {"name": str(item.get("name", "")),
                              "arguments": str(item.get("arguments", ""))}})
             continue
@@ -104,7 +111,8 @@ def _translate_items(items: list[Any]) -> tuple[list[Message], list[tuple[int, i
         close(index)
         if kind == "function_call_output":
             output = item.get("output")
-            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
+            call_id = str(item.get("call_id", ""))
+            messages.append({"role": "tool", "tool_call_id": calls.get(call_id, call_id),
                              "content": content_text(_content(output))})
         else:
             messages.append({"role": role if isinstance(role, str) else "user",
@@ -252,7 +260,7 @@ def render_items(messages: list[Message]) -> list[Any]:
         text = content_text(message.get("content"))
         if role == "tool":
             items.append({"type": "function_call_output",
-                          "call_id": str(message.get("tool_call_id", "")), "output": text})
+                          "call_id": _call_id(message.get("tool_call_id")), "output": text})
         elif role == "assistant":
             if text:
                 items.append({"type": "message", "role": "assistant", "status": "completed",
@@ -261,13 +269,19 @@ def render_items(messages: list[Message]) -> list[Any]:
             for call in message.get("tool_calls") or []:
                 function = call.get("function") if isinstance(call, Mapping) else None
                 if isinstance(function, Mapping):
-                    items.append({"type": "function_call", "call_id": str(call.get("id", "")),
+                    items.append({"type": "function_call", "call_id": _call_id(call.get("id")),
                                   "name": str(function.get("name", "")),
                                   "arguments": str(function.get("arguments", ""))})
         else:
             items.append({"role": role if isinstance(role, str) else "user",
                           "content": [{"type": "input_text", "text": text}]})
     return items
+
+
+def _call_id(value: object) -> str:
+    """The Responses call id of a chat tool-call id (Pi's ``<call_id>|<item id>`` form cut:
+    an item id sent without the reasoning item it came with is refused by the API)."""
+    return str(value or "").split("|", 1)[0]
 
 
 def _as_chat_usage(usage: Mapping[str, Any]) -> dict[str, Any]:

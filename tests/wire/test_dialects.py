@@ -90,8 +90,15 @@ def test_responses_translation_reads_calls_results_and_the_system_prompt() -> No
     assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
     call = chat["messages"][2]
     assert call["content"] == [{"type": "text", "text": "Reading it."}]
-    assert call["tool_calls"][0]["id"] == "call_1"
-    assert chat["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "hello"}
+    # Pi's transcripts name the call "<call_id>|<item id>": so does the translation.
+    assert call["tool_calls"][0]["id"] == "call_1|fc_1"
+    assert chat["messages"][3] == {"role": "tool", "tool_call_id": "call_1|fc_1",
+                                   "content": "hello"}
+    rendered = RESPONSES.render(RESPONSES.translate(responses_body()),
+                                {**chat, "messages": [chat["messages"][0], SUMMARY,
+                                                      *chat["messages"][3:4]]})
+    assert rendered["input"][1] == {"type": "function_call_output", "call_id": "call_1",
+                                    "output": "hello"}
     assert chat["max_completion_tokens"] == 4000
     assert chat["prompt_cache_key"] == "sess-1"
 
@@ -160,11 +167,12 @@ def test_anthropic_translation_splits_tool_results_and_keeps_signatures() -> Non
     out = MESSAGES.render(translation, {**translation.chat,
                                         "messages": [messages[0], SUMMARY, *messages[4:]]})
     assert out["system"] is body["system"]
-    assert out["messages"][0] == {"role": "user", "content": [
-        {"type": "text", "text": SUMMARY["content"]},
-        {"type": "text", "text": "and now?"}]}
-    assert out["messages"][1] is body["messages"][3]  # redacted thinking untouched
-    assert out["messages"][1]["content"][0] == {"type": "redacted_thinking", "data": "xyz"}
+    # Two user messages in a row, as Pi sends its summary before the kept messages.
+    assert out["messages"][:2] == [
+        {"role": "user", "content": [{"type": "text", "text": SUMMARY["content"]}]},
+        {"role": "user", "content": [{"type": "text", "text": "and now?"}]}]
+    assert out["messages"][2] is body["messages"][3]  # redacted thinking untouched
+    assert out["messages"][2]["content"][0] == {"type": "redacted_thinking", "data": "xyz"}
 
 
 def test_anthropic_insert_keeps_breakpoints_and_alternates_roles() -> None:
