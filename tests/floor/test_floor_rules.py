@@ -205,3 +205,22 @@ def test_summary_model_empty_means_none() -> None:
     rules = parse('[defaults]\nsummary_model = "gpt-4o-mini"\nsummarizer_timeout = 30\n')
     assert rules.defaults.summary_model == "gpt-4o-mini"
     assert rules.defaults.summarizer_timeout == 30.0
+
+
+def test_a_rule_can_match_the_dialect() -> None:
+    rules = parse("""
+[[rules]]
+name = "claude api"
+dialect = "messages"
+min_tail_messages = 40
+
+[[rules]]
+name = "responses off"
+dialect = "responses"
+mode = "off"
+""")
+    assert rules.resolve("a", "m", None, "messages").min_tail_messages == 40
+    assert rules.resolve("a", "m", None, "responses").mode == "off"
+    plain = rules.resolve("a", "m", None)
+    assert plain.min_tail_messages != 40 and plain.mode != "off"
+    assert rules.resolve("a", "m", None, "chat_completions") == plain
