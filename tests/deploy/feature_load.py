@@ -176,6 +176,22 @@ class FeatureLoad:
             assert verdict.startswith(step.verdict), (step.name, verdict)
             assert verdict.endswith("; capped") == step.capped, (step.name, verdict)
         self._overflows(base, fake, number)
+        self._dialects(base, number)
+
+    def _dialects(self, base: str, number: int) -> None:
+        """A Responses and a Messages answer (tokens by route), and a Responses request that
+        leans on the server's state (passed through, counted by reason)."""
+        verdict = post(base, {"model": OVERFLOW_MODEL, "input": f"hello {number}"}, {},
+                       "responses answer", path="/v1/responses")[1]
+        assert verdict.startswith("none"), verdict
+        verdict = post(base, {"model": OVERFLOW_MODEL, "max_tokens": 64, "messages": [
+            {"role": "user", "content": f"hello {number}"}]}, {"anthropic-version": "2023-06-01"},
+            "messages answer", path="/v1/messages")[1]
+        assert verdict.startswith("none"), verdict
+        verdict = post(base, {"model": OVERFLOW_MODEL, "input": "and then?",
+                              "previous_response_id": f"resp_{number}"}, {},
+                       "responses on server state", path="/v1/responses")[1]
+        assert verdict == "none; reason=server_state", verdict
 
     def _grow_transcript(self, number: int) -> None:
         with self.followed.open("ab") as out:
@@ -207,11 +223,11 @@ def overflow_body(messages: list[Any]) -> dict[str, Any]:
     return {"model": OVERFLOW_MODEL, "messages": messages, "max_completion_tokens": 256}
 
 
-def post(base: str, body: dict[str, Any], headers: dict[str, str], what: str
-         ) -> tuple[bytes, str]:
-    """A chat request read to the end: the answer and tailfloor's verdict header."""
+def post(base: str, body: dict[str, Any], headers: dict[str, str], what: str,
+         path: str = "/v1/chat/completions") -> tuple[bytes, str]:
+    """A chat (or dialect) request read to the end: the answer and tailfloor's verdict."""
     request = urllib.request.Request(
-        f"{base}/v1/chat/completions", data=json.dumps(body).encode(),
+        f"{base}{path}", data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Authorization": "Bearer sk-test",
                  **headers})
     try:
