@@ -4,7 +4,8 @@ It records every request it receives and answers from a script: tests push ``Rep
 onto ``FakeUpstream.script``; with the script empty it answers a short text, or a tool call
 when the latest user text says ``USE_TOOL``. It also runs standalone
 (``python tests/fake_upstream.py --port 18181``) and then takes its script over HTTP:
-``POST /_control/script`` with a JSON list of replies, ``GET /_control/log``.
+``POST /_control/script`` with a JSON list of replies (``?replace=1``: instead of what is
+queued), ``GET /_control/log``.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class FakeUpstream:
         return [r for r in self.received if r.path.endswith("/chat/completions")]
 
     async def _control_script(self, request: web.Request) -> web.Response:
+        if request.query.get("replace"):
+            self.script.clear()  # what an earlier step left unused
         self.script.extend(Reply.from_json(item) for item in await request.json())
         return web.json_response({"queued": len(self.script)})
 
