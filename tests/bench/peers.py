@@ -287,8 +287,9 @@ NETNS_MARK = "TAILFLOOR_BENCH_NETNS"
 
 def loopback_only() -> bool:
     """True when the only network interface here is loopback (a fresh network namespace)."""
-    names = [p.name for p in Path("/sys/class/net").iterdir()]
-    return names == ["lo"]
+    # /proc/self/net is this namespace's (/sys/class/net is the mount's, not the namespace's)
+    lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    return [line.split(":", 1)[0].strip() for line in lines] == ["lo"]
 
 
 def run_in_netns(argv: list[str]) -> int:
