@@ -27,7 +27,7 @@ from aiohttp import web
 try:
     from tests import fake_behaviour as fb
 except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
-    import fake_behaviour as fb  # type: ignore[no-redef]
+    import fake_behaviour as fb  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 
 @dataclass

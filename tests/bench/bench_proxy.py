@@ -137,7 +137,7 @@ def summarise_stream(results: list[StreamResult]) -> dict[str, float]:
 async def cpu_per_request(target: Target, count: int) -> dict[str, float]:
     meter = CpuMeter(target.pid)
     meter.start()
-    done = await measure_latency(target.port, BODY, 1, count, target.headers)
+    done = await measure_latency(target.port, BODY, 1, count, headers=target.headers)
     cpu = meter.stop()
     return {"cpu_us_per_request": cpu / len(done) * 1e6, "cpu_requests": len(done),
             "cpu_us_per_request_ticks": meter.ticks_seconds / len(done) * 1e6}
@@ -173,11 +173,11 @@ async def run(sizes: Sizes, targets: list[Target], upstream_port: int,
     c1: dict[str, list[float]] = {t.name: [] for t in targets}
     for _ in range(sizes.rounds):
         for t in targets:
-            c1[t.name] += await measure_latency(t.port, BODY, 1, sizes.per_round, t.headers,
+            c1[t.name] += await measure_latency(t.port, BODY, 1, sizes.per_round, headers=t.headers,
                                                 seconds=sizes.round_seconds)
     for t in targets:
         lat = sorted(c1[t.name])
-        c32 = sorted(await measure_latency(t.port, BODY, 32, sizes.c32_requests, t.headers,
+        c32 = sorted(await measure_latency(t.port, BODY, 32, sizes.c32_requests, headers=t.headers,
                                            seconds=sizes.c32_seconds))
         out[t.name].update({
             "c1_p50_ms": percentile(lat, 50) * 1e3, "c1_p99_ms": percentile(lat, 99) * 1e3,
@@ -417,7 +417,9 @@ def report_sessions(s: dict[str, Any]) -> None:
           f"{tf['ttfc_p99_ms']:.2f} ms; added p50 {s['added_ttfc_p50_ms']:.2f} ms, "
           f"added p99 {s['added_ttfc_p99_ms']:.2f} ms")
     print(f"  tailfloor RSS: {s['rss_idle_mb']:.0f} MB with the sessions tracked, "
-          f"{s['rss_peak_mb']:.0f} MB peak, {s['rss_after_mb']:.0f} MB after")
+          f"{s['rss_warm_mb']:.0f} MB after one restored request, "
+          f"{s['rss_peak_mb']:.0f} MB peak under the load, {s['rss_after_mb']:.0f} MB after")
+    print(f"  e.g. x-tailfloor: {tf['example_verdict']}")
 
 
 def install_peers(args: argparse.Namespace) -> None:

@@ -49,7 +49,7 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
             chunked = True
     if not chunked:
         return await reader.readexactly(length)
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
         if size == 0:
@@ -59,7 +59,7 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
-async def measure_latency(port: int, body: bytes, concurrency: int, total: int,
+async def measure_latency(port: int, body: bytes, concurrency: int, total: int, *,
                           headers: bytes = b"", seconds: float | None = None) -> list[float]:
     """``total`` requests on ``concurrency`` connections, back to back (or fewer if
     ``seconds`` runs out first); the latency of each."""

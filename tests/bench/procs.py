@@ -126,3 +126,20 @@ class CpuMeter:
         self.ticks_seconds = tree_cpu_seconds(self.root) - self._began
         self.precise_seconds = (tree_cpu_ns(self.root) - self._began_ns) / 1e9
         return self.precise_seconds if self.precise_seconds > 0 else self.ticks_seconds
+
+
+def settle(root: int, quiet_ms: float = 5.0, window: float = 0.5, seconds: float = 30.0,
+           ) -> float:
+    """Wait until ``root``'s tree uses under ``quiet_ms`` of CPU in ``window`` seconds (work
+    started by a first request, such as a tokenizer table loading in a thread, is done);
+    answers the seconds waited."""
+    import time
+
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        before = tree_cpu_ns(root) or int(tree_cpu_seconds(root) * 1e9)
+        time.sleep(window)
+        after = tree_cpu_ns(root) or int(tree_cpu_seconds(root) * 1e9)
+        if (after - before) / 1e6 < quiet_ms:
+            break
+    return time.monotonic() - began

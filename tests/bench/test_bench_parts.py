@@ -4,6 +4,7 @@ relies on it). No timing is asserted."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from tests.bench import procs
-from tests.bench.sessions_scale import RESTORED, generate, session_copy
+from tests.bench.sessions_scale import RESTORED, Session, generate, session_copy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
 from tests.transcripts.waiting import until
@@ -55,6 +56,12 @@ def until_sync(check: object, seconds: float = 5.0) -> bool:
     return False
 
 
+def seen_last(service: TranscriptService, s: Session) -> bool:
+    """Whether the service has read the last entry written to the session's transcript."""
+    tail = service.catalog.tail(s.transcript.session_id, 1)
+    return bool(tail) and tail[0].entry_id == s.transcript.objs[-1]["id"]
+
+
 async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) -> None:
     sessions = generate(tmp_path, active=3, tracked=20)
     service = TranscriptService([tmp_path], Metrics(), tail_limit=200)
@@ -63,7 +70,8 @@ async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) ->
         assert await until(lambda: len(service.catalog) == 20, 10)
         floor = FloorHarness(Holder(builtin_rules()), TokenCounter(), service.catalog)
         ids = set()
-        for generated in sessions:
+        assert len(sessions) == 4  # three and one to warm up with
+        for generated in sessions[:3]:
             s = session_copy(generated)
             for _turn in range(3):
                 decision = floor.decide(chat(s.body), {})
@@ -71,10 +79,7 @@ async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) ->
                 assert decision.session_id == s.transcript.session_id
                 ids.add(decision.session_id)
                 s.next_turn(write=True)
-                last = s.transcript.objs[-1]["id"]
-                assert await until(lambda s=s, last=last: bool(
-                    (t := service.catalog.tail(s.transcript.session_id, 1))
-                    and t[0].entry_id == last), 10)
+                assert await until(functools.partial(seen_last, service, s), 10)
             lines = s.path.read_bytes().splitlines()
             assert orjson.loads(lines[-1])["id"] == s.transcript.objs[-1]["id"]
         assert len(ids) == 3
