@@ -334,8 +334,9 @@ def report_compare(results: dict[str, dict[str, Any]]) -> None:
     row("stream TTFC p50 / ms", "ttfc_p50_ms", digits=3)
     row("added TTFC p50 / ms", "ttfc_p50_ms", True, 3)
     row("added TTFC p99 / ms", "ttfc_p99_ms", True, 3)
-    row("per-chunk delay mean / us", "chunk_delay_mean_us", digits=0)
-    row("added per-chunk / us", "chunk_delay_mean_us", True, 0)
+    row("per-chunk delay p50 / us", "chunk_delay_p50_us", digits=0)
+    row("added per-chunk p50 / us", "chunk_delay_p50_us", True, 0)
+    row("added per-chunk mean / us", "chunk_delay_mean_us", True, 0)
     row("events (latency streams)", "events")
     row("merged reads", "merged_reads")
     row("CPU us / stream event", "cpu_us_per_event", digits=1)
@@ -355,6 +356,7 @@ def report_compare(results: dict[str, dict[str, Any]]) -> None:
         if results[n].get("note"):
             print(f"  {n}: {results[n]['note']}")
     report_targets(results)
+    print("\n" + markdown(results))
 
 
 def ratio(a: Any, b: Any) -> float:
@@ -389,15 +391,58 @@ def report_targets(results: dict[str, dict[str, Any]]) -> None:
     check("rps at c64 vs LiteLLM", v, ">= 100x", v >= 100)
     v = added(results, "tailfloor", "ttfc_p50_ms")
     check("added TTFC p50 (ms)", v, "<= 0.3", v <= 0.3)
-    v = (added(results, "tailfloor", "chunk_delay_mean_us")
-         - added(results, "nginx", "chunk_delay_mean_us")) if ng else math.nan
-    check("added per-chunk vs nginx (us)", v, "<= +20", v <= 20)
+    # The median: a few events held up by the machine's other load move a mean by more
+    # than the whole difference between two proxies.
+    v = (added(results, "tailfloor", "chunk_delay_p50_us")
+         - added(results, "nginx", "chunk_delay_p50_us")) if ng else math.nan
+    check("added per-chunk p50 vs nginx (us)", v, "<= +20", v <= 20)
     v = float(tf.get("merged_reads", math.nan))
     check("merged events", v, "0", v == 0)
     print("\ntargets (issue 16), tailfloor in this run:")
     for label, value, target, ok in checks:
         mark = "n/a" if ok is None else ("met" if ok else "MISSED")
         print(f"  {label:<32}{fmt(value):>10}   target {target:<9} {mark}")
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    """The README's table: the issue's rows, one column per target of this run."""
+    names = list(results)
+    labels = {"direct": "direct", "tailfloor": "tailfloor", "nginx": "nginx",
+              "litellm": "LiteLLM", "headroom": "Headroom", "portkey": "Portkey"}
+
+    def cells(make: Any) -> str:
+        return " | ".join(make(n) for n in names)
+
+    def add(key: str, digits: int = 2) -> Any:
+        return lambda n: "-" if n == "direct" or key not in results[n] else fmt(
+            added(results, n, key), digits)
+
+    def val(key: str, digits: int = 0) -> Any:
+        return lambda n: fmt(results[n].get(key), digits)
+
+    lines = ["| | " + " | ".join(labels.get(n, n) for n in names) + " |",
+             "|---" * (len(names) + 1) + "|"]
+    rows = [
+        ("added p50 / p99 at concurrency 1 (ms)",
+         lambda n: "-" if n == "direct" else
+         f"{fmt(added(results, n, 'c1_p50_ms'))} / {fmt(added(results, n, 'c1_p99_ms'))}"),
+        ("added p50 at concurrency 32 (ms)", add("c32_p50_ms", 1)),
+        ("requests/s at concurrency 64", val("rps_c64")),
+        ("CPU per request (us)", val("cpu_us_per_request")),
+        ("CPU per stream event (us)", val("cpu_us_per_event", 1)),
+        ("streaming added time to first chunk p50 (ms)", add("ttfc_p50_ms")),
+        ("streaming added delay per chunk p50 / mean (us)",
+         lambda n: "-" if n == "direct" or "chunk_delay_p50_us" not in results[n] else
+         f"{fmt(added(results, n, 'chunk_delay_p50_us'), 0)} / "
+         f"{fmt(added(results, n, 'chunk_delay_mean_us'), 0)}"),
+        ("merged events", val("merged_reads")),
+        ("RSS idle / after load (MB)",
+         lambda n: f"{fmt(results[n].get('rss_idle_mb'), 0)} / "
+                   f"{fmt(results[n].get('rss_after_mb'), 0)}"),
+    ]
+    for label, make in rows:
+        lines.append(f"| {label} | {cells(make)} |")
+    return "\n".join(lines)
 
 
 def report_sessions(s: dict[str, Any]) -> None:

@@ -75,7 +75,16 @@ async def measure_latency(port: int, body: bytes, concurrency: int, total: int, 
                 break
             started = clock()
             writer.write(payload)
-            await _read_response(reader)
+            try:
+                await _read_response(reader)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise
+                # The server closed a kept-alive connection between two requests (its cap
+                # of requests per connection): the next connection, not a measurement.
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                continue
             latencies.append(clock() - started)
         writer.close()
 

@@ -220,6 +220,7 @@ http {{
   fastcgi_temp_path {temp['fastcgi']}; uwsgi_temp_path {temp['uwsgi']};
   scgi_temp_path {temp['scgi']};
   upstream fake {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}
+  keepalive_requests 1000000;
   server {{
     listen 127.0.0.1:{port};
     location / {{
