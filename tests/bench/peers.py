@@ -100,8 +100,8 @@ class Services:
 
 
 def _run_installer(argv: list[str], what: str, cwd: Path | None = None,
-                   env: dict[str, str] | None = None) -> None:
-    print(f"installing {what} ...", flush=True)
+                   env: dict[str, str] | None = None, note: str = "") -> None:
+    print(f"installing {what}{note} ...", flush=True)
     done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {})}, check=False)
     if done.returncode != 0:
@@ -132,7 +132,7 @@ def pip_venv(name: str, requirement: str, package: str, version: str | None) -> 
     _venv(venv)
     _run_installer([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
                     "--disable-pip-version-check", requirement],
-                   f"{requirement} into {venv} (a few minutes, once)")
+                   f"{requirement} into {venv}", note=" (a few minutes, once)")
     return venv
 
 
