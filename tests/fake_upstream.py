@@ -8,7 +8,8 @@ It records every request it receives and answers from a script: tests push ``Rep
 onto ``FakeUpstream.script``; with the script empty it answers a short text, or a tool call
 when the latest user text says ``USE_TOOL``. It also runs standalone
 (``python tests/fake_upstream.py --port 18181``) and then takes its script over HTTP:
-``POST /_control/script`` with a JSON list of replies, ``GET /_control/log``.
+``POST /_control/script`` with a JSON list of replies (``?replace=1``: instead of what is
+queued), ``GET /_control/log``.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ try:
     from tests import fake_dialects as fd
     from tests.fake_chat import _completion, _sse_chunks
 except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
-    import fake_behaviour as fb  # type: ignore[no-redef]
-    import fake_dialects as fd  # type: ignore[no-redef]
-    from fake_chat import _completion, _sse_chunks  # type: ignore[no-redef]
+    import fake_behaviour as fb  # type: ignore[no-redef,import-not-found,unused-ignore]
+    import fake_dialects as fd  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from fake_chat import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        _completion,
+        _sse_chunks,
+    )
 
 
 @dataclass
@@ -155,6 +159,8 @@ class FakeUpstream:
         return [r for r in self.received if fd.dialect_of(r.path) == dialect]
 
     async def _control_script(self, request: web.Request) -> web.Response:
+        if request.query.get("replace"):
+            self.script.clear()  # what an earlier step left unused
         self.script.extend(Reply.from_json(item) for item in await request.json())
         return web.json_response({"queued": len(self.script)})
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -96,6 +97,11 @@ def generate(root: Path, sessions: int, total_mb: int) -> list[tuple[str, Path]]
     return made
 
 
+def _shows(svc: TranscriptService, sid: str, eid: str) -> bool:
+    tail = svc.catalog.tail(sid, 1)
+    return bool(tail) and tail[0].entry_id == eid
+
+
 async def measure(root: Path, made: list[tuple[str, Path]], appends: int) -> dict[str, float]:
     rss_before = _rss_mb()
     began = time.perf_counter()
@@ -116,8 +122,7 @@ async def measure(root: Path, made: list[tuple[str, Path]], appends: int) -> dic
         t0 = time.perf_counter()
         with path.open("a") as f:
             f.write(line)
-        ok = await until(lambda s=sid, e=eid: bool(
-            (t := svc.catalog.tail(s, 1)) and t[0].entry_id == e), 2.0)
+        ok = await until(functools.partial(_shows, svc, sid, eid), 2.0)
         lat.append((time.perf_counter() - t0) if ok else float("inf"))
         await asyncio.sleep(0.01)
     await svc.stop()

@@ -21,10 +21,11 @@ STREAM_BODY = orjson.dumps({"model": "fake-model", "stream": True,
 API_KEY = "sk-" + "7" * 48
 
 
-def request_bytes(body: bytes) -> bytes:
+def request_bytes(body: bytes, headers: bytes = b"") -> bytes:
+    """One chat request; ``headers`` are extra header lines, each ending in CRLF."""
     return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
             b"Content-Type: application/json\r\nAuthorization: Bearer " + API_KEY.encode() +
-            b"\r\n"
+            b"\r\n" + headers +
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
 
 
@@ -48,7 +49,7 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
             chunked = True
     if not chunked:
         return await reader.readexactly(length)
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
         if size == 0:
@@ -58,17 +59,32 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
         await reader.readexactly(2)
 
 
-async def measure_latency(port: int, body: bytes, concurrency: int, total: int) -> list[float]:
-    payload = request_bytes(body)
+async def measure_latency(port: int, body: bytes, concurrency: int, total: int, *,
+                          headers: bytes = b"", seconds: float | None = None) -> list[float]:
+    """``total`` requests on ``concurrency`` connections, back to back (or fewer if
+    ``seconds`` runs out first); the latency of each."""
+    payload = request_bytes(body, headers)
     latencies: list[float] = []
+    deadline = None if seconds is None else time.perf_counter() + seconds
 
     async def worker(count: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         clock = time.perf_counter
         for _ in range(count):
+            if deadline is not None and clock() > deadline:
+                break
             started = clock()
             writer.write(payload)
-            await _read_response(reader)
+            try:
+                await _read_response(reader)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise
+                # The server closed a kept-alive connection between two requests (its cap
+                # of requests per connection): the next connection, not a measurement.
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                continue
             latencies.append(clock() - started)
         writer.close()
 
@@ -77,9 +93,9 @@ async def measure_latency(port: int, body: bytes, concurrency: int, total: int) 
 
 
 async def measure_throughput(port: int, body: bytes, concurrency: int, seconds: float,
-                             ) -> tuple[float, int]:
+                             headers: bytes = b"") -> tuple[float, int]:
     """Completed requests per second, and how many connections the target dropped."""
-    payload = request_bytes(body)
+    payload = request_bytes(body, headers)
     done = 0
     dropped = 0
     deadline = time.perf_counter() + seconds
@@ -109,15 +125,39 @@ class StreamResult:
     chunk_delays: list[float] = field(default_factory=list)
     events: int = 0
     merged_reads: int = 0
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    text: str = ""  # the content deltas that were not time stamps, joined
 
 
-async def measure_stream(port: int) -> StreamResult:
-    """One streaming request; each event carries the time the upstream wrote it."""
+def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    """Status code and headers (names lowered; a repeated one keeps the last value)."""
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def measure_stream(port: int, body: bytes = STREAM_BODY, headers: bytes = b"",
+                         ) -> StreamResult:
+    """One streaming request; each event carries the time the upstream wrote it (a content
+    delta that is not a number is kept in ``text``)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     result = StreamResult()
     started = time.perf_counter()
-    writer.write(request_bytes(STREAM_BODY))
-    await reader.readuntil(b"\r\n\r\n")
+    writer.write(request_bytes(body, headers))
+    result.status, result.headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
+    if "chunked" not in result.headers.get("transfer-encoding", "").lower():
+        # An error answer (or a peer that does not stream): read it whole, count no event.
+        length = int(result.headers.get("content-length", "0") or 0)
+        result.text = (await reader.readexactly(length)).decode(errors="replace")
+        writer.close()
+        return result
+    texts: list[str] = []
     buffer = b""
     pending = b""
     done = False
@@ -152,8 +192,12 @@ async def measure_stream(port: int) -> StreamResult:
                 for choice in parsed.get("choices") or []:
                     stamp = (choice.get("delta") or {}).get("content")
                     if stamp:
-                        result.chunk_delays.append(now_wall - float(stamp))
+                        try:
+                            result.chunk_delays.append(now_wall - float(stamp))
+                        except ValueError:
+                            texts.append(stamp)
         if events_in_read > 1:
             result.merged_reads += 1
     writer.close()
+    result.text = "".join(texts)
     return result

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.model import ChatRequest
-from proxy.policy.records import ModelSpec, Policy, RuleSet
+from proxy.policy.records import Mode, ModelSpec, Policy, RuleSet
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry, parse_entry
 from proxy.transcripts.records import SessionInfo, SourceKind, Window
@@ -129,7 +129,7 @@ def chat(body: dict[str, Any], agent: str | None = None) -> ChatRequest:
     return ChatRequest.parse(raw, orjson.loads(raw), agent)
 
 
-def rules(n: int = 30, window: int = 1_000_000, *, reserve: int = 0, mode: str = "enforce",
+def rules(n: int = 30, window: int = 1_000_000, *, reserve: int = 0, mode: Mode = "enforce",
           encoding: str = "estimate", **policy: Any) -> RuleSet:
     defaults = replace(Policy(), min_tail_messages=n, reserve_tokens=reserve, mode=mode,
                        **policy)

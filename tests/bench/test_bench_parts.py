@@ -1,0 +1,87 @@
+"""The benchmark's own parts: the OS accounting it reads, and the session-scale load's
+transcripts and requests (that the floor identifies and restores them, before a run
+relies on it). No timing is asserted."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from proxy.metrics import Metrics
+from proxy.policy.records import builtin_rules
+from proxy.tokens import TokenCounter
+from proxy.transcripts.service import TranscriptService
+from tests.bench import procs
+from tests.bench.sessions_scale import RESTORED, Session, generate, session_copy
+from tests.floor.harness import FloorHarness
+from tests.floor.synthetic import Holder, chat
+from tests.transcripts.waiting import until
+
+
+def test_parse_cpu_ticks_reads_own_and_reaped_children_time() -> None:
+    # pid (comm) state ppid ... utime stime cutime cstime: fields 14-17 of stat(5)
+    fields = ["S", "1", *["0"] * 9, "5", "7", "11", "13", "20"]
+    assert procs.parse_cpu_ticks(fields) == 5 + 7 + 11 + 13
+
+
+def test_tree_holds_a_child_and_counts_its_cpu() -> None:
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\n"
+                              "time.sleep(30)"])
+    try:
+        assert until_sync(lambda: child.pid in procs.tree(os.getpid()))
+        assert until_sync(lambda: procs.tree_cpu_seconds(os.getpid()) >=
+                          procs.cpu_seconds(os.getpid()) + 0.2, seconds=10)
+        assert procs.tree_rss_mb(os.getpid()) > procs.rss_mb(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def until_sync(check: object, seconds: float = 5.0) -> bool:
+    import time
+
+    assert callable(check)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def seen_last(service: TranscriptService, s: Session) -> bool:
+    """Whether the service has read the last entry written to the session's transcript."""
+    tail = service.catalog.tail(s.transcript.session_id, 1)
+    return bool(tail) and tail[0].entry_id == s.transcript.objs[-1]["id"]
+
+
+async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) -> None:
+    sessions = generate(tmp_path, active=3, tracked=20)
+    service = TranscriptService([tmp_path], Metrics(), tail_limit=200)
+    await service.start()
+    try:
+        assert await until(lambda: len(service.catalog) == 20, 10)
+        floor = FloorHarness(Holder(builtin_rules()), TokenCounter(), service.catalog)
+        ids = set()
+        assert len(sessions) == 4  # three and one to warm up with
+        for generated in sessions[:3]:
+            s = session_copy(generated)
+            for _turn in range(3):
+                decision = floor.decide(chat(s.body), {})
+                assert decision.verdict.startswith(RESTORED), decision.verdict
+                assert decision.session_id == s.transcript.session_id
+                ids.add(decision.session_id)
+                s.next_turn(write=True)
+                assert await until(functools.partial(seen_last, service, s), 10)
+            lines = s.path.read_bytes().splitlines()
+            assert orjson.loads(lines[-1])["id"] == s.transcript.objs[-1]["id"]
+        assert len(ids) == 3
+    finally:
+        await service.stop()
