@@ -57,10 +57,20 @@ class ChatRequest:
     def translated(cls, raw: bytes, body: dict[str, Any], agent_id: str | None,
                    dialect: Dialect) -> ChatRequest:
         """A request in ``dialect``, translated once into the chat shape the stages read."""
-        translation = dialect.translate(body)
+        # Imported here: proxy.wire.dialect imports this module.
+        from proxy.wire.dialect import opaque
+
+        try:
+            translation = dialect.translate(body)
+            chat_raw = orjson.dumps(translation.chat)
+        except (orjson.JSONEncodeError, TypeError, RecursionError):
+            # Nested deeper than orjson writes: nothing here can be rewritten, so it goes
+            # upstream as it came, said in x-tailfloor.
+            translation = opaque(body, "too_deep")
+            chat_raw = orjson.dumps(translation.chat)
         chat = translation.chat
         model = chat.get("model")
-        return cls(raw=orjson.dumps(chat), body=chat, model=model if isinstance(model, str)
+        return cls(raw=chat_raw, body=chat, model=model if isinstance(model, str)
                    else "", stream=chat.get("stream") is True, include_usage=True,
                    agent_id=agent_id, dialect=dialect, translation=translation, client_raw=raw)
 

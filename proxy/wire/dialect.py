@@ -20,7 +20,8 @@ import orjson
 
 from proxy.model import Usage, UsageAdjustment
 
-__all__ = ["SYSTEM", "Dialect", "EventFacts", "Translation", "matched_runs", "output_limit"]
+__all__ = ["SYSTEM", "Dialect", "EventFacts", "Translation", "matched_runs", "opaque",
+           "output_limit"]
 
 Message = dict[str, Any]
 Span = tuple[int, int]
@@ -92,6 +93,14 @@ class Dialect(Protocol):
     def summary_request(self, chat: dict[str, Any]) -> dict[str, Any]: ...
 
     def summary_answer(self, answer: bytes) -> bytes: ...
+
+
+def opaque(body: dict[str, Any], reason: str) -> Translation:
+    """A request the stages must leave alone: no messages to read, ``reason`` said."""
+    model, stream = body.get("model"), body.get("stream")
+    chat = {"model": model if isinstance(model, str) else "", "stream": stream is True,
+            "messages": []}
+    return Translation(body=body, items=(), chat=chat, sources=(), pass_reason=reason)
 
 
 def _key(message: object) -> bytes:
