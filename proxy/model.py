@@ -81,7 +81,10 @@ class ChatRequest:
             return body
         if body is self.raw or body == self.raw:
             return self.client_raw
-        return orjson.dumps(self.dialect.render(self.translation, orjson.loads(body)))
+        try:
+            return orjson.dumps(self.dialect.render(self.translation, orjson.loads(body)))
+        except (orjson.JSONEncodeError, orjson.JSONDecodeError, TypeError, RecursionError):
+            return self.client_raw  # a rewrite that cannot be written: the client's request
 
     @classmethod
     def unread(cls, raw: bytes, agent_id: str | None,
