@@ -32,6 +32,8 @@ __all__ = ["Flavor", "RenderOptions", "Source", "edited", "render"]
 
 Flavor = Literal["pi", "openclaw"]
 NO_RESULT = "No result provided"
+# The APIs whose thinkingSignature is the name of the field the thinking came in.
+_NAMED_THINKING = (None, "openai-completions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,9 @@ def _render_assistant(msg: Mapping[str, Any], opts: RenderOptions) -> Message | 
     thinking = [b for b in blocks
                 if b.get("type") == "thinking" and str(b.get("thinking", "")).strip()]
     signature = thinking[0].get("thinkingSignature") if thinking else None
-    if isinstance(signature, str) and signature and not signature.startswith("{"):
+    # Only Pi's chat-completions thinking names the field it came in (reasoning_content...);
+    # an Anthropic signature or a Responses reasoning item is no field name.
+    if isinstance(signature, str) and signature and msg.get("api") in _NAMED_THINKING:
         out[signature] = "\n".join(str(b.get("thinking", "")) for b in thinking)
     calls = [{"id": _tool_id(b.get("id"), opts), "type": "function",
               "function": {"name": b.get("name", ""),

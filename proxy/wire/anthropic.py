@@ -35,6 +35,7 @@ _STOP = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop",
          "tool_use": "tool_calls", "refusal": "content_filter"}
 _WINDOW = re.compile(r"maximum context length is (\d+) tokens")
 _PROMPT = re.compile(r"resulted in (\d+) tokens")
+_UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
 _ERROR_TYPES = {"invalid_request_error": "invalid_request_error",
                 "server_error": "api_error", "rate_limit_error": "rate_limit_error"}
 
@@ -254,14 +255,14 @@ def render_messages(messages: list[Message]) -> list[Any]:
         text = content_text(message.get("content"))
         if message.get("role") == "tool":
             blocks.append({"type": "tool_result",
-                           "tool_use_id": str(message.get("tool_call_id", "")),
+                           "tool_use_id": tool_use_id(message.get("tool_call_id")),
                            "content": text})
         elif text:
             blocks.append({"type": "text", "text": text})
         for call in message.get("tool_calls") or [] if role == "assistant" else []:
             function = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(function, Mapping):
-                blocks.append({"type": "tool_use", "id": str(call.get("id", "")),
+                blocks.append({"type": "tool_use", "id": tool_use_id(call.get("id")),
                                "name": str(function.get("name", "")),
                                "input": _arguments(function.get("arguments"))})
         if not blocks:
@@ -273,6 +274,14 @@ def render_messages(messages: list[Message]) -> list[Any]:
         else:
             out.append({"role": role, "content": blocks})
     return out
+
+
+def tool_use_id(tool_call_id: object) -> str:
+    """A tool call's id as Anthropic takes it (``[a-zA-Z0-9_-]``, 64 at most), the way Pi
+    normalises an id from another API (a Responses ``call_...|fc_...``); Anthropic's own
+    ``toolu_...`` ids are unchanged."""
+    text = tool_call_id if isinstance(tool_call_id, str) else ""
+    return _UNSAFE_ID.sub("_", text)[:64]
 
 
 def _arguments(arguments: object) -> object:

@@ -115,7 +115,11 @@ def matched_runs(translation: Translation, messages: Sequence[Any]) -> list[Run]
     their chat messages are there, unchanged and together, else messages to render.
 
     A message is the client's when it equals one of the translated messages not yet used,
-    taken in order (the stages only insert and cut, they never reorder)."""
+    in order (the stages only insert and cut, they never reorder). They are paired from the
+    end: what the stages insert (a summary, restored or carried messages, notes) goes before
+    the client's messages it joins, and may say the same as one of them (an agent's answer
+    given twice): paired from the start, a restored copy would take the client's item, its
+    reasoning and signatures, and leave the client's own message to be rendered without."""
     original = translation.chat.get("messages") or []
     by_key: dict[bytes, list[int]] = defaultdict(list)
     for position, known in enumerate(original):
@@ -123,14 +127,16 @@ def matched_runs(translation: Translation, messages: Sequence[Any]) -> list[Run]
     per_span: dict[Span, int] = defaultdict(int)
     for source in translation.sources:
         per_span[source] += 1
-    runs: list[Run] = []
-    last = -1
-    for message in messages:
+    spans: list[Span | None] = []
+    first = len(original)
+    for message in reversed(messages):
         found = by_key.get(_key(message))
-        index = next((i for i in found if i > last), None) if found else None
-        span: Span | None = None
+        index = next((i for i in reversed(found) if i < first), None) if found else None
         if index is not None:
-            span, last = translation.sources[index], index
+            first = index
+        spans.append(translation.sources[index] if index is not None else None)
+    runs: list[Run] = []
+    for message, span in zip(messages, reversed(spans), strict=True):
         if runs and span is not None and runs[-1].span == span:
             runs[-1].messages.append(message)
         else:
