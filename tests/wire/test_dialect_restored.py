@@ -100,12 +100,13 @@ def test_a_pi_anthropic_signature_is_not_taken_for_a_chat_field() -> None:
             message["api"] = api
         return {"type": "message", "message": message}
 
+    named: tuple[str | None, ...] = (None, "openai-completions")
     for api, signature in (("anthropic-messages", "EqQBCkgIARABGAIiQL2s"),
                            ("openai-responses", '{"type":"reasoning","id":"rs_1"}')):
         assert render([Source("message", assistant(api, signature))]) == [
             {"role": "assistant", "content": "ok"}]
-    for api in (None, "openai-completions"):
-        assert render([Source("message", assistant(api, "reasoning_content"))]) == [
+    for named_api in named:
+        assert render([Source("message", assistant(named_api, "reasoning_content"))]) == [
             {"role": "assistant", "content": "ok", "reasoning_content": "hmm"}]
 
 
@@ -113,7 +114,7 @@ def test_ids_from_another_api_are_made_valid_for_the_dialect() -> None:
     """A Responses call kept by Pi as ``call_...|fc_...`` (the floor restoring turns made
     before a model switch): the Responses ``call_id`` is the part before the bar, an Anthropic
     id keeps only the characters Anthropic allows."""
-    chat = [{"role": "assistant", "content": None, "tool_calls": [
+    chat: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1|fc_1+/=", "type": "function",
          "function": {"name": "read", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_1|fc_1+/=", "content": "hello"}]
@@ -126,12 +127,14 @@ def test_ids_from_another_api_are_made_valid_for_the_dialect() -> None:
 SUMMARY_TEXT = "The conversation history before this point was compacted into the following " \
     "summary:\n\n<summary>\nWe talked.\n</summary>"
 # Restored before the agent's kept answer, and saying the same (an agent answers "Done." often).
-RESTORED = [{"role": "user", "content": [{"type": "text", "text": "earlier"}]},
-            {"role": "assistant", "content": "Done."}]
+RESTORED: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "text", "text": "earlier"}]},
+    {"role": "assistant", "content": "Done."}]
 
 
 def test_a_restored_copy_of_a_kept_answer_leaves_the_agent_its_own_anthropic_item() -> None:
-    body = {"model": "claude", "max_tokens": 1024, "system": "You code.", "messages": [
+    body: dict[str, Any] = {"model": "claude", "max_tokens": 1024, "system": "You code.",
+                            "messages": [
         {"role": "user", "content": [{"type": "text", "text": SUMMARY_TEXT}]},
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "so", "signature": "sig-kept"},
@@ -150,7 +153,7 @@ def test_a_restored_copy_of_a_kept_answer_leaves_the_agent_its_own_anthropic_ite
 
 
 def test_a_restored_copy_of_a_kept_answer_leaves_the_agent_its_own_responses_items() -> None:
-    body = {"model": "gpt-5", "input": [
+    body: dict[str, Any] = {"model": "gpt-5", "input": [
         {"role": "developer", "content": "You code."},
         {"role": "user", "content": [{"type": "input_text", "text": SUMMARY_TEXT}]},
         {"type": "reasoning", "id": "rs_kept", "summary": [], "encrypted_content": "opaque"},
@@ -161,7 +164,8 @@ def test_a_restored_copy_of_a_kept_answer_leaves_the_agent_its_own_responses_ite
     system, summary, *own = translation.chat["messages"]
     # A Responses assistant translates to parts, a rendered one to a string: here the user
     # asked the same before.
-    restored = [{"role": "user", "content": [{"type": "text", "text": "next"}]},
+    restored: list[dict[str, Any]] = [{"role": "user",
+                                       "content": [{"type": "text", "text": "next"}]},
                 RESTORED[1]]
     out = RESPONSES.render(translation, {**translation.chat,
                                          "messages": [system, summary, *restored, *own]})
