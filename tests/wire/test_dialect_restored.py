@@ -1,92 +1,20 @@
-"""What the floor restores, rendered in each dialect, against what Pi itself sent.
+"""What the floor inserts into a Responses or Anthropic Messages request, beside the client's
+own items (tests/transcripts/test_dialect_replay.py checks the rendering against Pi's).
 
-The floor renders transcript messages as chat messages (``proxy.transcripts.render``, per
-entry as ``tail_records`` does) and the dialect renders those (``render_items``,
-``render_messages``). The oracle is Pi's own request in the recorded captures
-(``tests/fixtures/dialects``): the last request before the compaction holds the whole
-transcript, and what tailfloor renders from that transcript must be what Pi sent, item for
-item, but for what the chat shape cannot carry and the API does not need on an earlier turn:
-reasoning items and thinking blocks, the assistant message's ``id``, the ``fc_`` item id,
-Anthropic's ``cache_control`` and ``is_error``.
+- A restored copy of a message the client also sent (an agent gives the same answer twice)
+  leaves the client its own item, with its reasoning item or thinking signature, in place.
+- A Pi thinking signature is a chat field name only for chat completions.
+- Tool ids from another API (a Responses ``call_...|fc_...`` in a session that switched
+  models) are made valid for Anthropic.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from proxy.transcripts.render import Source, render
 from proxy.wire.anthropic import MESSAGES, render_messages
 from proxy.wire.responses import RESPONSES, render_items
-
-CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dialects"
-BEFORE_COMPACTION = 7  # request 8 is Pi's summarizer call (README of the captures)
-
-
-def pi_requests(api: str, version: str) -> list[dict[str, Any]]:
-    """The captured request bodies with their message lists in full."""
-    field = "input" if api == "openai-responses" else "messages"
-    out: list[dict[str, Any]] = []
-    previous: list[Any] = []
-    for request in json.loads((CAPTURES / api / version / "requests.json").read_text()):
-        body = request["body"]
-        listed = body[field]
-        if isinstance(listed, dict):
-            listed = previous[:listed["same_as_previous"]] + listed["then"]
-        previous = listed
-        out.append({**body, field: listed})
-    return out
-
-
-def restored(api: str, version: str) -> list[Any]:
-    """The first session's messages as the floor renders them, in the dialect."""
-    first = sorted((CAPTURES / api / version / "sessions").glob("*.jsonl"))[0]
-    chat = [m for line in first.read_text().splitlines()
-            for m in render([Source("message", json.loads(line))], replay=False)
-            if json.loads(line).get("type") == "message"]
-    return render_items(chat) if api == "openai-responses" else render_messages(chat)
-
-
-def essentials_responses(items: list[Any]) -> list[Any]:
-    out = []
-    for item in items:
-        if item.get("type") == "reasoning" or item.get("role") in ("developer", "system"):
-            continue
-        drop = ("id", "phase") if item.get("type") in ("message", "function_call") else ()
-        out.append({k: v for k, v in item.items() if k not in drop})
-    return out
-
-
-def essentials_anthropic(messages: list[Any]) -> list[Any]:
-    out = []
-    for message in messages:
-        blocks = [{k: v for k, v in block.items() if k not in ("cache_control", "is_error")}
-                  for block in message["content"]
-                  if block.get("type") not in ("thinking", "redacted_thinking")]
-        out.append({**message, "content": blocks})
-    return out
-
-
-@pytest.mark.parametrize("version", ["0.73.1", "1.6.0"])
-def test_restored_responses_items_are_what_pi_sends(version: str) -> None:
-    pi = pi_requests("openai-responses", version)[BEFORE_COMPACTION]["input"]
-    expected = essentials_responses(pi)
-    ours = restored("openai-responses", version)[:len(expected)]  # the session went on after
-    assert ours == expected
-    calls = [item for item in ours if item.get("type") == "function_call"]
-    assert calls and all("|" not in item["call_id"] for item in calls)
-
-
-@pytest.mark.parametrize("version", ["0.73.1", "1.6.0"])
-def test_restored_anthropic_messages_are_what_pi_sends(version: str) -> None:
-    pi = pi_requests("anthropic-messages", version)[BEFORE_COMPACTION]["messages"]
-    expected = essentials_anthropic(pi)
-    ours = restored("anthropic-messages", version)[:len(expected)]
-    assert ours == expected
-    assert any(b["type"] == "tool_use" for m in ours for b in m["content"])
 
 
 def test_a_pi_anthropic_signature_is_not_taken_for_a_chat_field() -> None:
