@@ -32,17 +32,17 @@ from proxy.demo.script import (
 
 __all__ = ["N_CTX", "run_demo"]
 
-N_CTX = 1024  # small: little for the model to read, so the demo is quick on a laptop
+N_CTX = 1536  # small: little for the model to read; room for one summarizer call
 SESSION_A = "01a2d3e4-0000-7000-8000-00000000000a"
 SESSION_B = "01a2d3e5-0000-7000-8000-00000000000b"
 SUMMARY = ("## Goal\nFix the flaky nightly export.\n\n## Progress\n- config and lock timeout "
            "read\n\n## Next Steps\n- look at the report step")
-# The floor asks for 4 raw messages after a summary; a small reserve, so a 1024-token window
+# The floor asks for 4 raw messages after a summary; a small reserve, so a 1536-token window
 # holds them; short summaries, so the small model is quick.
 RULES = """[defaults]
 min_tail_messages = 4
 reserve_tokens = 64
-summary_max_tokens = 48
+summary_max_tokens = 32
 summarizer_timeout = 120
 """
 METRICS = [("tailfloor_overflow_total", {"outcome": "recovered"}),

@@ -85,10 +85,10 @@ def overflow_conversation() -> list[dict[str, Any]]:
     """A conversation past the demo's window by the server's count, its last user message
     long (the raw tail stays, what goes before it fits one summarizer call)."""
     return [{"role": "system", "content": "You are a helpful assistant for the data team."},
-            {"role": "user", "content": "Our export job is flaky. " + _PROSE * 4},
+            {"role": "user", "content": "Our export job is flaky. " + _PROSE * 8},
             {"role": "assistant", "content": "Please describe the job."},
-            {"role": "user", "content": "The job: " + _PROSE * 4},
+            {"role": "user", "content": "The job: " + _PROSE * 8},
             {"role": "assistant", "content": "I see no failure yet."},
-            {"role": "user", "content": "Recent logs: " + _PROSE * 16},
+            {"role": "user", "content": "Recent logs: " + _PROSE * 19},
             {"role": "assistant", "content": "Still normal."},
             {"role": "user", "content": "The error was ERR_EXPORT_TIMEOUT. What now?"}]
