@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from proxy import __version__
+from proxy.cli import demo as demo_command
 from proxy.cli import rules as rules_command
 from proxy.cli import serve as serve_command
 from proxy.cli import sessions as sessions_command
@@ -18,7 +19,7 @@ from proxy.cli import sessions as sessions_command
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 COMMANDS: tuple[Registrar, ...] = (serve_command.register, rules_command.register,
-                                   sessions_command.register)
+                                   sessions_command.register, demo_command.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

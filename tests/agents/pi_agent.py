@@ -71,6 +71,9 @@ class PiAgent:
     pi: PiRelease = field(default_factory=lambda: release(PI_VERSION))
     settings: dict[str, object] = field(default_factory=dict)
     model_extra: dict[str, object] = field(default_factory=dict)
+    # extra command-line flags for every run (e.g. a short system prompt and no tools, so a
+    # small real model's window holds a few turns)
+    args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.agent_dir = self.home / "agent"
@@ -99,7 +102,7 @@ class PiAgent:
 
     def turn(self, message: str, *, new_session: bool = False, timeout: float = 60) -> str:
         """One prompt in print mode; continues the newest session unless ``new_session``."""
-        argv = [*self.pi.command(), "--session-dir", str(self.sessions)]
+        argv = [*self.pi.command(), *self.args, "--session-dir", str(self.sessions)]
         if not new_session and any(self.sessions.glob("*.jsonl")):
             argv.append("-c")
         argv += ["-p", message]

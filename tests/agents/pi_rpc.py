@@ -26,7 +26,8 @@ class PiRpc:
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
         env = {**os.environ, "PI_CODING_AGENT_DIR": str(agent.agent_dir), "PI_OFFLINE": "1"}
         self._proc = subprocess.Popen(
-            [*agent.pi.command(), "--mode", "rpc", "--session-dir", str(agent.sessions)],
+            [*agent.pi.command(), *agent.args, "--mode", "rpc", "--session-dir",
+             str(agent.sessions)],
             cwd=agent.work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         self._ids = 0

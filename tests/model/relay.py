@@ -25,6 +25,7 @@ class Exchange:
     path: str
     body: bytes
     status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)  # the answer's, lower-cased names
     chunks: list[bytes] = field(default_factory=list)  # each kept before it is passed on
 
     @property
@@ -79,6 +80,7 @@ class RecordingRelay:
         async with self._session.request(request.method, self.target + request.path_qs,
                                          data=body, headers=headers) as upstream:
             exchange.status = upstream.status
+            exchange.headers = {k.lower(): v for k, v in upstream.headers.items()}
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in _HOP})
             await response.prepare(request)
