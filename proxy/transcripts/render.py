@@ -210,7 +210,9 @@ def _render_user(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:
 
 def _tool_id(call_id: object, opts: RenderOptions) -> str:
     text = call_id if isinstance(call_id, str) else ""
-    return openclaw_form(text) if opts.flavor == "openclaw" else text
+    # A Responses call is stored as ``<call_id>|<item id>`` (OpenClaw runs Pi's transport);
+    # OpenClaw sends the call id alone, so its form is taken of that part only.
+    return openclaw_form(text.split("|", 1)[0]) if opts.flavor == "openclaw" else text
 
 
 def _render_assistant(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:

@@ -10,7 +10,7 @@ the conversation: it passes through.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -152,7 +152,9 @@ class Responses:
 
     def render(self, translation: Translation, chat: dict[str, Any]) -> dict[str, Any]:
         runs = matched_runs(translation, chat.get("messages") or [])
-        items, system = render_runs(translation, runs, render_items)
+        typed = _typed_user(translation.items)
+        items, system = render_runs(translation, runs,
+                                    lambda messages: render_items(messages, typed_user=typed))
         out = dict(translation.body)
         out["input"] = items
         if system and not kept_system(runs):
@@ -252,8 +254,10 @@ class Responses:
                              "usage": usage})
 
 
-def render_items(messages: list[Message]) -> list[Any]:
-    """Chat messages as Responses input items, the way the agents send their history."""
+def render_items(messages: list[Message], *, typed_user: bool = False) -> list[Any]:
+    """Chat messages as Responses input items, the way the agents send their history: user
+    items ``{"role", "content"}`` as Pi sends them, or with ``"type": "message"`` first as
+    OpenClaw does (``typed_user``, learned from the request's own user items)."""
     items: list[Any] = []
     for message in messages:
         role = message.get("role")
@@ -273,9 +277,17 @@ def render_items(messages: list[Message]) -> list[Any]:
                                   "name": str(function.get("name", "")),
                                   "arguments": str(function.get("arguments", ""))})
         else:
-            items.append({"role": role if isinstance(role, str) else "user",
-                          "content": [{"type": "input_text", "text": text}]})
+            item: dict[str, Any] = {"type": "message"} if typed_user else {}
+            item["role"] = role if isinstance(role, str) else "user"
+            item["content"] = [{"type": "input_text", "text": text}]
+            items.append(item)
     return items
+
+
+def _typed_user(items: Sequence[Any]) -> bool:
+    """Whether the client's own user items carry ``"type": "message"`` (OpenClaw's form)."""
+    return any(isinstance(item, Mapping) and item.get("role") == "user"
+               and item.get("type") == "message" for item in items)
 
 
 def _call_id(value: object) -> str:

@@ -33,6 +33,9 @@ TOKEN = "local-test-token"
 # OpenClaw's fixed prompt (40 KB of system prompt, 10 KB of tools) is ~16k tokens by its
 # estimate; 28000 leaves room for a few long turns before it compacts (captures README).
 CONTEXT_WINDOW = 28000
+# A key shaped like each vendor's (an Anthropic key must not look like an OAuth token).
+KEYS = {"openai-completions": "sk-fake-local", "openai-responses": "sk-fake-local-responses",
+        "anthropic-messages": "sk-ant-api03-fake-local"}
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,9 @@ class Agent:
     affinity: bool = False
 
 
-def _model(agent: Agent, model_id: str) -> dict[str, Any]:
+def _model(agent: Agent, model_id: str, reasoning: bool = False) -> dict[str, Any]:
     model: dict[str, Any] = {
-        "id": model_id, "name": model_id, "reasoning": False, "input": ["text"],
+        "id": model_id, "name": model_id, "reasoning": reasoning, "input": ["text"],
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
         "contextWindow": CONTEXT_WINDOW, "maxTokens": 1024}
     if agent.affinity:
@@ -53,10 +56,19 @@ def _model(agent: Agent, model_id: str) -> dict[str, Any]:
     return model
 
 
+def base_url(api: str, proxy_url: str, agent: str) -> str:
+    """The provider ``baseUrl`` for ``api``: OpenClaw's OpenAI SDKs append
+    ``/chat/completions`` or ``/responses`` to it, its Anthropic SDK ``/v1/messages``."""
+    root = f"{proxy_url}/agents/{agent}"
+    return root if api == "anthropic-messages" else root + "/v1"
+
+
 def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
-           idle_minutes: int = 0, models: tuple[str, ...] = ()) -> dict[str, Any]:
+           idle_minutes: int = 0, models: tuple[str, ...] = (),
+           api: str = "openai-completions", reasoning: bool = False) -> dict[str, Any]:
     """The gateway's openclaw.json: one provider per agent, reaching tailfloor through the
-    agent's own path prefix, offering ``fake-model`` (every agent's own) and ``models``."""
+    agent's own path prefix, offering ``fake-model`` (every agent's own) and ``models``, in
+    ``api`` (``openai-completions``, ``openai-responses``, ``anthropic-messages``)."""
     reset: dict[str, Any] = ({"mode": "idle", "idleMinutes": idle_minutes} if idle_minutes
                              else {"mode": "none"})
     return {
@@ -73,9 +85,9 @@ def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
                       "model": {"primary": f"p-{a.id}/fake-model"}}
                      for i, a in enumerate(agents)]},
         "models": {"mode": "merge", "providers": {
-            f"p-{a.id}": {"baseUrl": f"{proxy_url}/agents/{a.id}/v1", "apiKey": "sk-fake-local",
-                          "api": "openai-completions",
-                          "models": [_model(a, m) for m in ("fake-model", *models)]}
+            f"p-{a.id}": {"baseUrl": base_url(api, proxy_url, a.id), "apiKey": KEYS[api],
+                          "api": api,
+                          "models": [_model(a, m, reasoning) for m in ("fake-model", *models)]}
             for a in agents}},
         "session": {"reset": reset},
         "logging": {"file": str(workspace.parent / "openclaw.log")},
@@ -92,8 +104,9 @@ class Gateway:
     file. What appeared in OpenClaw's fixed /tmp directories while it ran is removed when it
     stops."""
 
-    def __init__(self, home: Path, proxy_url: str, agents: list[Agent],
-                 idle_minutes: int = 0, models: tuple[str, ...] = ()) -> None:
+    def __init__(self, home: Path, proxy_url: str, agents: list[Agent], *,
+                 idle_minutes: int = 0, models: tuple[str, ...] = (),
+                 api: str = "openai-completions", reasoning: bool = False) -> None:
         node = _node24()
         if not ENTRY.exists() or not Path(node).exists():
             raise RuntimeError(f"OpenClaw {OPENCLAW_VERSION} is not installed at {ENTRY} (or "
@@ -106,7 +119,7 @@ class Gateway:
         self.url = f"http://127.0.0.1:{self.port}"
         (self.state / "openclaw.json").write_text(json.dumps(
             config(self.port, proxy_url, home / "work", agents, idle_minutes=idle_minutes,
-                   models=models), indent=1))
+                   models=models, api=api, reasoning=reasoning), indent=1))
         self.env = {**os.environ, "HOME": str(home),
                     "PATH": f"{Path(node).parent}:{os.environ.get('PATH', '')}",
                     "OPENCLAW_GATEWAY_TOKEN": TOKEN}

@@ -154,7 +154,9 @@ def test_rendering_pi_and_openclaw() -> None:
     assert len(pi) == 5  # the failed turn is dropped
     oc = render(items, RenderOptions(flavor="openclaw", tz=timezone(timedelta(hours=1), "CET")))
     assert oc[0]["content"] == "[Mon 2026-11-30 03:00 CET] go"
-    assert oc[1]["tool_calls"][0]["id"] == "callabfc1"
+    # OpenClaw replays a ``<call_id>|<item id>`` id by its call id alone (its completions
+    # transport's normalizeToolCallId), then letters and digits only.
+    assert oc[1]["tool_calls"][0]["id"] == "callab"
     assert openclaw_prefix(0.0, UTC) == "[Thu 1970-01-01 00:00 UTC] "
 
 

@@ -126,6 +126,21 @@ def test_responses_floor_insert_keeps_reasoning_in_place_and_renders_the_new() -
     assert out["input"][5]["encrypted_content"] == "gAAAA-opaque"
 
 
+def test_responses_insert_takes_openclaws_typed_user_items_from_the_request() -> None:
+    """OpenClaw sends user items with ``"type": "message"`` (Pi without): what tailfloor
+    inserts follows the request's own user items."""
+    body = responses_body()
+    body["input"] = [{"type": "message", **i} if i.get("role") == "user" else i
+                     for i in body["input"]]
+    translation = RESPONSES.translate(body)
+    messages = translation.chat["messages"]
+    out = RESPONSES.render(translation, {**translation.chat,
+                                         "messages": [messages[0], SUMMARY, *messages[1:]]})
+    assert out["input"][0] == {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": SUMMARY["content"]}]}
+    assert out["input"][1:] == body["input"]
+
+
 def test_responses_compaction_drops_whole_items_and_keeps_the_rest() -> None:
     body = responses_body()
     translation = RESPONSES.translate(body)
