@@ -20,16 +20,17 @@ from proxy.wire.content import content_text
 from proxy.wire.dialect import (
     SYSTEM,
     EventFacts,
+    Fields,
     Translation,
-    kept_system,
-    matched_runs,
-    output_limit,
-    render_runs,
+    assemble,
+    split_system,
+    with_usage,
 )
 
 __all__ = ["MESSAGES"]
 
 Message = dict[str, Any]
+_FIELDS = Fields(items="messages", system="system", limit="max_tokens")
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop",
          "max_tokens": "length", "model_context_window_exceeded": "length",
          "tool_use": "tool_calls", "refusal": "content_filter"}
@@ -121,18 +122,7 @@ class AnthropicMessages:
                            output_key="max_tokens" if "max_tokens" in body else None)
 
     def render(self, translation: Translation, chat: dict[str, Any]) -> dict[str, Any]:
-        runs = matched_runs(translation, chat.get("messages") or [])
-        items, system = render_runs(translation, runs, render_messages)
-        out = dict(translation.body)
-        out["messages"] = items
-        if system and not kept_system(runs):
-            out["system"] = "\n\n".join(content_text(m.get("content")) for m in system)
-        elif not kept_system(runs):
-            out.pop("system", None)
-        limit = output_limit(translation, chat)
-        if limit is not None:
-            out["max_tokens"] = limit
-        return out
+        return assemble(translation, chat, _FIELDS, render_messages)
 
     def usage(self, usage: Mapping[str, Any]) -> Usage:
         return Usage.from_dict(_as_chat_usage(usage))
@@ -192,10 +182,7 @@ class AnthropicMessages:
                           if isinstance(reason, str) else None)
 
     def adjusted_answer(self, answer: dict[str, Any], adjust: UsageAdjustment) -> dict[str, Any]:
-        usage = answer.get("usage")
-        if not isinstance(usage, dict):
-            return answer
-        return {**answer, "usage": self.adjusted_usage(usage, adjust)}
+        return with_usage(answer, lambda usage: self.adjusted_usage(usage, adjust))
 
     def error_body(self, openai_error: bytes) -> bytes:
         """tailfloor's own error answer in Anthropic's shape (an overflow in its wording, so
@@ -219,15 +206,13 @@ class AnthropicMessages:
             {"type": "error", "error": {"type": "api_error", "message": message}}) + b"\n\n"
 
     def summary_request(self, chat: dict[str, Any]) -> dict[str, Any]:
-        messages = chat.get("messages") or []
-        system = [content_text(m.get("content")) for m in messages if m.get("role") == "system"]
-        rest = [m for m in messages if m.get("role") != "system"]
+        system, rest = split_system(chat)
         limit = chat.get("max_completion_tokens", chat.get("max_tokens"))
         out: dict[str, Any] = {"model": chat.get("model"), "messages": render_messages(rest),
                                "stream": False,
                                "max_tokens": limit if isinstance(limit, int) else 4096}
         if system:
-            out["system"] = "\n\n".join(system)
+            out["system"] = system
         return out
 
     def summary_answer(self, answer: bytes) -> bytes:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 
 from proxy.model import Usage, UsageAdjustment
+from proxy.wire.content import content_text
 
 __all__ = ["SYSTEM", "Dialect", "EventFacts", "Translation", "matched_runs", "opaque",
            "output_limit"]
@@ -192,3 +193,46 @@ def render_runs(translation: Translation, runs: Sequence[Run],
 
 def kept_system(runs: Sequence[Run]) -> bool:
     return any(run.keep and run.span == SYSTEM for run in runs)
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """Where a dialect keeps the conversation, the system prompt and the output limit."""
+
+    items: str  # "input" | "messages"
+    system: str  # "instructions" | "system"
+    limit: str  # "max_output_tokens" | "max_tokens"
+
+
+def assemble(translation: Translation, chat: Mapping[str, Any], fields: Fields,
+             render: Callable[[list[Message]], list[Any]]) -> dict[str, Any]:
+    """The client's body with the stages' messages and output limit, in the dialect: kept
+    items as they came, the rest rendered, a changed system prompt in the system field."""
+    runs = matched_runs(translation, chat.get("messages") or [])
+    items, system = render_runs(translation, runs, render)
+    out = dict(translation.body)
+    out[fields.items] = items
+    if not kept_system(runs):
+        if system:
+            out[fields.system] = "\n\n".join(content_text(m.get("content")) for m in system)
+        else:
+            out.pop(fields.system, None)
+    limit = output_limit(translation, chat)
+    if limit is not None:
+        out[fields.limit] = limit
+    return out
+
+
+def split_system(chat: Mapping[str, Any]) -> tuple[str | None, list[Message]]:
+    """A summarizer call's chat messages as its system text and the rest."""
+    messages = chat.get("messages") or []
+    system = [content_text(m.get("content")) for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]
+    return ("\n\n".join(system) if system else None), rest
+
+
+def with_usage(answer: dict[str, Any], adjust: Callable[[dict[str, Any]], dict[str, Any]]
+               ) -> dict[str, Any]:
+    """An answer with its ``usage`` member adjusted (the same answer when it has none)."""
+    usage = answer.get("usage")
+    return {**answer, "usage": adjust(usage)} if isinstance(usage, dict) else answer

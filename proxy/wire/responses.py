@@ -20,16 +20,17 @@ from proxy.wire.content import content_text
 from proxy.wire.dialect import (
     SYSTEM,
     EventFacts,
+    Fields,
     Translation,
-    kept_system,
-    matched_runs,
-    output_limit,
-    render_runs,
+    assemble,
+    split_system,
+    with_usage,
 )
 
 __all__ = ["RESPONSES"]
 
 Message = dict[str, Any]
+_FIELDS = Fields(items="input", system="instructions", limit="max_output_tokens")
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 _SERVER_STATE = ("previous_response_id", "conversation")
 _KNOWN = frozenset({"message", "function_call", "function_call_output", "reasoning"})
@@ -151,20 +152,9 @@ class Responses:
                            output_key="max_output_tokens" if "max_output_tokens" in body else None)
 
     def render(self, translation: Translation, chat: dict[str, Any]) -> dict[str, Any]:
-        runs = matched_runs(translation, chat.get("messages") or [])
         typed = _typed_user(translation.items)
-        items, system = render_runs(translation, runs,
-                                    lambda messages: render_items(messages, typed_user=typed))
-        out = dict(translation.body)
-        out["input"] = items
-        if system and not kept_system(runs):
-            out["instructions"] = "\n\n".join(content_text(m.get("content")) for m in system)
-        elif not kept_system(runs):
-            out.pop("instructions", None)
-        limit = output_limit(translation, chat)
-        if limit is not None:
-            out["max_output_tokens"] = limit
-        return out
+        return assemble(translation, chat, _FIELDS,
+                        lambda messages: render_items(messages, typed_user=typed))
 
     def usage(self, usage: Mapping[str, Any]) -> Usage:
         return Usage.from_dict(_as_chat_usage(usage))
@@ -209,10 +199,7 @@ class Responses:
                           finish_reason=_finish(answer))
 
     def adjusted_answer(self, answer: dict[str, Any], adjust: UsageAdjustment) -> dict[str, Any]:
-        usage = answer.get("usage")
-        if not isinstance(usage, dict):
-            return answer
-        return {**answer, "usage": self.adjusted_usage(usage, adjust)}
+        return with_usage(answer, lambda usage: self.adjusted_usage(usage, adjust))
 
     def error_body(self, openai_error: bytes) -> bytes:
         return openai_error  # the Responses API answers errors in the chat shape
@@ -222,13 +209,11 @@ class Responses:
             {"type": "error", "code": code, "message": message, "param": None}) + b"\n\n"
 
     def summary_request(self, chat: dict[str, Any]) -> dict[str, Any]:
-        messages = chat.get("messages") or []
-        system = [content_text(m.get("content")) for m in messages if m.get("role") == "system"]
-        rest = [m for m in messages if m.get("role") != "system"]
+        system, rest = split_system(chat)
         out: dict[str, Any] = {"model": chat.get("model"), "input": render_items(rest),
                                "stream": False, "store": False}
         if system:
-            out["instructions"] = "\n\n".join(system)
+            out["instructions"] = system
         limit = chat.get("max_completion_tokens", chat.get("max_tokens"))
         if isinstance(limit, int):
             out["max_output_tokens"] = limit
