@@ -10,14 +10,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.demo.processes import stop_process, wait_until_ready
 from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,34 +44,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (tailfloor drains), then SIGKILL if it is still there after 10 s."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_until_ready(proc: subprocess.Popen[bytes], url: str, logs: Callable[[], str],
-                     name: str, *, seconds: float, pause: float) -> None:
-    """Until ``url`` answers 200; RuntimeError with the process's log if it exits or never
-    does."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited early:\n{logs()}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(pause)
-    raise RuntimeError(f"{name} did not become ready:\n{logs()}")
 
 
 class ProxyProcess:

@@ -8,11 +8,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Process", "free_port", "http", "metrics"]
+__all__ = ["Process", "free_port", "http", "metrics", "stop_process", "wait_until_ready"]
 
 
 def free_port() -> int:
@@ -31,31 +32,43 @@ class Process:
         self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, url: str, *, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.log.stem} exited early:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"{self.log.stem} did not become ready:\n{self.tail()}")
+        wait_until_ready(self.proc, url, self.tail, self.log.stem, seconds=seconds, pause=0.1)
 
     def tail(self) -> str:
         self._out.flush()
         return self.log.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._out.close()
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (tailfloor drains), then SIGKILL if it is still there after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_until_ready(proc: subprocess.Popen[bytes], url: str, logs: Callable[[], str],
+                     name: str, *, seconds: float, pause: float) -> None:
+    """Until ``url`` answers 200; RuntimeError with the process's log if it exits or never
+    does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited early:\n{logs()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(pause)
+    raise RuntimeError(f"{name} did not become ready:\n{logs()}")
 
 
 def http(url: str, body: bytes) -> tuple[int, dict[str, str], bytes]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import free_port
+from tests.conftest import free_port, stop_process
 
 
 class RedisServer:
@@ -56,11 +56,6 @@ class RedisServer:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         self._log.close()
         shutil.rmtree(self._dir, ignore_errors=True)
