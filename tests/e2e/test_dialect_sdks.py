@@ -262,3 +262,44 @@ def test_overflow_is_compacted_with_a_summary_made_in_the_dialect(
     retry = chat_view(clean_fake.received[-1].json(), dialect)
     assert total_chars(retry["messages"]) < total_chars(messages) - 500
     assert "what now?" in json.dumps(retry["messages"][-1])
+
+
+# -- the output-limit clamp in each dialect ----------------------------------------------------
+
+WINDOW_8K = ('[[models]]\npattern = "fake-model"\ncontext_window = 8192\n'
+             'encoding = "o200k_base"\nmargin = 0.2\n')
+
+
+@pytest.mark.parametrize("dialect", [RESPONSES, MESSAGES])
+def test_an_output_limit_past_a_known_window_is_lowered_in_the_dialect_field(
+        clean_fake: FakeUpstream, tmp_path: Path, dialect: str) -> None:
+    proxy = ProxyProcess(clean_fake.url, "--rules",
+                         str(rules_dir(tmp_path, models=WINDOW_8K)),
+                         "--state", str(tmp_path / "state"))
+    try:
+        messages = history(f"c{dialect[:3]}", 3, 400)
+        if dialect == RESPONSES:
+            raw = oai(proxy).responses.with_raw_response.create(
+                model="fake-model", input=as_responses_input(messages),  # type: ignore[arg-type]
+                max_output_tokens=7900)
+            field = "max_output_tokens"
+        else:
+            system, turns = as_anthropic(messages)
+            raw = claude(proxy).messages.with_raw_response.create(  # type: ignore[assignment]
+                model="fake-model", max_tokens=7900, system=system,
+                messages=turns)  # type: ignore[arg-type]
+            field = "max_tokens"
+        raw.parse()
+        assert raw.headers["x-tailfloor"] == "clamped:preflight"
+        (sent,) = clean_fake.received
+        body = sent.json()
+        assert 1024 <= body[field] < 7900
+        assert "max_completion_tokens" not in body
+        # everything else as the client sent it
+        items = "input" if dialect == RESPONSES else "messages"
+        expected = as_responses_input(messages) if dialect == RESPONSES else \
+            as_anthropic(messages)[1]
+        assert body[items] == expected
+        assert proxy.sample("tailfloor_output_lowered_total", trigger="preflight") == 1
+    finally:
+        proxy.stop()
