@@ -85,8 +85,9 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     scripts.mkdir()
     shutil.copy(HERE / "fake_agent.py", scripts / "fake_agent.py")
     (scripts / "tests").mkdir()
-    for name in ("__init__.py", "fake_upstream.py", "fake_behaviour.py"):
-        shutil.copy(HERE.parent / name, scripts / "tests" / name)
+    # The fake upstream and every module it imports (its dialects among them).
+    for source in [HERE.parent / "__init__.py", *sorted(HERE.parent.glob("fake_*.py"))]:
+        shutil.copy(source, scripts / "tests" / source.name)
     for path in scripts.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     state = tmp / "state"
