@@ -111,17 +111,11 @@ class Usage:
 
     @classmethod
     def from_dict(cls, usage: dict[str, Any]) -> Usage:
-        def number(container: object, key: str) -> int | None:
-            value = container.get(key) if isinstance(container, dict) else None
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        return cls(
-            prompt_tokens=number(usage, "prompt_tokens"),
-            completion_tokens=number(usage, "completion_tokens"),
-            total_tokens=number(usage, "total_tokens"),
-            cached_tokens=number(usage.get("prompt_tokens_details"), "cached_tokens"),
-            reasoning_tokens=number(usage.get("completion_tokens_details"), "reasoning_tokens"),
-        )
+        # Positional, with a module-level helper: every answer passes here.
+        return cls(_number(usage, "prompt_tokens"), _number(usage, "completion_tokens"),
+                   _number(usage, "total_tokens"),
+                   _number(usage.get("prompt_tokens_details"), "cached_tokens"),
+                   _number(usage.get("completion_tokens_details"), "reasoning_tokens"))
 
     @property
     def input_tokens(self) -> int | None:
@@ -129,6 +123,12 @@ class Usage:
         if self.prompt_tokens is None:
             return None
         return max(self.prompt_tokens - (self.cached_tokens or 0), 0)
+
+
+def _number(container: object, key: str) -> int | None:
+    """An integer count (never a bool) under ``key``, else None."""
+    value = container.get(key) if isinstance(container, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ exactly what happened to the request.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
@@ -28,6 +29,8 @@ class Recorder:
         self.metrics = metrics
         self._failures: set[str] = set()
         self._store_failing = False
+        # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
+        self._token_counters: dict[tuple[str, str, str], tuple[Any, ...]] = {}
 
     def floor(self, decision: Decision) -> None:
         m = self.metrics
@@ -158,10 +161,16 @@ class Recorder:
             m.usage_missing.labels(route=route).inc()
             return
         m.model_label.admit(model)  # an upstream answered for it: a real model name
-        model_label = m.model_label(model)
-        agent_label = m.agent_label(agent or "none")
-        for kind, value in (("input", usage.input_tokens), ("output", usage.completion_tokens),
-                            ("cached_input", usage.cached_tokens),
-                            ("reasoning", usage.reasoning_tokens)):
+        key = (m.model_label(model), m.agent_label(agent or "none"), route)
+        counters = self._token_counters.get(key)
+        if counters is None:
+            # The four series of one (model, agent, route), looked up once: four label
+            # lookups per answer cost more than the increments.
+            counters = self._token_counters[key] = tuple(
+                m.tokens_by(key[0], key[1], kind, route)
+                for kind in ("input", "output", "cached_input", "reasoning"))
+        for counter, value in zip(counters, (usage.input_tokens, usage.completion_tokens,
+                                             usage.cached_tokens, usage.reasoning_tokens),
+                                  strict=True):
             if value:
-                m.tokens_by(model_label, agent_label, kind, route).inc(value)
+                counter.inc(value)

@@ -97,6 +97,15 @@ class StreamScanner:
 
     def _filter_event(self, event: bytes) -> bytes:
         self.events += 1
+        if self.dialect is None and not self._interesting.search(event):
+            # No usage object, error or finish reason in it: nothing to read or change but
+            # the ``"usage":null`` field (and the end marker), so no JSON is parsed.
+            if DONE in event:
+                for line in event.splitlines():
+                    self._read_line(line)
+            if self.hide_usage and _USAGE_NULL in event:
+                return event.replace(_USAGE_NULL, b"")
+            return event
         parsed: object = None
         for line in event.splitlines():
             parsed = self._read_line(line) or parsed

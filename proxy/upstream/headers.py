@@ -38,6 +38,25 @@ def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
         raise InvalidTarget("the request method is not an HTTP token")
     if _BAD_TARGET.search(target):
         raise InvalidTarget("the request target holds a control character or space")
+    items = tuple(headers.items())
+    block = _blocks.get(items)
+    if block is None:
+        block = _header_block(headers)
+        if len(_blocks) >= _BLOCKS_KEPT:
+            _blocks.clear()
+        _blocks[items] = block
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
+    return head.encode("utf-8", "surrogateescape")
+
+
+# An agent sends the same headers request after request: each distinct set is framed and
+# checked once. Bounded; the values may be credentials, held only as long as the process.
+_BLOCKS_KEPT = 1024
+_blocks: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _header_block(headers: Mapping[str, str]) -> str:
+    """The header lines, each checked for CR, LF and NUL."""
     lines = [f"{name}: {value}\r\n" for name, value in headers.items()]
     block = "".join(lines)
     # Each line ends in exactly one CR LF: any other CR or LF came from a name or value.
@@ -46,8 +65,7 @@ def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
                    if any(c in name or c in value for c in "\r\n\x00"))
         # Only the name: a value may be a credential.
         raise InvalidHeader(f"the value of header {bad!r} holds CR, LF or NUL")
-    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
-    return head.encode("utf-8", "surrogateescape")
+    return block
 
 
 def forward_headers(

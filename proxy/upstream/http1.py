@@ -32,6 +32,16 @@ class ReadTimeout(Exception):
     """Nothing arrived within the read timeout."""
 
 
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line's size (its extensions ignored)."""
+    if b";" in line:
+        line = line.split(b";", 1)[0]
+    try:
+        return int(line.strip(), 16)
+    except ValueError as exc:
+        raise ProtocolError(f"bad chunk size {line.strip()[:20]!r}") from exc
+
+
 class Http1Connection(asyncio.Protocol):
     """One upstream connection carrying one request at a time."""
 
@@ -57,6 +67,10 @@ class Http1Connection(asyncio.Protocol):
         self._no_body = False
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        # One read timer per connection, re-armed lazily: arming and cancelling a timer for
+        # every body piece cost more than the piece's relay on a fast stream.
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -65,6 +79,7 @@ class Http1Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
+        self._stop_timer()
         if self._mode == "close" and not self._done:
             self._finish()
         elif not self._done or (self._head is not None and not self._head.done()):
@@ -131,24 +146,44 @@ class Http1Connection(asyncio.Protocol):
 
     async def next_chunk(self) -> bytes:
         """The next body piece, or b"" at the end of the body."""
-        while not self._chunks:
+        chunks = self._chunks
+        while not chunks:
             if self._error is not None:
                 raise self._error
             if self._done:
                 return b""
-            self._waiter = self.loop.create_future()
-            timer = self.loop.call_later(self.read_timeout, self._timeout)
+            loop = self.loop
+            self._waiter = loop.create_future()
+            self._deadline = loop.time() + self.read_timeout
+            if self._timer is None:
+                self._timer = loop.call_at(self._deadline, self._check_timeout)
             try:
                 await self._waiter
             finally:
-                timer.cancel()
                 self._waiter = None
-        chunk = self._chunks.popleft()
+        chunk = chunks.popleft()
         self._queued -= len(chunk)
         if self._paused and self._queued < HIGH_WATER // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
         return chunk
+
+    def _check_timeout(self) -> None:
+        """The read timer: a timeout only if the current wait began ``read_timeout`` ago;
+        otherwise armed again for the current wait's deadline (or left off while nobody
+        waits: the next wait arms it)."""
+        self._timer = None
+        if self._waiter is None or self._waiter.done():
+            return
+        if self.loop.time() >= self._deadline:
+            self._timeout()
+        else:
+            self._timer = self.loop.call_at(self._deadline, self._check_timeout)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     @property
     def complete(self) -> bool:
@@ -156,6 +191,7 @@ class Http1Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.reusable = False
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
 
@@ -240,57 +276,75 @@ class Http1Connection(asyncio.Protocol):
             self._push(data)
 
     def _decode_chunked(self, data: bytes) -> None:
-        # Work on one bytes object with an offset: a piece is sliced once, never shifted.
+        # Work on one bytes object with an offset: a piece is sliced once, never shifted. A
+        # chunk whose size line, data and CRLF all arrived (one SSE event, most of the time)
+        # is taken in one step.
         if self._buffer:
             data = bytes(self._buffer) + data
             self._buffer.clear()
         pos, size_of, out = 0, len(data), []
-        while pos < size_of:
-            state = self._chunk_state
-            if state == "data":
-                take = min(self._remaining, size_of - pos)
-                out.append(data[pos:pos + take])
-                pos += take
-                self._remaining -= take
-                if not self._remaining:
-                    self._chunk_state = "crlf"
-            elif state == "size":
-                line_end = data.find(b"\r\n", pos)
-                if line_end < 0:
-                    break
-                size_text = data[pos:line_end].split(b";", 1)[0].strip()
-                try:
-                    self._remaining = int(size_text, 16)
-                except ValueError as exc:
-                    raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from exc
-                pos = line_end + 2
-                self._chunk_state = "data" if self._remaining else "trailer"
-            elif state == "crlf":
-                if size_of - pos < 2:
-                    break
-                if data[pos:pos + 2] != b"\r\n":
-                    raise ProtocolError("chunk not followed by CRLF")
-                pos += 2
-                self._chunk_state = "size"
-            else:  # trailer section: lines until an empty one
-                line_end = data.find(b"\r\n", pos)
-                if line_end < 0:
-                    break
-                empty = line_end == pos
-                pos = line_end + 2
-                if empty:
-                    if pos < size_of:
-                        self._keep_alive = False
-                    if out:
-                        self._push(b"".join(out))
-                    self._finish()
-                    return
-        if pos < size_of:
-            if size_of - pos > MAX_HEAD and self._chunk_state != "data":
+        state, remaining = self._chunk_state, self._remaining
+        try:
+            while pos < size_of:
+                if state == "size":
+                    line_end = data.find(b"\r\n", pos)
+                    if line_end < 0:
+                        break
+                    remaining = _chunk_size(data[pos:line_end])
+                    pos = line_end + 2
+                    if not remaining:
+                        state = "trailer"
+                        continue
+                    end = pos + remaining
+                    if end + 2 <= size_of:
+                        if data[end:end + 2] != b"\r\n":
+                            raise ProtocolError("chunk not followed by CRLF")
+                        out.append(data[pos:end])
+                        pos, remaining = end + 2, 0
+                        continue
+                    state = "data"
+                elif state == "data":
+                    take = min(remaining, size_of - pos)
+                    out.append(data[pos:pos + take])
+                    pos += take
+                    remaining -= take
+                    if not remaining:
+                        state = "crlf"
+                elif state == "crlf":
+                    if size_of - pos < 2:
+                        break
+                    if data[pos:pos + 2] != b"\r\n":
+                        raise ProtocolError("chunk not followed by CRLF")
+                    pos += 2
+                    state = "size"
+                else:  # trailer section: lines until an empty one
+                    line_end = data.find(b"\r\n", pos)
+                    if line_end < 0:
+                        break
+                    empty = line_end == pos
+                    pos = line_end + 2
+                    if empty:
+                        self._end_chunked(out, extra=pos < size_of)
+                        return
+        finally:
+            self._chunk_state, self._remaining = state, remaining
+        self._keep_rest(data[pos:] if pos < size_of else b"", out)
+
+    def _keep_rest(self, rest: bytes, out: list[bytes]) -> None:
+        """Hold a piece's incomplete end for the next one; hand on what was decoded."""
+        if rest:
+            if len(rest) > MAX_HEAD and self._chunk_state != "data":
                 raise ProtocolError("chunk header line over 64 KiB")
-            self._buffer += data[pos:]
+            self._buffer += rest
         if out:
             self._push(out[0] if len(out) == 1 else b"".join(out))
+
+    def _end_chunked(self, out: list[bytes], *, extra: bool) -> None:
+        if extra:
+            self._keep_alive = False
+        if out:
+            self._push(b"".join(out))
+        self._finish()
 
     def _push(self, data: bytes) -> None:
         if not data:

@@ -151,3 +151,30 @@ async def test_backpressure_pauses_and_resumes_reading() -> None:
     while chunk := await connection.next_chunk():
         total += len(chunk)
     assert total == size and not transport.paused
+
+
+async def test_body_read_timeout_counts_from_each_wait() -> None:
+    # One timer serves every wait of a connection: pieces arriving in time never time out,
+    # a wait that gets nothing does.
+    connection, transport = connect(read_timeout=0.1)
+    connection.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    await connection.read_head()
+    loop = asyncio.get_running_loop()
+    for piece in range(4):
+        loop.call_later(0.06, connection.data_received, b"2\r\n%02d\r\n" % piece)
+        assert await connection.next_chunk() == b"%02d" % piece
+    with pytest.raises(ReadTimeout):
+        await connection.next_chunk()
+    assert transport.closed and not connection.reusable
+
+
+async def test_whole_chunks_in_one_read_are_one_piece() -> None:
+    connection, _ = connect()
+    connection.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"3\r\nabc\r\n2;x=y\r\nde\r\n")
+    await connection.read_head()
+    assert await connection.next_chunk() == b"abcde"
+    assert not connection.complete
+    connection.data_received(b"0\r\n\r\n")
+    assert await connection.next_chunk() == b""
+    assert connection.complete and connection.reusable

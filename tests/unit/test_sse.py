@@ -115,3 +115,14 @@ def test_with_stream_usage_keeps_what_tailfloor_rewrote() -> None:
                  b'"messages": [{"role": "user", "content": "the summary"}]}')
     out = with_stream_usage(rewritten, client)
     assert out == rewritten.replace(b'{"include_usage": false}', b'{"include_usage":true}')
+
+
+def test_hidden_usage_mode_still_reads_what_it_does_not_parse() -> None:
+    # Events without a usage object, an error or a finish reason pass unparsed: the end
+    # marker and the last event's facts are still read, every usage:null still cut.
+    scanner = StreamScanner(hide_usage=True)
+    out = b"".join(scanner.feed(c) for c in split_at(stream_bytes(), [7, 50, 51, 300]))
+    out += scanner.flush()
+    assert scanner.saw_done and scanner.finish_reason == "stop"
+    assert scanner.usage == Usage.from_dict(USAGE)
+    assert b'"usage":null' not in out and out.endswith(b"data: [DONE]\n\n")
