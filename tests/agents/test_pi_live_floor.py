@@ -45,8 +45,11 @@ TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)",
 FILLERS = 14
 NEW_SESSION = ["A new session starts here.", "And goes on for a turn."]
 AFTER = "The first question after the compaction."
+# Affinity headers make identification exact, so the larger floor runs in Pi's default
+# configuration only (the race is there); N = 8 runs both ways.
 SCENARIOS = [(version, tail, n, affinity) for version in (PI_VERSION, PI_LATEST)
-             for tail in ("text", "tools") for n in (8, 30) for affinity in (False, True)]
+             for tail in ("text", "tools") for n in (8, 30) for affinity in (False, True)
+             if not (n == 30 and affinity)]
 
 
 def entry_raw(entry: dict[str, Any], call_id: Callable[[object], str] = str
