@@ -1,6 +1,7 @@
 """The floor on the real Pi agent in RPC mode, in real time: the first request after Pi's own
 compaction, in Pi's default configuration (no session headers) and with affinity headers,
-with a text-only tail and with tool calls in it, for N = 8 and N = 30.
+with a text-only tail and with tool calls in it, for N = 8 (and N = 30 in the default
+configuration).
 
 Pi writes the new user message to its transcript about 10 ms before it sends the request,
 and the watcher sees it after the request has been answered: identification must not wait
