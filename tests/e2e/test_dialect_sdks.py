@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, total_chars
 from tests.fake_dialects import MESSAGES, RESPONSES, chat_view
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Reply
 from tests.recovery.conversation import history, rules_dir
 
 KEY = "sk-test-secret-0123456789"
@@ -303,3 +303,21 @@ def test_an_output_limit_past_a_known_window_is_lowered_in_the_dialect_field(
         assert proxy.sample("tailfloor_output_lowered_total", trigger="preflight") == 1
     finally:
         proxy.stop()
+
+
+def test_anthropic_request_too_large_is_compacted(dialect_proxy: ProxyProcess,
+                                                  clean_fake: FakeUpstream) -> None:
+    """Anthropic's 413 ``request_too_large`` (the request's bytes, no token counts in it) is
+    an overflow: compacted with a summary on /v1/messages and retried once."""
+    messages = [*history("big413", 8, 700), {"role": "user", "content": "what now?"}]
+    clean_fake.script.append(Reply(status=413, error={
+        "type": "request_too_large", "message": "Request exceeds the maximum size"}))
+    system, turns = as_anthropic(messages)
+    raw = claude(dialect_proxy).messages.with_raw_response.create(
+        model="fake-model", max_tokens=256, system=system, messages=turns)  # type: ignore[arg-type]
+    assert raw.parse().content
+    assert raw.headers["x-tailfloor"] == "compacted:overflow"
+    assert [r.path for r in clean_fake.received] == ["/v1/messages"] * 3
+    assert summarizer_paths(clean_fake) == ["/v1/messages"]
+    retry = chat_view(clean_fake.received[-1].json(), MESSAGES)
+    assert total_chars(retry["messages"]) < total_chars(messages)
