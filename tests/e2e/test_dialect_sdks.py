@@ -321,3 +321,39 @@ def test_anthropic_request_too_large_is_compacted(dialect_proxy: ProxyProcess,
     assert summarizer_paths(clean_fake) == ["/v1/messages"]
     retry = chat_view(clean_fake.received[-1].json(), MESSAGES)
     assert total_chars(retry["messages"]) < total_chars(messages)
+
+
+@pytest.mark.parametrize("dialect", [RESPONSES, MESSAGES])
+def test_a_silent_overflow_in_the_dialect_compacts_the_next_request(
+        clean_fake: FakeUpstream, tmp_path: Path, dialect: str) -> None:
+    """An answer whose usage says the prompt was over the known window (the server cut it
+    without saying so), read from the dialect's stream events: the session's next request
+    is compacted before it is sent."""
+    proxy = ProxyProcess(clean_fake.url, "--rules",
+                         str(rules_dir(tmp_path, models=WINDOW_8K)),
+                         "--state", str(tmp_path / "state"))
+    clean_fake.script.append(Reply(usage={"prompt_tokens": 9000, "completion_tokens": 5,
+                                          "total_tokens": 9005}))
+    try:
+        messages = history(f"s{dialect[:3]}", 6)
+        for turn in range(2):
+            if dialect == RESPONSES:
+                with oai(proxy).responses.stream(
+                        model="fake-model",
+                        input=as_responses_input(messages)) as stream:  # type: ignore[arg-type]
+                    stream.get_final_response()
+            else:
+                system, turns = as_anthropic(messages)
+                with claude(proxy).messages.stream(model="fake-model", max_tokens=256,
+                                                   system=system,
+                                                   messages=turns) as astream:  # type: ignore[arg-type]
+                    astream.get_final_message()
+            if turn == 0:
+                assert proxy.sample("tailfloor_overflow_total", outcome="silent") == 1
+                messages += [{"role": "assistant", "content": "ok"},
+                             {"role": "user", "content": "go"}]
+        assert summarizer_paths(clean_fake) == [clean_fake.received[0].path]
+        assert len(clean_fake.received) == 3
+        assert proxy.sample("tailfloor_compactions_total", trigger="preflight") == 1
+    finally:
+        proxy.stop()
