@@ -132,7 +132,9 @@ def matched_runs(translation: Translation, messages: Sequence[Any]) -> list[Run]
     first = len(original)
     for message in reversed(messages):
         found = by_key.get(_key(message))
-        index = next((i for i in reversed(found) if i < first), None) if found else None
+        while found and found[-1] >= first:
+            found.pop()  # each position is passed once: linear however many messages repeat
+        index = found.pop() if found else None
         if index is not None:
             first = index
         spans.append(translation.sources[index] if index is not None else None)
