@@ -42,9 +42,10 @@ def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
     block = _blocks.get(items)
     if block is None:
         block = _header_block(headers)
-        if len(_blocks) >= _BLOCKS_KEPT:
-            _blocks.clear()
-        _blocks[items] = block
+        if len(block) <= _BLOCK_BYTES_KEPT:  # a client's huge headers are not kept
+            if len(_blocks) >= _BLOCKS_KEPT:
+                _blocks.clear()
+            _blocks[items] = block
     head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
     return head.encode("utf-8", "surrogateescape")
 
@@ -52,6 +53,7 @@ def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
 # An agent sends the same headers request after request: each distinct set is framed and
 # checked once. Bounded; the values may be credentials, held only as long as the process.
 _BLOCKS_KEPT = 1024
+_BLOCK_BYTES_KEPT = 8192  # so the cache holds 8 MiB of header text at most (plus its keys)
 _blocks: dict[tuple[tuple[str, str], ...], str] = {}
 
 

@@ -38,7 +38,7 @@ _WINDOW = re.compile(r"maximum context length is (\d+) tokens")
 _PROMPT = re.compile(r"resulted in (\d+) tokens")
 _UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
 _ERROR_TYPES = {"invalid_request_error": "invalid_request_error",
-                "server_error": "api_error", "rate_limit_error": "rate_limit_error"}
+                "rate_limit_error": "rate_limit_error", "overloaded_error": "overloaded_error"}
 
 
 def _blocks(content: object) -> list[Any]:
@@ -198,8 +198,10 @@ class AnthropicMessages:
             prompt = _PROMPT.search(message)
             over = int(prompt.group(1)) if prompt else int(window.group(1)) + 1
             message = f"prompt is too long: {over} tokens > {window.group(1)} maximum"
-        return orjson.dumps({"type": "error", "error": {
-            "type": _ERROR_TYPES.get(kind, kind), "message": message}})
+        # Anthropic's own types only: tailfloor's others are an API error to its SDK.
+        kind = "request_too_large" if error.get("code") == "request_too_large" else \
+            _ERROR_TYPES.get(kind, "api_error")
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
     def stream_error(self, message: str, code: str) -> bytes:
         return b"event: error\ndata: " + orjson.dumps(
@@ -234,14 +236,18 @@ def render_messages(messages: list[Message]) -> list[Any]:
     the tool results of a turn gathered in one user message; other messages one each (the
     API joins consecutive turns of one role itself)."""
     out: list[dict[str, Any]] = []
+    results_last = False  # the last user message holds tool results only
     for message in messages:
         role = "assistant" if message.get("role") == "assistant" else "user"
         blocks: list[Any] = []
-        text = content_text(message.get("content"))
+        content = message.get("content")
+        text = content_text(content)
         if message.get("role") == "tool":
             blocks.append({"type": "tool_result",
                            "tool_use_id": tool_use_id(message.get("tool_call_id")),
                            "content": text})
+        elif role == "user" and isinstance(content, list):
+            blocks.extend(_user_blocks(content))
         elif text:
             blocks.append({"type": "text", "text": text})
         for call in message.get("tool_calls") or [] if role == "assistant" else []:
@@ -253,12 +259,47 @@ def render_messages(messages: list[Message]) -> list[Any]:
         if not blocks:
             continue
         results = message.get("role") == "tool"
-        if results and out and out[-1]["role"] == "user" and all(
-                b.get("type") == "tool_result" for b in out[-1]["content"]):
+        if results and out and results_last:
             out[-1]["content"].extend(blocks)  # one user turn holds a turn's tool results
         else:
             out.append({"role": role, "content": blocks})
+            results_last = results
     return out
+
+
+_KEPT_BLOCKS = frozenset({"text", "image", "document", "search_result"})
+
+
+def _user_blocks(parts: list[Any]) -> list[Any]:
+    """A user message's parts as Anthropic blocks: the client's own blocks (an image, a
+    document, a text with its cache breakpoint) as they came, chat parts converted."""
+    out: list[Any] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind in _KEPT_BLOCKS and (kind != "text" or isinstance(part.get("text"), str)):
+            if kind != "text" or part["text"]:
+                out.append(part)
+        elif kind == "image_url":
+            image = _image_block(part.get("image_url"))
+            if image is not None:
+                out.append(image)
+        elif isinstance(part.get("text"), str) and part["text"]:
+            out.append({"type": "text", "text": part["text"]})
+    return out
+
+
+def _image_block(image_url: object) -> dict[str, Any] | None:
+    """A chat ``image_url`` part (a data URL, or a URL) as an Anthropic image block."""
+    url = image_url.get("url") if isinstance(image_url, Mapping) else image_url
+    if not isinstance(url, str):
+        return None
+    if url.startswith("data:") and ";base64," in url:
+        media, data = url[5:].split(";base64,", 1)
+        return {"type": "image", "source": {"type": "base64", "media_type": media,
+                                            "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def tool_use_id(tool_call_id: object) -> str:

@@ -52,6 +52,11 @@ def _content(content: object) -> object:
     return parts
 
 
+def _parts(content: object) -> list[Any]:
+    parts = _content(content)
+    return parts if isinstance(parts, list) else [{"type": "text", "text": str(parts)}]
+
+
 def _kind(item: object) -> str | None:
     if not isinstance(item, Mapping):
         return None
@@ -138,6 +143,9 @@ class Responses:
         messages, spans, bad = ([], [], None) if reason else _translate_items(items)
         reason = "server_state" if reason else bad
         instructions = body.get("instructions")
+        if isinstance(instructions, list):  # input items, as a prompt template gives them
+            instructions = content_text([p for i in instructions if isinstance(i, Mapping)
+                                         for p in _parts(i.get("content"))])
         if isinstance(instructions, str) and instructions and not reason:
             messages.insert(0, {"role": "system", "content": instructions})
             spans.insert(0, SYSTEM)

@@ -182,10 +182,12 @@ def test_anthropic_translation_splits_tool_results_and_keeps_signatures() -> Non
     out = MESSAGES.render(translation, {**translation.chat,
                                         "messages": [messages[0], SUMMARY, *messages[4:]]})
     assert out["system"] is body["system"]
-    # Two user messages in a row, as Pi sends its summary before the kept messages.
+    # Two user messages in a row, as Pi sends its summary before the kept messages; the
+    # rest of the cut turn keeps its breakpoint.
     assert out["messages"][:2] == [
         {"role": "user", "content": [{"type": "text", "text": SUMMARY["content"]}]},
-        {"role": "user", "content": [{"type": "text", "text": "and now?"}]}]
+        {"role": "user", "content": [{"type": "text", "text": "and now?",
+                                      "cache_control": {"type": "ephemeral"}}]}]
     assert out["messages"][2] is body["messages"][3]  # redacted thinking untouched
     assert out["messages"][2]["content"][0] == {"type": "redacted_thinking", "data": "xyz"}
 
@@ -257,3 +259,62 @@ def test_anthropic_message_thread_continuation_passes_through() -> None:
     assert MESSAGES.translate(body).pass_reason == "message_thread"
     created = {**anthropic_body(), "thread": {"type": "create"}}
     assert MESSAGES.translate(created).pass_reason is None
+
+
+def test_a_cut_through_an_anthropic_user_turn_keeps_its_images_and_breakpoints() -> None:
+    """A compaction may start its tail inside a user turn (after its tool results): the rest
+    of that turn is the client's, images and cache breakpoints as they came."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "iVBOR"}}
+    asked = {"type": "text", "text": "what is in this screenshot?",
+             "cache_control": {"type": "ephemeral"}}
+    body = {"model": "c", "max_tokens": 100, "system": "S", "messages": [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                           "name": "shot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": "x"}, image, asked]}]}
+    translation = MESSAGES.translate(copy.deepcopy(body))
+    messages = translation.chat["messages"]
+    out = MESSAGES.render(translation, {**translation.chat,
+                                        "messages": [messages[0], SUMMARY, messages[-1]]})
+    assert out["messages"][1] == {"role": "user", "content": [image, asked]}
+
+
+def test_restored_chat_images_become_anthropic_image_blocks() -> None:
+    from proxy.wire.anthropic import render_messages
+    rendered = render_messages([{"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])
+    assert rendered == [{"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "AAAA"}}]}]
+
+
+def test_many_restored_tool_results_are_gathered_in_linear_time() -> None:
+    from proxy.wire.anthropic import render_messages
+    results = [{"role": "tool", "tool_call_id": f"toolu_{i}", "content": "ok"}
+               for i in range(20000)]
+    (turn,) = render_messages(results)  # quadratic would take minutes here
+    assert len(turn["content"]) == 20000
+
+
+def test_anthropic_error_types_are_anthropic_s_own() -> None:
+    from proxy.errors import BodyTooLarge, UpstreamTimeout, to_response_parts
+    timeout = orjson.loads(MESSAGES.error_body(to_response_parts(UpstreamTimeout("slow"))[1]))
+    assert timeout == {"type": "error", "error": {"type": "api_error", "message": "slow"}}
+    big = orjson.loads(MESSAGES.error_body(to_response_parts(BodyTooLarge("big"))[1]))
+    assert big["error"]["type"] == "request_too_large"
+
+
+def test_responses_instructions_as_items_stay_as_the_client_sent_them() -> None:
+    instructions = [{"role": "developer", "content": [{"type": "input_text",
+                                                       "text": "Be brief."}]}]
+    body = {**responses_body(), "instructions": instructions}
+    translation = RESPONSES.translate(copy.deepcopy(body))
+    assert translation.chat["messages"][0] == {"role": "system", "content": "Be brief."}
+    messages = translation.chat["messages"]
+    out = RESPONSES.render(translation, {**translation.chat,
+                                         "messages": [messages[0], SUMMARY, messages[-1]]})
+    assert out["instructions"] == instructions
