@@ -272,9 +272,28 @@ def render_items(messages: list[Message], *, typed_user: bool = False) -> list[A
         else:
             item: dict[str, Any] = {"type": "message"} if typed_user else {}
             item["role"] = role if isinstance(role, str) else "user"
-            item["content"] = [{"type": "input_text", "text": text}]
+            item["content"] = _input_parts(message.get("content"), text)
             items.append(item)
     return items
+
+
+def _input_parts(content: object, text: str) -> list[Any]:
+    """A user message's content as input parts: its texts and its images, in order."""
+    if not isinstance(content, list) or not any(
+            isinstance(p, Mapping) and p.get("type") == "image_url" for p in content):
+        return [{"type": "input_text", "text": text}]
+    parts: list[Any] = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            if isinstance(url, str):
+                parts.append({"type": "input_image", "image_url": url})
+        elif isinstance(part.get("text"), str):
+            parts.append({"type": "input_text", "text": part["text"]})
+    return parts
 
 
 def _typed_user(items: Sequence[Any]) -> bool:

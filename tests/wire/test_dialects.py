@@ -318,3 +318,13 @@ def test_responses_instructions_as_items_stay_as_the_client_sent_them() -> None:
     out = RESPONSES.render(translation, {**translation.chat,
                                          "messages": [messages[0], SUMMARY, messages[-1]]})
     assert out["instructions"] == instructions
+
+
+def test_restored_chat_images_become_responses_input_images() -> None:
+    from proxy.wire.responses import render_items
+    rendered = render_items([{"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])
+    assert rendered == [{"role": "user", "content": [
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]
