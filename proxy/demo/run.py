@@ -65,7 +65,7 @@ class Demo:
         self.work = work
         self.out = out
         self.sessions = work / "sessions"
-        self.project = self.sessions / "--work-export--"
+        self.project = self.sessions / "--home-dev-export--"
         self.started = time.monotonic()
 
     def say(self, text: str = "") -> None:

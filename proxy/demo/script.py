@@ -13,7 +13,7 @@ __all__ = ["MODEL", "SYSTEM", "PiSession", "overflow_conversation", "pi_messages
 
 MODEL = "smollm2"
 SYSTEM = ("You are a terse assistant for the data team. Current date: 2026-12-01. Current "
-          "working directory: /work/export")
+          "working directory: /home/dev/export")
 PREFIX = ("The conversation history before this point was compacted into the following "
           "summary:\n\n<summary>\n")
 _BASE_MS = 1_796_000_000_000
@@ -33,7 +33,7 @@ class PiSession:
     def __post_init__(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._write({"type": "session", "version": 3, "id": self.session_id,
-                     "timestamp": "2026-12-01T09:00:00.000Z", "cwd": "/work/export"})
+                     "timestamp": "2026-12-01T09:00:00.000Z", "cwd": "/home/dev/export"})
 
     def _write(self, entry: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as out:
