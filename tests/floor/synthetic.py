@@ -1,9 +1,11 @@
-"""Synthetic transcripts in an in-memory catalog, and the requests an agent would send."""
+"""Synthetic transcripts in an in-memory catalog (or as Pi session files), and the requests an
+agent would send."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -88,6 +90,18 @@ class Transcript:
 
     def message_ids(self) -> list[str]:
         return [o["id"] for o in self.objs if o["type"] == "message"]
+
+
+def write_jsonl(root: Path, t: Transcript) -> Path:
+    """``t`` as Pi's session file under ``root`` (a Pi sessions directory, cwd /work)."""
+    sessions = root / "--work--"
+    sessions.mkdir(parents=True, exist_ok=True)
+    header = {"type": "session", "version": 3, "id": t.session_id,
+              "timestamp": "2026-11-30T02:00:00.000Z", "cwd": "/work"}
+    lines = [orjson.dumps(o) for o in [header, *t.objs]]
+    path = sessions / f"2026-11-30T02-00-00-000Z_{t.session_id}.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
 
 
 def put(catalog: Catalog, t: Transcript, *, source: SourceKind = "pi",

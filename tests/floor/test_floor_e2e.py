@@ -14,7 +14,7 @@ from proxy.transcripts.catalog import Catalog
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, size_usage
 from tests.fake_upstream import FakeUpstream
-from tests.floor.synthetic import Transcript, conversation, put, request_for
+from tests.floor.synthetic import Transcript, conversation, put, request_for, write_jsonl
 
 SID = "01a22a55-0000-7000-8000-00000000abcd"
 RULES = """[defaults]
@@ -34,12 +34,7 @@ def setup(tmp_path: Path, mode: str) -> tuple[Path, Path, dict[str, Any]]:
     conversation(t, 14)
     t.compaction("## Goal\nkeep going", t.message_ids()[-5])
     t.user("the question after compaction")
-    sessions = tmp_path / "sessions" / "--work--"
-    sessions.mkdir(parents=True)
-    header = {"type": "session", "version": 3, "id": SID,
-              "timestamp": "2026-11-30T02:00:00.000Z", "cwd": "/work"}
-    lines = [orjson.dumps(o) for o in [header, *t.objs]]
-    (sessions / f"2026-11-30T02-00-00-000Z_{SID}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    write_jsonl(tmp_path / "sessions", t)
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "floor.toml").write_text(RULES.format(mode=mode))

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.conftest import ProxyProcess
-from tests.floor.synthetic import Transcript
+from tests.floor.synthetic import Transcript, write_jsonl
 from tests.model.conftest import ModelServer
 from tests.model.relay import RecordingRelay
 
@@ -63,12 +63,7 @@ def write_session(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
     t.compaction(SUMMARY, ids[8])
     question = "What should I look at first?"
     t.user(question)
-    sessions = tmp_path / "sessions" / "--work--"
-    sessions.mkdir(parents=True)
-    header = {"type": "session", "version": 3, "id": SID,
-              "timestamp": "2026-11-30T02:00:00.000Z", "cwd": "/work"}
-    lines = [orjson.dumps(o) for o in [header, *t.objs]]
-    (sessions / f"2026-11-30T02-00-00-000Z_{SID}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    write_jsonl(tmp_path / "sessions", t)
     kept = [m for user, reply in turns()[8:] for m in (
         {"role": "user", "content": user}, {"role": "assistant", "content": reply})]
     messages = [{"role": "system", "content": "You are a terse assistant for the data team."},
