@@ -118,8 +118,7 @@ class AnthropicMessages:
                                    pass_reason="unsupported_item")
         chat = {k: v for k, v in body.items() if k not in ("messages", "system")}
         chat["messages"] = messages
-        return Translation(body=body, items=tuple(items), chat=chat, sources=tuple(spans),
-                           output_key="max_tokens" if "max_tokens" in body else None)
+        return Translation(body=body, items=tuple(items), chat=chat, sources=tuple(spans))
 
     def render(self, translation: Translation, chat: dict[str, Any]) -> dict[str, Any]:
         return assemble(translation, chat, _FIELDS, render_messages)

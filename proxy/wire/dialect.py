@@ -42,7 +42,6 @@ class Translation:
     sources: tuple[Span, ...]
     # Why the stages must not touch it (server-side state, a thread of new messages only).
     pass_reason: str | None = None
-    output_key: str | None = None  # the dialect's output-limit member, when it sent one
 
 
 @dataclass(frozen=True, slots=True)

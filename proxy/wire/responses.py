@@ -156,8 +156,7 @@ class Responses:
         if isinstance(limit, int) and not isinstance(limit, bool):
             chat["max_completion_tokens"] = limit
         return Translation(body=body, items=tuple(items), chat=chat, sources=tuple(spans),
-                           pass_reason=reason,
-                           output_key="max_output_tokens" if "max_output_tokens" in body else None)
+                           pass_reason=reason)
 
     def render(self, translation: Translation, chat: dict[str, Any]) -> dict[str, Any]:
         typed = _typed_user(translation.items)
