@@ -23,7 +23,8 @@ The measuring part runs in a network namespace with only loopback up (peers are 
 before it): Portkey's gateway listens on every interface.
 
 Usage: python tests/bench/bench_proxy.py [--quick] [--with-litellm] [--with-headroom]
-           [--with-portkey] [--sessions-scale [N]] [--no-netns] [--json out.json]
+           [--with-portkey] [--with-floors] [--sessions-scale [N]] [--no-netns]
+           [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench import peers, sessions_scale
+from tests.bench import floors, peers, sessions_scale
 from tests.bench.loadgen import (
     API_KEY,
     BODY,
@@ -217,6 +218,15 @@ def start_tailfloor(services: Services, upstream_port: int, name: str = "tailflo
     return Target(name, port, proc.pid), admin
 
 
+def start_floor(services: Services, kind: str, upstream_port: int) -> Target:
+    """One of the bare relays of tests/bench/floors.py."""
+    port = free_port()
+    proc = services.start([sys.executable, "tests/bench/floors.py", kind, str(port),
+                           f"http://127.0.0.1:{upstream_port}"], kind)
+    wait_http(f"http://127.0.0.1:{port}/v1/models", 30, proc)
+    return Target(kind, port, proc.pid, note="a bare relay (tests/bench/floors.py)")
+
+
 async def session_scale(args: argparse.Namespace, services: Services, upstream_port: int,
                         sizes: Sizes) -> dict[str, Any]:
     root = services.work / "sessions"
@@ -261,6 +271,8 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
                 targets.append(peers.start_headroom(services, upstream_port))
             if args.with_portkey:
                 targets.append(peers.start_portkey(services, upstream_port))
+            if args.with_floors:
+                targets += [start_floor(services, kind, upstream_port) for kind in floors.KINDS]
             time.sleep(0.5)
             idle = {t.name: tree_rss_mb(t.pid) for t in targets}
             for t in targets:
@@ -486,6 +498,9 @@ def main() -> int:
                         help=f"add Headroom's proxy ({peers.HEADROOM_VERSION}, ~870 MB)")
     parser.add_argument("--with-portkey", action="store_true",
                         help=f"add Portkey's gateway ({peers.PORTKEY_VERSION}; non-streaming)")
+    parser.add_argument("--with-floors", action="store_true",
+                        help="add three bare relays (tests/bench/floors.py): what aiohttp, "
+                             "aiohttp's client and a bare uvloop protocol cost alone")
     parser.add_argument("--sessions-scale", type=int, nargs="?", const=200, default=0,
                         metavar="N", help="also run N concurrent restored sessions (200)")
     parser.add_argument("--tracked-sessions", type=int, default=10_000,
