@@ -49,7 +49,12 @@ async def relay_stream(
     clock = time.perf_counter
     client = _ClientWrites(response)
     try:
-        async for chunk in upstream.chunks():
+        # Until the client's writer is known (its first write sends the head), pieces are
+        # awaited one by one; after that they are relayed from the upstream's callback.
+        while not client.direct:
+            chunk = await upstream.next_piece()
+            if not chunk:
+                break
             started = clock()
             if outcome.first_chunk_at is None:
                 outcome.first_chunk_at = started
@@ -60,6 +65,8 @@ async def relay_stream(
             state.writing = False
             state.last_write = loop.time()
             outcome.proxy_seconds += clock() - started
+        else:
+            await upstream.pipe(_Sink(scanner, client, state, outcome, loop), client.drain)
         rest = scanner.flush()
         if rest:
             await client.write(rest)
@@ -87,6 +94,11 @@ class _ClientWrites:
     none of its per-write layers, which cost more than the event itself."""
 
     __slots__ = ("_decided", "_response", "_since_drain", "_writer")
+
+    @property
+    def direct(self) -> bool:
+        """Writes go to the transport pre-framed (``put``) from now on."""
+        return self._writer is not None
 
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
@@ -117,6 +129,47 @@ class _ClientWrites:
         if self._since_drain > DRAIN_EVERY:
             self._since_drain = 0
             await writer.drain()
+
+
+    def put(self, data: bytes) -> bool:
+        """One pre-framed write from a callback: False when the client's buffer is full (or
+        the client is gone), so reading the upstream waits for ``drain``."""
+        writer = self._writer
+        assert writer is not None
+        transport = writer.transport
+        if transport is None or transport.is_closing():
+            return False
+        size = len(data)
+        transport.write(b"%x\r\n%b\r\n" % (size, data) if writer.chunked else data)
+        writer.output_size += size
+        return transport.get_write_buffer_size() <= DRAIN_EVERY
+
+    async def drain(self) -> None:
+        writer = self._writer
+        assert writer is not None
+        transport = writer.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("Cannot write to closing transport")
+        await writer.drain()
+
+
+class _Sink:
+    """What the upstream's callback does with each piece of a stream being relayed."""
+
+    __slots__ = ("_client", "_loop", "_outcome", "_scanner", "_state")
+
+    def __init__(self, scanner: StreamScanner, client: _ClientWrites, state: _IdleState,
+                 outcome: StreamOutcome, loop: asyncio.AbstractEventLoop) -> None:
+        self._scanner, self._client, self._state = scanner, client, state
+        self._outcome, self._loop = outcome, loop
+
+    def __call__(self, chunk: bytes) -> bool:
+        started = time.perf_counter()
+        data = self._scanner.feed(chunk)
+        ready = self._client.put(data) if data else True
+        self._state.last_write = self._loop.time()
+        self._outcome.proxy_seconds += time.perf_counter() - started
+        return ready
 
 
 @dataclass(slots=True)

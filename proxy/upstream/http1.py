@@ -5,15 +5,21 @@ to one upstream does not need (cookies, redirects, tracing hooks, per-request ti
 objects). This one writes a request in one call, parses the response head with plain bytes
 operations, and hands body pieces to the reader as they arrive (Content-Length, chunked, or
 until close). Read timeouts arm a timer only while someone is waiting.
+
+A stream being relayed can take its pieces from the protocol callback itself (``relay_to``):
+waking a task for every SSE event cost more than relaying the event.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from multidict import CIMultiDict
+
+from proxy.upstream.chunked import ChunkedDecoder, ChunkedError
 
 MAX_HEAD = 64 * 1024
 _JOIN_BELOW = 64 * 1024  # smaller bodies leave in the head's write (one segment)
@@ -30,16 +36,6 @@ class ConnectionClosed(Exception):
 
 class ReadTimeout(Exception):
     """Nothing arrived within the read timeout."""
-
-
-def _chunk_size(line: bytes) -> int:
-    """A chunk-size line's size (its extensions ignored)."""
-    if b";" in line:
-        line = line.split(b";", 1)[0]
-    try:
-        return int(line.strip(), 16)
-    except ValueError as exc:
-        raise ProtocolError(f"bad chunk size {line.strip()[:20]!r}") from exc
 
 
 class Http1Connection(asyncio.Protocol):
@@ -62,7 +58,7 @@ class Http1Connection(asyncio.Protocol):
         self._done = True
         self._remaining = -1  # bytes left of a Content-Length body or of the current chunk
         self._mode = ""  # "length" | "chunked" | "close" | ""
-        self._chunk_state = "size"
+        self._chunked: ChunkedDecoder | None = None
         self._keep_alive = True
         self._no_body = False
         self._write_paused = False
@@ -71,6 +67,8 @@ class Http1Connection(asyncio.Protocol):
         # every body piece cost more than the piece's relay on a fast stream.
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
+        self._sink: Callable[[bytes], bool] | None = None
+        self._sink_paused = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -168,6 +166,62 @@ class Http1Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return chunk
 
+    def relay_to(self, sink: Callable[[bytes], bool]) -> None:
+        """From now on every body piece goes to ``sink`` as it arrives (pieces already queued
+        first). ``sink`` must not raise; it returns False to have reading paused until
+        ``resume_relay``, which ``wait_relay`` then reports."""
+        self._sink = sink
+        chunks = self._chunks
+        while chunks and not self._sink_paused:
+            chunk = chunks.popleft()
+            self._queued -= len(chunk)
+            if not sink(chunk):
+                self._pause_relay()
+        if self._paused and not self._sink_paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    async def wait_relay(self) -> bool:
+        """Wait while ``relay_to`` relays: True at the end of the body, False when the sink
+        asked for a pause. Raises what broke the answer (as ``next_chunk`` does)."""
+        loop = self.loop
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._done and not self._chunks:
+                return True
+            if self._sink_paused:
+                return False
+            self._waiter = loop.create_future()
+            self._deadline = loop.time() + self.read_timeout
+            if self._timer is None:
+                self._timer = loop.call_at(self._deadline, self._check_timeout)
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def resume_relay(self) -> None:
+        if not self._sink_paused:
+            return
+        self._sink_paused = False
+        sink, chunks = self._sink, self._chunks
+        while sink is not None and chunks and not self._sink_paused:
+            chunk = chunks.popleft()
+            self._queued -= len(chunk)
+            if not sink(chunk):
+                self._pause_relay()
+        if not self._sink_paused and self.transport is not None and not self._done:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _pause_relay(self) -> None:
+        self._sink_paused = True
+        if not self._paused and self.transport is not None and not self._done:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
     def _check_timeout(self) -> None:
         """The read timer: a timeout only if the current wait began ``read_timeout`` ago;
         otherwise armed again for the current wait's deadline (or left off while nobody
@@ -203,9 +257,11 @@ class Http1Connection(asyncio.Protocol):
         self._error = None
         self._done = False
         self._mode = ""
-        self._chunk_state = "size"
+        self._chunked = None
         self._remaining = -1
         self._no_body = no_body
+        self._sink = None
+        self._sink_paused = False
         self.response_started = False
         self.reusable = False
         self._head = self.loop.create_future()
@@ -241,6 +297,7 @@ class Http1Connection(asyncio.Protocol):
             self._remaining = 0
         elif "chunked" in headers.get("Transfer-Encoding", "").lower():
             self._mode = "chunked"
+            self._chunked = ChunkedDecoder()
         elif "Content-Length" in headers:
             length = headers["Content-Length"]
             if not length.isdigit():
@@ -276,78 +333,32 @@ class Http1Connection(asyncio.Protocol):
             self._push(data)
 
     def _decode_chunked(self, data: bytes) -> None:
-        # Work on one bytes object with an offset: a piece is sliced once, never shifted. A
-        # chunk whose size line, data and CRLF all arrived (one SSE event, most of the time)
-        # is taken in one step.
-        if self._buffer:
-            data = bytes(self._buffer) + data
-            self._buffer.clear()
-        pos, size_of, out = 0, len(data), []
-        state, remaining = self._chunk_state, self._remaining
+        decoder = self._chunked
+        assert decoder is not None
         try:
-            while pos < size_of:
-                if state == "size":
-                    line_end = data.find(b"\r\n", pos)
-                    if line_end < 0:
-                        break
-                    remaining = _chunk_size(data[pos:line_end])
-                    pos = line_end + 2
-                    if not remaining:
-                        state = "trailer"
-                        continue
-                    end = pos + remaining
-                    if end + 2 <= size_of:
-                        if data[end:end + 2] != b"\r\n":
-                            raise ProtocolError("chunk not followed by CRLF")
-                        out.append(data[pos:end])
-                        pos, remaining = end + 2, 0
-                        continue
-                    state = "data"
-                elif state == "data":
-                    take = min(remaining, size_of - pos)
-                    out.append(data[pos:pos + take])
-                    pos += take
-                    remaining -= take
-                    if not remaining:
-                        state = "crlf"
-                elif state == "crlf":
-                    if size_of - pos < 2:
-                        break
-                    if data[pos:pos + 2] != b"\r\n":
-                        raise ProtocolError("chunk not followed by CRLF")
-                    pos += 2
-                    state = "size"
-                else:  # trailer section: lines until an empty one
-                    line_end = data.find(b"\r\n", pos)
-                    if line_end < 0:
-                        break
-                    empty = line_end == pos
-                    pos = line_end + 2
-                    if empty:
-                        self._end_chunked(out, extra=pos < size_of)
-                        return
-        finally:
-            self._chunk_state, self._remaining = state, remaining
-        self._keep_rest(data[pos:] if pos < size_of else b"", out)
-
-    def _keep_rest(self, rest: bytes, out: list[bytes]) -> None:
-        """Hold a piece's incomplete end for the next one; hand on what was decoded."""
-        if rest:
-            if len(rest) > MAX_HEAD and self._chunk_state != "data":
-                raise ProtocolError("chunk header line over 64 KiB")
-            self._buffer += rest
-        if out:
-            self._push(out[0] if len(out) == 1 else b"".join(out))
-
-    def _end_chunked(self, out: list[bytes], *, extra: bool) -> None:
-        if extra:
+            body = decoder.feed(data)
+        except ChunkedError as exc:
+            raise ProtocolError(str(exc)) from exc
+        if decoder.ended and decoder.extra:
             self._keep_alive = False
-        if out:
-            self._push(b"".join(out))
-        self._finish()
+        self._push(body)
+        if decoder.ended:
+            self._finish()
 
     def _push(self, data: bytes) -> None:
         if not data:
+            return
+        sink = self._sink
+        if sink is not None and not self._sink_paused:
+            # A piece arrived: the silence the read timeout measures starts again.
+            self._deadline = self.loop.time() + self.read_timeout
+            try:
+                ready = sink(data)
+            except Exception as exc:  # a bug in the sink ends this answer, not the loop
+                self._fail(exc)
+                return
+            if not ready:
+                self._pause_relay()
             return
         self._chunks.append(data)
         self._queued += len(data)

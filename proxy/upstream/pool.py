@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -79,10 +79,28 @@ class UpstreamResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body pieces as they arrive. Raises UpstreamTimeout / UpstreamUnavailable mid-way."""
-        next_chunk = self._connection.next_chunk
+        while chunk := await self.next_piece():
+            yield chunk
+
+    async def next_piece(self) -> bytes:
+        """The next body piece, b"" at the end (the errors of ``chunks``)."""
         try:
-            while chunk := await next_chunk():
-                yield chunk
+            return await self._connection.next_chunk()
+        except ReadTimeout as exc:
+            raise UpstreamTimeout("the upstream went silent mid-answer") from exc
+        except (ConnectionClosed, ProtocolError, OSError) as exc:
+            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from exc
+
+    async def pipe(self, sink: Callable[[bytes], bool],
+                   drain: Callable[[], Awaitable[None]]) -> None:
+        """The rest of the body handed to ``sink`` from the connection's own callback, each
+        piece as it arrives; when ``sink`` returns False, reading waits for ``drain``."""
+        connection = self._connection
+        connection.relay_to(sink)
+        try:
+            while not await connection.wait_relay():
+                await drain()
+                connection.resume_relay()
         except ReadTimeout as exc:
             raise UpstreamTimeout("the upstream went silent mid-answer") from exc
         except (ConnectionClosed, ProtocolError, OSError) as exc:
@@ -114,6 +132,16 @@ class Replayed(UpstreamResponse):
     async def chunks(self) -> AsyncIterator[bytes]:
         if self._body:
             yield self._body
+
+    async def next_piece(self) -> bytes:
+        body, self._body = self._body, b""
+        return body
+
+    async def pipe(self, sink: Callable[[bytes], bool],
+                   drain: Callable[[], Awaitable[None]]) -> None:
+        body, self._body = self._body, b""
+        if body and not sink(body):
+            await drain()
 
     def close(self) -> None:
         return None

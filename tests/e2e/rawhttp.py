@@ -18,7 +18,7 @@ class RawAnswer:
         return orjson.loads(self.body)
 
 
-def _dechunk(data: bytes) -> bytes:
+def dechunk(data: bytes) -> bytes:
     out = bytearray()
     while data:
         size_line, _, rest = data.partition(b"\r\n")
@@ -50,5 +50,5 @@ def send_raw(port: int, head: bytes, body: bytes = b"", timeout: float = 10.0) -
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     if "chunked" in headers.get("transfer-encoding", ""):
-        rest = _dechunk(rest)
+        rest = dechunk(rest)
     return RawAnswer(status, headers, rest)

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import ProxyProcess
-from tests.e2e.rawhttp import send_raw
+from tests.e2e.rawhttp import dechunk, send_raw
 from tests.fake_upstream import FakeUpstream, Reply
 
 CHAT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -96,3 +96,35 @@ def test_request_bodies_held_at_once_stay_within_the_budget(
             assert fourth.status == 200 and b"fourth" in fourth.body  # type: ignore[attr-defined]
     finally:
         process.stop()
+
+
+def test_a_stream_to_a_client_that_stops_reading_waits_for_it(
+        proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    # The relay writes from the upstream's callback: without backpressure a client that does
+    # not read would have the whole stream held in tailfloor's write buffer.
+    text = "z" * (60 * 1024 * 1024)
+    clean_fake.script.append(Reply(text=text, pieces=600))
+    body = orjson.dumps({"model": "m", "stream": True, "stream_options": {
+        "include_usage": True}, "messages": [{"role": "user", "content": "hi"}]})
+    before = _peak_rss_mb(proxy.proc.pid)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.settimeout(60)
+        sock.connect(("127.0.0.1", proxy.port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                     % (len(body), body))
+        time.sleep(2.0)  # not reading while the upstream has all of it ready to send
+        held = _peak_rss_mb(proxy.proc.pid) - before
+        parts = []
+        while piece := sock.recv(1 << 20):
+            parts.append(piece)
+    raw = b"".join(parts)
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    content = "".join(
+        orjson.loads(line[6:])["choices"][0]["delta"].get("content", "")
+        for line in dechunk(rest).split(b"\n\n")
+        if line.startswith(b"data: {") and b'"choices":[{' in line)
+    assert content == text  # nothing lost or reordered while reading was paused
+    assert held < 30, f"peak RSS grew {held:.0f} MB while the client did not read"

@@ -178,3 +178,100 @@ async def test_whole_chunks_in_one_read_are_one_piece() -> None:
     connection.data_received(b"0\r\n\r\n")
     assert await connection.next_chunk() == b""
     assert connection.complete and connection.reusable
+
+
+# Relaying from the protocol callback (relay_to / wait_relay): what a stream's relay uses.
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def test_relay_hands_queued_then_arriving_pieces_to_the_sink_in_order() -> None:
+    connection, _ = connect()
+    connection.data_received(CHUNKED_HEAD + b"1\r\na\r\n")
+    await connection.read_head()
+    connection.data_received(b"1\r\nb\r\n")  # queued before the relay starts
+    got: list[bytes] = []
+    connection.relay_to(lambda piece: got.append(piece) is None)
+    assert got == [b"a", b"b"]
+    loop = asyncio.get_running_loop()
+    loop.call_soon(connection.data_received, b"1\r\nc\r\n")
+    loop.call_soon(connection.data_received, b"0\r\n\r\n")
+    assert await connection.wait_relay() is True
+    assert got == [b"a", b"b", b"c"] and connection.complete and connection.reusable
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=25))
+async def test_relay_gives_the_same_body_for_any_split(cuts: list[int]) -> None:
+    connection, _ = connect()
+    connection.data_received(CHUNKED[:CHUNKED.index(b"\r\n\r\n") + 4])
+    await connection.read_head()
+    got: list[bytes] = []
+    connection.relay_to(lambda piece: got.append(piece) is None)
+    feed_split(connection, CHUNKED[CHUNKED.index(b"\r\n\r\n") + 4:], cuts)
+    assert await connection.wait_relay() is True
+    assert b"".join(got) == b"data: 1\ndata: 2\n\ndata: "
+
+
+async def test_a_full_sink_pauses_reading_until_resumed() -> None:
+    connection, transport = connect()
+    connection.data_received(CHUNKED_HEAD)
+    await connection.read_head()
+    got: list[bytes] = []
+    room = [1]
+
+    def sink(piece: bytes) -> bool:
+        got.append(piece)
+        room[0] -= 1
+        return room[0] > 0
+
+    connection.relay_to(sink)
+    connection.data_received(b"1\r\na\r\n")
+    assert await connection.wait_relay() is False and transport.paused
+    connection.data_received(b"1\r\nb\r\n")  # already on its way when reading paused
+    assert got == [b"a"]
+    room[0] = 5
+    connection.resume_relay()
+    assert got == [b"a", b"b"] and not transport.paused
+    connection.data_received(b"0\r\n\r\n")
+    assert await connection.wait_relay() is True
+
+
+async def test_relay_read_timeout_counts_silence_not_the_whole_stream() -> None:
+    connection, transport = connect(read_timeout=0.1)
+    connection.data_received(CHUNKED_HEAD)
+    await connection.read_head()
+    got: list[bytes] = []
+    connection.relay_to(lambda piece: got.append(piece) is None)
+    loop = asyncio.get_running_loop()
+    for step in range(1, 5):  # pieces every 60 ms: 240 ms in all, never 100 ms of silence
+        loop.call_later(0.06 * step, connection.data_received, b"1\r\n%d\r\n" % step)
+    with pytest.raises(ReadTimeout):
+        await connection.wait_relay()
+    assert got == [b"1", b"2", b"3", b"4"]
+    assert transport.closed and not connection.reusable
+
+
+async def test_a_sink_that_raises_ends_the_answer_with_its_error() -> None:
+    connection, transport = connect()
+    connection.data_received(CHUNKED_HEAD)
+    await connection.read_head()
+
+    def sink(piece: bytes) -> bool:
+        raise ValueError("broken sink")
+
+    connection.relay_to(sink)
+    connection.data_received(b"1\r\na\r\n")
+    with pytest.raises(ValueError, match="broken sink"):
+        await connection.wait_relay()
+    assert transport.closed and not connection.reusable
+
+
+async def test_relay_sees_a_connection_lost_mid_stream() -> None:
+    connection, _ = connect()
+    connection.data_received(CHUNKED_HEAD)
+    await connection.read_head()
+    connection.relay_to(lambda piece: True)
+    connection.data_received(b"1\r\na\r\n")
+    connection.connection_lost(None)
+    with pytest.raises(ConnectionClosed):
+        await connection.wait_relay()
