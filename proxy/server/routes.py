@@ -146,20 +146,21 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
         raise BodyTooLarge(
             f"request body of {request.content_length} bytes is over the {limit}-byte limit")
     expected = request.content_length if request.content_length is not None else limit
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(grace + expected / rate):
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(f"request body is over the {limit}-byte limit")
-                if not hold.take(len(chunk)):
-                    raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
-                parts.append(chunk)
-    except TimeoutError as exc:
-        raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
-    raw = b"".join(parts)
+    content = request.content
+    if content.is_eof() and content.exception() is None:
+        # The whole body came with the head (most requests): no timer to arm.
+        raw = _taken(content.read_nowait(), 0, limit, hold)
+    else:
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(grace + expected / rate):
+                async for chunk in content.iter_any():
+                    size += len(_taken(chunk, size, limit, hold))
+                    parts.append(chunk)
+        except TimeoutError as exc:
+            raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
+        raw = b"".join(parts)
     encoding = body_encoding(request.headers)
     if encoding is None:
         return raw
@@ -171,6 +172,15 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
     if not hold.take(len(decoded)):
         raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
     return decoded
+
+
+def _taken(chunk: bytes, before: int, limit: int, hold: Hold) -> bytes:
+    """A piece of the body, counted against the limit and held in the budget."""
+    if before + len(chunk) > limit:
+        raise BodyTooLarge(f"request body is over the {limit}-byte limit")
+    if not hold.take(len(chunk)):
+        raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
+    return chunk
 
 
 def _parsed(raw: bytes, agent: str | None, dialect: Dialect | None) -> ChatRequest:

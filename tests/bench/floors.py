@@ -6,6 +6,8 @@ answer chunk by chunk, and does nothing else (no parsing of the body, no metrics
 - ``aiohttp-own-client``: aiohttp's server (on uvloop, as tailfloor runs it) with tailfloor's
   own HTTP/1.1 upstream client (``proxy/upstream/pool.py``): the floor of tailfloor's
   request path as long as aiohttp is the server;
+- ``aiohttp-server-own-client``: the same on aiohttp's low-level ``web.Server`` (no
+  ``Application``, router or middleware chain);
 - ``aiohttp-aiohttp-client``: the same server with aiohttp's ``ClientSession`` (a pooled
   connector, no timeouts per request): what the hand-written client is measured against;
 - ``uvloop-raw``: no HTTP framework at all, an ``asyncio.Protocol`` on uvloop that splits
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvloop
@@ -31,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from proxy.upstream.pool import Upstream
 
-KINDS = ("aiohttp-own-client", "aiohttp-aiohttp-client", "uvloop-raw")
+KINDS = ("aiohttp-own-client", "aiohttp-server-own-client", "aiohttp-aiohttp-client",
+         "uvloop-raw")
 _HOP = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 
@@ -40,10 +44,17 @@ def _forwarded(headers: CIMultiDict[str]) -> CIMultiDict[str]:
 
 
 async def _own_client_app(upstream_url: str) -> web.Application:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", await _own_client_handler(upstream_url))
+    return app
+
+
+async def _own_client_handler(upstream_url: str
+                              ) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
     upstream = Upstream(upstream_url, connect_timeout=5, read_timeout=60)
     await upstream.start()
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
         body = await request.read()
         answer = await upstream.send(request.method, request.raw_path.split("?", 1)[0],
                                      request.query_string, _forwarded(request.headers),
@@ -60,9 +71,7 @@ async def _own_client_app(upstream_url: str) -> web.Application:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+    return handle
 
 
 async def _aiohttp_client_app(upstream_url: str) -> web.Application:
@@ -155,6 +164,13 @@ async def _serve(kind: str, port: int, upstream_url: str) -> None:
             lambda: _RawRelay(upstream), "127.0.0.1", port)
         async with server:
             await server.serve_forever()
+        return
+    if kind == "aiohttp-server-own-client":
+        # aiohttp's low-level server: no Application, router or middleware chain.
+        server = web.Server(await _own_client_handler(upstream_url), access_log=None)
+        listening = await asyncio.get_running_loop().create_server(server, "127.0.0.1", port)
+        async with listening:
+            await listening.serve_forever()
         return
     app = await (_own_client_app(upstream_url) if kind == "aiohttp-own-client"
                  else _aiohttp_client_app(upstream_url))

@@ -100,3 +100,22 @@ def test_an_unknown_encoding_is_415_on_chat_and_passes_through_elsewhere(
     seen = clean_fake.received[-1]
     assert seen.body == b"\x00\x01brotli?" and seen.headers["Content-Encoding"] == "br"
     assert seen.headers["Content-Length"] == str(len(b"\x00\x01brotli?"))
+
+
+@pytest.mark.parametrize("over", [False, True], ids=["at-limit", "over-limit"])
+def test_a_chunked_chat_body_that_arrives_at_once_is_held_to_the_limit(
+        small_limit: ProxyProcess, clean_fake: FakeUpstream, over: bool) -> None:
+    # The whole body arrives with the head (read without waiting): the limit still holds.
+    pad = LIMIT - len(CHAT) + (1 if over else 0)
+    body = CHAT[:-1] + b',"pad":"' + b" " * (pad - 9) + b'"}'
+    assert len(body) == LIMIT + (1 if over else 0)
+    framed = b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+    answer = send_raw(small_limit.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+                      b"Content-Type: application/json\r\nTransfer-Encoding: chunked", framed)
+    if over:
+        assert answer.status == 413
+        assert orjson.loads(answer.body)["error"]["code"] == "request_too_large"
+        assert all(r.path != "/v1/chat/completions" for r in clean_fake.received)
+    else:
+        assert answer.status == 200
+        assert orjson.loads(clean_fake.received[-1].body)["pad"].strip() == ""
