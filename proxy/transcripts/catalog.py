@@ -33,6 +33,7 @@ from proxy.transcripts.records import (
     Window,
 )
 from proxy.transcripts.render import Flavor, RenderOptions
+from proxy.transcripts.rendered import RenderedTail
 from proxy.transcripts.state import SessionState
 
 __all__ = ["Catalog"]
@@ -51,6 +52,7 @@ class Catalog:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
         self._lock = threading.RLock()
+        self.rendered = RenderedTail()
         self._states: dict[str, SessionState] = {}
         self._index = ContentIndex()
         # Sessions by OpenClaw session key (scoped) and by Pi directory, each in order.
@@ -306,7 +308,7 @@ class Catalog:
                       edits: Mapping[str, Entry]) -> list[TailMessage]:
         with self._lock:
             opts = self._flavour(st)
-        return loading.tail_records(st.store, picked, edits, opts)
+        return loading.tail_records(st.store, picked, edits, opts, self.rendered)
 
     def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
                     reread: bool = False) -> None:

@@ -1,6 +1,6 @@
 """Message content for a plan or a tail: read the entries' objects from their store, apply
-Pi's context edits, render. Content is never kept in memory between requests (see
-``entries``), so every view reads it again here."""
+Pi's context edits, render. The catalog holds no content (see ``entries``): a plan is read
+again every time; a tail's renderings may be kept within a byte budget (``rendered``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import TailMessage, TranscriptStore
 from proxy.transcripts.render import RenderOptions, Source, edited, render
+from proxy.transcripts.rendered import RenderedTail
 from proxy.transcripts.view import ContextPlan
 
 __all__ = ["render_plan", "tail_records"]
@@ -26,16 +27,31 @@ def render_plan(store: TranscriptStore, plan: ContextPlan, opts: RenderOptions
 
 
 def tail_records(store: TranscriptStore, picked: Sequence[Entry], edits: Mapping[str, Entry],
-                 opts: RenderOptions) -> list[TailMessage]:
-    """Each picked entry with its own rendering (no cross-message repairs)."""
-    objs = _edited(store, picked, store.load(picked), edits)
+                 opts: RenderOptions, kept: RenderedTail | None = None) -> list[TailMessage]:
+    """Each picked entry with its own rendering (no cross-message repairs); renderings in
+    ``kept`` are used as they are, the others read (together) and kept there."""
+    found: dict[int, TailMessage] = {}
+    if kept is not None:
+        for i, entry in enumerate(picked):
+            hit = kept.get(store, entry, edits.get(entry.id), opts)
+            if hit is not None:
+                found[i] = hit
+    missing = [e for i, e in enumerate(picked) if i not in found]
+    objs = iter(_edited(store, missing, store.load(missing), edits) if missing else ())
     out: list[TailMessage] = []
-    for entry, obj in zip(picked, objs, strict=True):
+    for i, entry in enumerate(picked):
+        if i in found:
+            out.append(found[i])
+            continue
+        obj = next(objs)
         if obj is None:
             continue
         msgs = render([Source(entry.kind, obj, entry.timestamp)], opts, replay=False)
-        out.append(TailMessage(entry.id, entry.timestamp, entry.role or entry.kind, obj,
-                               tuple(msgs)))
+        message = TailMessage(entry.id, entry.timestamp, entry.role or entry.kind, obj,
+                              tuple(msgs))
+        if kept is not None:
+            kept.put(store, entry, edits.get(entry.id), opts, message)
+        out.append(message)
     return out
 
 

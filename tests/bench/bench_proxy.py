@@ -49,6 +49,7 @@ from tests.bench import floors, peers, sessions_scale
 from tests.bench.loadgen import (
     API_KEY,
     BODY,
+    ROUTES,
     STREAM_BODY,
     StreamResult,
     measure_latency,
@@ -167,6 +168,44 @@ async def cpu_per_event(target: Target, upstream_port: int, sizes: Sizes,
             "cpu_stream_events": events, "cpu_streams": len(results)}
 
 
+def probe_route(target: Target, path: bytes, body: bytes) -> str | None:
+    """One request of a dialect through ``target``: None when it is answered 200."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{target.port}{path.decode()}", data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}",
+                 "x-api-key": API_KEY, "anthropic-version": "2023-06-01"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return None if resp.status == 200 else f"status {resp.status}"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+ROUTE_TARGETS = ("direct", "tailfloor", "nginx")
+
+
+async def route_costs(targets: list[Target], sizes: Sizes) -> dict[str, dict[str, float]]:
+    """c1 p50 and own CPU per request on each of the three model routes: what translating a
+    Responses or Anthropic request costs next to a chat one (nginx and direct for scale)."""
+    out: dict[str, dict[str, float]] = {}
+    for route, (path, body) in ROUTES.items():
+        for t in targets:
+            if t.name not in ROUTE_TARGETS:
+                continue
+            why = probe_route(t, path, body)
+            if why is not None:
+                raise SetupError(f"{t.name} does not answer {path.decode()}: {why}")
+            await measure_latency(t.port, body, 1, 100, path=path)  # warm
+            meter = CpuMeter(t.pid)
+            meter.start()
+            lat = sorted(await measure_latency(t.port, body, 1, sizes.cpu_requests, path=path))
+            cpu = meter.stop()
+            out.setdefault(t.name, {}).update({
+                f"{route}_c1_p50_ms": percentile(lat, 50) * 1e3,
+                f"{route}_cpu_us": cpu / len(lat) * 1e6})
+    return out
+
+
 async def run(sizes: Sizes, targets: list[Target], upstream_port: int,
               ) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {t.name: {"note": t.note} for t in targets}
@@ -202,6 +241,8 @@ async def run(sizes: Sizes, targets: list[Target], upstream_port: int,
         if t.streams:
             out[t.name].update(await cpu_per_event(t, upstream_port, sizes,
                                                    out[t.name]["cpu_us_per_request"]))
+    for name, costs in (await route_costs(targets, sizes)).items():
+        out[name].update(costs)
     for t in targets:
         out[t.name]["rss_after_mb"] = tree_rss_mb(t.pid)
     return out
@@ -241,6 +282,7 @@ async def session_scale(args: argparse.Namespace, services: Services, upstream_p
         upstream_port=upstream_port, tailfloor_port=target.port, tailfloor_pid=target.pid,
         generated=generated, turns=sizes.scale_turns, events=args.scale_events,
         gap=args.scale_gap, think=args.scale_think)
+    result["identification_waits"] = sessions_scale.identification_waits(admin)
     result.update({"tracked_sessions": sessions_scale.tracked_sessions(admin),
                    "generate_s": generated_s, "tracked_after_s": tracked_after,
                    "rss_idle_mb": idle_rss})
@@ -355,6 +397,9 @@ def report_compare(results: dict[str, dict[str, Any]]) -> None:
     row("  less request part", "cpu_us_per_event_net", digits=1)
     row("  utime+stime (10 ms ticks)", "cpu_us_per_event_ticks", digits=1)
     row("  (events counted)", "cpu_stream_events")
+    for route in ROUTES:
+        row(f"{route} c1 p50 / ms", f"{route}_c1_p50_ms", digits=3)
+        row(f"{route} CPU us / req", f"{route}_cpu_us", digits=0)
     row("RSS idle / MB", "rss_idle_mb", digits=1)
     row("RSS after load / MB", "rss_after_mb", digits=1)
     width = max(12, *(len(n) + 2 for n in names))
@@ -476,6 +521,10 @@ def report_sessions(s: dict[str, Any]) -> None:
     print(f"  tailfloor RSS: {s['rss_idle_mb']:.0f} MB with the sessions tracked, "
           f"{s['rss_warm_mb']:.0f} MB after one restored request, "
           f"{s['rss_peak_mb']:.0f} MB peak under the load, {s['rss_after_mb']:.0f} MB after")
+    waits = s.get("identification_waits", {})
+    print("  requests that waited for the transcript watcher: " + (", ".join(
+        f"{outcome} {w.get('count', 0):.0f} ({w.get('sum', 0) * 1e3:.0f} ms in all)"
+        for outcome, w in sorted(waits.items())) or "none"))
     print(f"  e.g. x-tailfloor: {tf['example_verdict']}")
 
 

@@ -21,9 +21,22 @@ STREAM_BODY = orjson.dumps({"model": "fake-model", "stream": True,
 API_KEY = "sk-" + "7" * 48
 
 
-def request_bytes(body: bytes, headers: bytes = b"") -> bytes:
-    """One chat request; ``headers`` are extra header lines, each ending in CRLF."""
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+CHAT_PATH = b"/v1/chat/completions"
+# The same conversation in the other two dialects tailfloor translates.
+RESPONSES_BODY = orjson.dumps({"model": "fake-model", "input": [
+    {"role": "developer", "content": "You are a helpful assistant."},
+    {"role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}]})
+MESSAGES_BODY = orjson.dumps({"model": "fake-model", "max_tokens": 64,
+                              "system": "You are a helpful assistant.", "messages": [
+                                  {"role": "user", "content": [
+                                      {"type": "text", "text": "Say hello."}]}]})
+ROUTES = {"chat_completions": (CHAT_PATH, BODY), "responses": (b"/v1/responses", RESPONSES_BODY),
+          "messages": (b"/v1/messages", MESSAGES_BODY)}
+
+
+def request_bytes(body: bytes, headers: bytes = b"", path: bytes = CHAT_PATH) -> bytes:
+    """One request; ``headers`` are extra header lines, each ending in CRLF."""
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: bench\r\n"
             b"Content-Type: application/json\r\nAuthorization: Bearer " + API_KEY.encode() +
             b"\r\n" + headers +
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
@@ -60,10 +73,11 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
 
 
 async def measure_latency(port: int, body: bytes, concurrency: int, total: int, *,
-                          headers: bytes = b"", seconds: float | None = None) -> list[float]:
+                          headers: bytes = b"", seconds: float | None = None,
+                          path: bytes = CHAT_PATH) -> list[float]:
     """``total`` requests on ``concurrency`` connections, back to back (or fewer if
     ``seconds`` runs out first); the latency of each."""
-    payload = request_bytes(body, headers)
+    payload = request_bytes(body, headers, path)
     latencies: list[float] = []
     deadline = None if seconds is None else time.perf_counter() + seconds
 

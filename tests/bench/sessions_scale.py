@@ -125,6 +125,21 @@ def tracked_sessions(admin_port: int) -> float:
                if line.startswith("tailfloor_sessions{"))
 
 
+def identification_waits(admin_port: int) -> dict[str, dict[str, float]]:
+    """Requests that waited for the watcher (a transcript behind the request), by outcome:
+    how many, and their seconds in all."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    out: dict[str, dict[str, float]] = {}
+    for line in lines:
+        for part in ("count", "sum"):
+            prefix = f"tailfloor_identification_wait_seconds_{part}{{"
+            if line.startswith(prefix):
+                outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+                out.setdefault(outcome, {})[part] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def wait_tracked(admin_port: int, expected: int, seconds: float = 180) -> float:
     began = time.monotonic()
     while time.monotonic() - began < seconds:

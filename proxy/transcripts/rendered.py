@@ -1,0 +1,87 @@
+"""Rendered tail messages kept between requests, within a byte budget.
+
+An agent's requests after a compaction restore nearly the same newest messages each time;
+reading their lines again, decoding and rendering them cost more than the rest of the floor's
+decision. A transcript entry's bytes do not change once written (an edit is another entry), so
+a rendering is kept under everything that locates those bytes: the store object itself, the
+entry's id, position and size, the context edit that replaces it, and the render options. A
+store that is replaced (a file rotated or rewritten) is another object: its entries miss.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from proxy.transcripts.entries import Entry
+from proxy.transcripts.records import TailMessage, TranscriptStore
+from proxy.transcripts.render import RenderOptions
+
+__all__ = ["RenderedTail"]
+
+MAX_BYTES = 32 * 1024 * 1024
+MAX_ENTRIES = 20_000
+
+_Key = tuple[int, str, int, int, tuple[str, int, int] | None, RenderOptions]
+
+
+def _key(store: TranscriptStore, entry: Entry, edit: Entry | None,
+         opts: RenderOptions) -> _Key:
+    return (id(store), entry.id, entry.pos, entry.size,
+            (edit.id, edit.pos, edit.size) if edit is not None else None, opts)
+
+
+def cost_of(entry: Entry, edit: Entry | None, message: TailMessage) -> int:
+    """Bytes a kept rendering stands for: the lines read (a database row has no line size:
+    its object is measured)."""
+    size = entry.size + (edit.size if edit is not None else 0)
+    return size if size else len(orjson.dumps(message.raw)) + 256
+
+
+class RenderedTail:
+    """A least-recently-used map, safe to share between the worker threads."""
+
+    def __init__(self, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.bytes = 0
+        self._kept: OrderedDict[_Key, tuple[TranscriptStore, TailMessage, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
+            opts: RenderOptions) -> TailMessage | None:
+        key = _key(store, entry, edit, opts)
+        with self._lock:
+            found = self._kept.get(key)
+            # The id of a store that was dropped can be reused: the held store must be it.
+            if found is None or found[0] is not store:
+                return None
+            self._kept.move_to_end(key)
+            return found[1]
+
+    def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
+            opts: RenderOptions, message: TailMessage) -> None:
+        cost = cost_of(entry, edit, message)
+        if cost > self.max_bytes // 8:
+            return  # one huge message would push out everything else
+        key = _key(store, entry, edit, opts)
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self.bytes -= old[2]
+            self._kept[key] = (store, message, cost)
+            self.bytes += cost
+            while self._kept and (self.bytes > self.max_bytes
+                                  or len(self._kept) > self.max_entries):
+                _, (_, _, dropped) = self._kept.popitem(last=False)
+                self.bytes -= dropped
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"entries": len(self._kept), "bytes": self.bytes}

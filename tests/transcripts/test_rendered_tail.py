@@ -1,0 +1,138 @@
+"""Renderings of tail messages kept between requests: the same messages as a fresh read,
+never a stale one (a replaced store, a later context edit, other render options), within
+their byte budget."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.transcripts.catalog import Catalog
+from proxy.transcripts.entries import Entry
+from proxy.transcripts.records import SessionInfo, TailMessage, Window
+from proxy.transcripts.render import RenderOptions
+from proxy.transcripts.rendered import RenderedTail
+from tests.transcripts.test_views import MemStore, conversation, msg, user
+
+
+class CountingStore(MemStore):
+    def __init__(self, objs: Sequence[dict[str, Any]]) -> None:
+        super().__init__(objs)
+        self.loaded = 0
+
+    def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
+        self.loaded += len(entries)
+        return super().load(entries)
+
+
+def _put(cat: Catalog, store: MemStore, sid: str = "s") -> None:
+    cat.put(SessionInfo(sid, "pi", "pi", "mem"), store, Window(store.entries(), True))
+
+
+def _wire(tail: list[TailMessage]) -> list[tuple[str, tuple[dict[str, Any], ...]]]:
+    return [(t.entry_id, t.messages) for t in tail]
+
+
+def test_a_second_tail_is_served_without_reading_the_store_again() -> None:
+    cat, store = Catalog(), CountingStore(conversation(20))
+    _put(cat, store)
+    first = cat.tail("s", 12)
+    assert store.loaded == 12
+    again = cat.tail("s", 12)
+    assert store.loaded == 12 and _wire(again) == _wire(first)
+    # A fresh catalog over the same transcript (nothing kept) renders the very same.
+    fresh = Catalog()
+    _put(fresh, MemStore(conversation(20)))
+    assert _wire(fresh.tail("s", 12)) == _wire(first)
+    cat.tail("s", 14)  # two older entries more: only they are read
+    assert store.loaded == 14
+
+
+def test_a_replaced_store_is_read_again() -> None:
+    cat = Catalog()
+    _put(cat, CountingStore(conversation(4)))
+    before = cat.tail("s", 2)
+    rewritten = conversation(4)
+    rewritten[-1]["message"]["content"] = [{"type": "text", "text": "rewritten answer"}]
+    replacement = CountingStore(rewritten)  # same ids and positions, another object
+    _put(cat, replacement)
+    after = cat.tail("s", 2)
+    assert replacement.loaded == 2
+    assert before[-1].messages[0]["content"] == "answer 3"
+    assert after[-1].messages[0]["content"] == "rewritten answer"
+
+
+def test_a_later_context_edit_changes_the_kept_rendering() -> None:
+    objs = [user("u1", None, "first"),
+            msg("a1", "u1", "assistant", [{"type": "toolCall", "id": "call_1", "name": "bash",
+                                           "arguments": {}}], stopReason="toolUse"),
+            msg("t1", "a1", "toolResult", [{"type": "text", "text": "long output"}],
+                toolCallId="call_1"),
+            user("u2", "t1", "second")]
+    cat, store = Catalog(), CountingStore(objs)
+    _put(cat, store)
+    assert cat.tail("s", 2)[0].messages[0]["content"] == "long output"
+    edit = {"type": "context_edit", "id": "e1", "parentId": "u2", "targetId": "t1",
+            "replacement": {"content": "pruned"}}
+    grown = CountingStore([*objs, edit])
+    cat.append("s", grown.entries()[len(objs):])
+    # The catalog's store is still the first object: it reads the edit from there.
+    store.objs.append(edit)
+    tail = cat.tail("s", 2)
+    assert [t.entry_id for t in tail] == ["t1", "u2"]
+    assert tail[0].messages[0]["content"] == "pruned"
+
+
+def test_render_options_are_part_of_what_is_kept() -> None:
+    kept = RenderedTail()
+    store = MemStore(conversation(1))
+    entry = store.entries()[0]
+    message = TailMessage(entry.id, entry.timestamp, "user", store.objs[0],
+                          ({"role": "user", "content": "question 0"},))
+    kept.put(store, entry, None, RenderOptions(flavor="pi"), message)
+    assert kept.get(store, entry, None, RenderOptions(flavor="pi")) is message
+    assert kept.get(store, entry, None, RenderOptions(flavor="openclaw")) is None
+    assert kept.get(MemStore(conversation(1)), entry, None, RenderOptions()) is None
+
+
+def test_the_byte_budget_holds_and_the_least_recent_goes_first() -> None:
+    kept = RenderedTail(max_bytes=16 * 1024)
+    store = MemStore([user(f"u{i}", None, "x" * 700) for i in range(40)])
+    entries = store.entries()
+
+    def put(i: int) -> None:
+        message = TailMessage(entries[i].id, None, "user", store.objs[i], ())
+        kept.put(store, entries[i], None, RenderOptions(), message)
+
+    for i in range(40):
+        put(i)
+        assert kept.bytes <= kept.max_bytes
+    assert kept.get(store, entries[39], None, RenderOptions()) is not None
+    assert kept.get(store, entries[0], None, RenderOptions()) is None
+    survivors = [i for i in range(40) if kept.get(store, entries[i], None, RenderOptions())]
+    assert survivors == list(range(40 - len(survivors), 40)) and 4 < len(survivors) < 40
+    huge = MemStore([user("big", None, "y" * 4096)])
+    before = kept.bytes
+    kept.put(huge, huge.entries()[0], None, RenderOptions(),
+             TailMessage("big", None, "user", huge.objs[0], ()))
+    assert kept.get(huge, huge.entries()[0], None, RenderOptions()) is None
+    assert kept.bytes == before
+
+
+def test_worker_threads_share_it_safely() -> None:
+    cat, store = Catalog(), CountingStore(conversation(60))
+    _put(cat, store)
+    expected = _wire(Catalog.tail(cat, "s", 40))
+    results: list[Any] = []
+
+    def worker() -> None:
+        for k in (10, 40, 25, 40):
+            results.append((k, _wire(cat.tail("s", k))))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(got == expected[-k:] for k, got in results)
