@@ -82,6 +82,10 @@ class StreamScanner:
         return b""
 
     def _feed_events(self, chunk: bytes) -> bytes:
+        if (not self._pending and len(chunk) > 2 and chunk.find(b"\n\n") == len(chunk) - 2
+                and b"\r" not in chunk):
+            # One whole event, the way upstreams send them: no search for its end.
+            return self._filter_event(chunk)
         data = self._pending + chunk if self._pending else chunk
         out: list[bytes] = []
         start = 0

@@ -44,6 +44,15 @@ def test_hidden_usage_mode_gives_the_stream_the_client_asked_for(cuts: list[int]
     relayed += scanner.flush()
     assert relayed == stream_bytes(include_usage=False)
     assert scanner.usage is not None and scanner.usage.prompt_tokens == 100
+    assert scanner.events == stream_bytes().count(b"\n\n")  # each event seen once, whole
+
+
+def test_hidden_usage_mode_with_one_byte_pieces() -> None:
+    scanner = StreamScanner(hide_usage=True)
+    data = stream_bytes()
+    relayed = b"".join(scanner.feed(data[i:i + 1]) for i in range(len(data)))
+    assert relayed + scanner.flush() == stream_bytes(include_usage=False)
+    assert scanner.events == data.count(b"\n\n")
 
 
 def test_missing_usage_leaves_none() -> None:
