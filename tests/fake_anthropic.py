@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tests.fake_dialects import MESSAGES, _pieces, _tool_id, error_body, usage
+try:
+    from tests.fake_dialects import MESSAGES, _pieces, _tool_id, error_body, usage
+except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
+    from fake_dialects import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        MESSAGES,
+        _pieces,
+        _tool_id,
+        error_body,
+        usage,
+    )
 
 if TYPE_CHECKING:
     from tests.fake_upstream import Reply

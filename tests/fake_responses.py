@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tests.fake_dialects import RESPONSES, _pieces, _tool_id, error_body, usage
+try:
+    from tests.fake_dialects import RESPONSES, _pieces, _tool_id, error_body, usage
+except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
+    from fake_dialects import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+        RESPONSES,
+        _pieces,
+        _tool_id,
+        error_body,
+        usage,
+    )
 
 if TYPE_CHECKING:
     from tests.fake_upstream import Reply
