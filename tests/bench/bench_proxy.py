@@ -548,7 +548,7 @@ def main() -> int:
     parser.add_argument("--with-portkey", action="store_true",
                         help=f"add Portkey's gateway ({peers.PORTKEY_VERSION}; non-streaming)")
     parser.add_argument("--with-floors", action="store_true",
-                        help="add three bare relays (tests/bench/floors.py): what aiohttp, "
+                        help="add four bare relays (tests/bench/floors.py): what aiohttp, "
                              "aiohttp's client and a bare uvloop protocol cost alone")
     parser.add_argument("--sessions-scale", type=int, nargs="?", const=200, default=0,
                         metavar="N", help="also run N concurrent restored sessions (200)")

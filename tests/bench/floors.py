@@ -1,4 +1,4 @@
-"""The least a Python proxy on these parts can cost: three bare relays, none of tailfloor.
+"""The least a Python proxy on these parts can cost: four bare relays, none of tailfloor.
 
 Each is a reverse proxy that forwards every request to the upstream as it came and relays the
 answer chunk by chunk, and does nothing else (no parsing of the body, no metrics, no logs):
