@@ -150,15 +150,7 @@ class Http1Connection(asyncio.Protocol):
                 raise self._error
             if self._done:
                 return b""
-            loop = self.loop
-            self._waiter = loop.create_future()
-            self._deadline = loop.time() + self.read_timeout
-            if self._timer is None:
-                self._timer = loop.call_at(self._deadline, self._check_timeout)
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._arrival()
         chunk = chunks.popleft()
         self._queued -= len(chunk)
         if self._paused and self._queued < HIGH_WATER // 2 and self.transport is not None:
@@ -168,23 +160,14 @@ class Http1Connection(asyncio.Protocol):
 
     def relay_to(self, sink: Callable[[bytes], bool]) -> None:
         """From now on every body piece goes to ``sink`` as it arrives (pieces already queued
-        first). ``sink`` must not raise; it returns False to have reading paused until
-        ``resume_relay``, which ``wait_relay`` then reports."""
+        first). ``sink`` returns False to have reading paused until ``resume_relay``, which
+        ``wait_relay`` then reports; an exception in it ends the answer with that error."""
         self._sink = sink
-        chunks = self._chunks
-        while chunks and not self._sink_paused:
-            chunk = chunks.popleft()
-            self._queued -= len(chunk)
-            if not sink(chunk):
-                self._pause_relay()
-        if self._paused and not self._sink_paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+        self._sink_queued()
 
     async def wait_relay(self) -> bool:
         """Wait while ``relay_to`` relays: True at the end of the body, False when the sink
         asked for a pause. Raises what broke the answer (as ``next_chunk`` does)."""
-        loop = self.loop
         while True:
             if self._error is not None:
                 raise self._error
@@ -192,28 +175,46 @@ class Http1Connection(asyncio.Protocol):
                 return True
             if self._sink_paused:
                 return False
-            self._waiter = loop.create_future()
-            self._deadline = loop.time() + self.read_timeout
-            if self._timer is None:
-                self._timer = loop.call_at(self._deadline, self._check_timeout)
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._arrival()
 
     def resume_relay(self) -> None:
-        if not self._sink_paused:
-            return
-        self._sink_paused = False
-        sink, chunks = self._sink, self._chunks
-        while sink is not None and chunks and not self._sink_paused:
+        if self._sink_paused:
+            self._sink_paused = False
+            self._sink_queued()
+
+    def _sink_queued(self) -> None:
+        """Hand the queued pieces to the sink, then let the upstream send again."""
+        chunks = self._chunks
+        while chunks and not self._sink_paused and self._error is None:
             chunk = chunks.popleft()
             self._queued -= len(chunk)
-            if not sink(chunk):
-                self._pause_relay()
-        if not self._sink_paused and self.transport is not None and not self._done:
+            self._to_sink(chunk)
+        if (self._paused and not self._sink_paused and self.transport is not None
+                and not self._done):
             self._paused = False
             self.transport.resume_reading()
+
+    def _to_sink(self, data: bytes) -> None:
+        assert self._sink is not None
+        try:
+            ready = self._sink(data)
+        except Exception as exc:  # a bug in the sink ends this answer, not the loop
+            self._fail(exc)
+            return
+        if not ready:
+            self._pause_relay()
+
+    async def _arrival(self) -> None:
+        """Wait for the next piece, the end or an error (the read timer armed meanwhile)."""
+        loop = self.loop
+        self._waiter = loop.create_future()
+        self._deadline = loop.time() + self.read_timeout
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._check_timeout)
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def _pause_relay(self) -> None:
         self._sink_paused = True
@@ -348,17 +349,10 @@ class Http1Connection(asyncio.Protocol):
     def _push(self, data: bytes) -> None:
         if not data:
             return
-        sink = self._sink
-        if sink is not None and not self._sink_paused:
+        if self._sink is not None and not self._sink_paused:
             # A piece arrived: the silence the read timeout measures starts again.
             self._deadline = self.loop.time() + self.read_timeout
-            try:
-                ready = sink(data)
-            except Exception as exc:  # a bug in the sink ends this answer, not the loop
-                self._fail(exc)
-                return
-            if not ready:
-                self._pause_relay()
+            self._to_sink(data)
             return
         self._chunks.append(data)
         self._queued += len(data)
