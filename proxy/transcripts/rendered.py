@@ -1,4 +1,4 @@
-"""Rendered tail messages kept between requests, within a byte budget.
+"""Rendered tail messages kept between requests, within a budget.
 
 An agent's requests after a compaction restore nearly the same newest messages each time;
 reading their lines again, decoding and rendering them cost more than the rest of the floor's
@@ -22,7 +22,9 @@ from proxy.transcripts.render import RenderOptions
 
 __all__ = ["RenderedTail"]
 
-MAX_BYTES = 32 * 1024 * 1024
+# Counted in transcript bytes; decoded and rendered, a kept entry takes about 2.5 times its
+# line in memory, so this is some 20 MB at most.
+MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, RenderOptions]
