@@ -40,7 +40,12 @@ def cost_of(entry: Entry, edit: Entry | None, message: TailMessage) -> int:
     """Bytes a kept rendering stands for: the lines read (a database row has no line size:
     its object is measured)."""
     size = entry.size + (edit.size if edit is not None else 0)
-    return size if size else len(orjson.dumps(message.raw)) + 256
+    if size:
+        return size
+    try:
+        return len(orjson.dumps(message.raw)) + 256
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: not worth keeping
+        return MAX_BYTES
 
 
 class RenderedTail:
@@ -70,7 +75,7 @@ class RenderedTail:
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
         cost = cost_of(entry, edit, message)
-        if cost > self.max_bytes // 8:
+        if cost > min(self.max_bytes, MAX_BYTES) // 8:
             return  # one huge message would push out everything else
         key = _key(store, entry, edit, opts)
         with self._lock:

@@ -136,3 +136,17 @@ def test_worker_threads_share_it_safely() -> None:
     for t in threads:
         t.join()
     assert all(got == expected[-k:] for k, got in results)
+
+
+def test_a_row_nested_too_deep_to_measure_is_served_but_not_kept() -> None:
+    deep: Any = "leaf"
+    for _ in range(300):
+        deep = {"d": deep}
+    cat, store = Catalog(), CountingStore([user("u1", None, "first"),
+                                           msg("a1", "u1", "assistant",
+                                               [{"type": "text", "text": "ok"}],
+                                               stopReason="stop", extra=deep)])
+    _put(cat, store)
+    assert [t.entry_id for t in cat.tail("s", 2)] == ["u1", "a1"]
+    cat.tail("s", 2)
+    assert store.loaded == 3  # u1 kept, a1 read again
