@@ -95,11 +95,6 @@ class _ClientWrites:
 
     __slots__ = ("_decided", "_response", "_since_drain", "_writer")
 
-    @property
-    def direct(self) -> bool:
-        """Writes go to the transport pre-framed (``put``) from now on."""
-        return self._writer is not None
-
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
         self._writer: StreamWriter | None = None
@@ -130,6 +125,10 @@ class _ClientWrites:
             self._since_drain = 0
             await writer.drain()
 
+    @property
+    def direct(self) -> bool:
+        """Writes go to the transport pre-framed (``put``) from now on."""
+        return self._writer is not None
 
     def put(self, data: bytes) -> bool:
         """One pre-framed write from a callback: False when the client's buffer is full (or
