@@ -114,11 +114,11 @@ class Gateway:
         self.home = home
         self.state = home / ".openclaw"
         self.state.mkdir(parents=True, exist_ok=True)
-        (home / "work").mkdir(exist_ok=True)
+        (home / "project").mkdir(exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (self.state / "openclaw.json").write_text(json.dumps(
-            config(self.port, proxy_url, home / "work", agents, idle_minutes=idle_minutes,
+            config(self.port, proxy_url, home / "project", agents, idle_minutes=idle_minutes,
                    models=models, api=api, reasoning=reasoning), indent=1))
         self.env = {**os.environ, "HOME": str(home),
                     "PATH": f"{Path(node).parent}:{os.environ.get('PATH', '')}",
@@ -130,7 +130,7 @@ class Gateway:
         self.proc = subprocess.Popen(
             [node, str(ENTRY), "gateway", "run", "--port", str(self.port), "--bind", "loopback",
              "--auth", "token", "--token", TOKEN],
-            cwd=home / "work", env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=home / "project", env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
         try:
             self._wait_ready()
@@ -181,7 +181,7 @@ class Gateway:
         done = subprocess.run(
             [self.node, str(ENTRY), "gateway", "call", method, "--params", json.dumps(params),
              "--json", "--url", f"ws://127.0.0.1:{self.port}", "--token", TOKEN],
-            cwd=self.home / "work", env=self.env, capture_output=True, timeout=180, check=False)
+            cwd=self.home / "project", env=self.env, capture_output=True, timeout=180, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"gateway call {method} failed: {done.stdout!r} {done.stderr!r}")
         return done.stdout.decode()

@@ -78,7 +78,7 @@ class PiAgent:
     def __post_init__(self) -> None:
         self.agent_dir = self.home / "agent"
         self.sessions = self.home / "sessions"
-        self.work = self.home / "work"
+        self.work = self.home / "project"
         for directory in (self.agent_dir, self.sessions, self.work):
             directory.mkdir(parents=True, exist_ok=True)
         (self.work / "README.md").write_text("# a project\n")
