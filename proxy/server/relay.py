@@ -21,7 +21,7 @@ from proxy.server.sse import StreamScanner
 from proxy.upstream.pool import UpstreamResponse
 
 KEEPALIVE = b": keep-alive\n\n"
-DRAIN_EVERY = 0x10000  # bytes written between two drains, as aiohttp's writer does
+DRAIN_ABOVE = 0x10000  # bytes waiting in the client's buffer before the relay waits for it
 
 
 @dataclass(slots=True)
@@ -90,16 +90,15 @@ async def relay_stream(
 class _ClientWrites:
     """The relay's writes to the client. The first goes through the response (the head leaves
     with it); the rest go to the transport as one pre-framed write each, with aiohttp's checks
-    kept (a closing transport is a client gone, a drain every 64 KiB for backpressure) and
+    kept (a closing transport is a client gone, a drain once 64 KiB wait to be sent) and
     none of its per-write layers, which cost more than the event itself."""
 
-    __slots__ = ("_decided", "_response", "_since_drain", "_writer")
+    __slots__ = ("_decided", "_response", "_writer")
 
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
         self._writer: StreamWriter | None = None
         self._decided = False
-        self._since_drain = 0
 
     async def write(self, data: bytes) -> None:
         writer = self._writer
@@ -114,16 +113,8 @@ class _ClientWrites:
                         and found.length is None):
                     self._writer = found
             return
-        transport = writer.transport
-        if transport is None or transport.is_closing():
-            raise ConnectionResetError("Cannot write to closing transport")
-        size = len(data)
-        transport.write(b"%x\r\n%b\r\n" % (size, data) if writer.chunked else data)
-        writer.output_size += size
-        self._since_drain += size
-        if self._since_drain > DRAIN_EVERY:
-            self._since_drain = 0
-            await writer.drain()
+        if not self.put(data):
+            await self.drain()  # raises when the client is gone
 
     @property
     def direct(self) -> bool:
@@ -141,7 +132,7 @@ class _ClientWrites:
         size = len(data)
         transport.write(b"%x\r\n%b\r\n" % (size, data) if writer.chunked else data)
         writer.output_size += size
-        return transport.get_write_buffer_size() <= DRAIN_EVERY
+        return transport.get_write_buffer_size() <= DRAIN_ABOVE
 
     async def drain(self) -> None:
         writer = self._writer

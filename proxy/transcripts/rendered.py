@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
 
 import orjson
 
@@ -58,9 +57,6 @@ class RenderedTail:
         self._kept: OrderedDict[_Key, tuple[TranscriptStore, TailMessage, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self._kept)
-
     def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions) -> TailMessage | None:
         key = _key(store, entry, edit, opts)
@@ -88,7 +84,3 @@ class RenderedTail:
                                   or len(self._kept) > self.max_entries):
                 _, (_, _, dropped) = self._kept.popitem(last=False)
                 self.bytes -= dropped
-
-    def stats(self) -> dict[str, Any]:
-        with self._lock:
-            return {"entries": len(self._kept), "bytes": self.bytes}
