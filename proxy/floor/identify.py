@@ -118,7 +118,9 @@ def split_agent_path(path: str) -> tuple[str | None, str]:
 
 
 def _role(message: object) -> object:
-    return message.get("role") if isinstance(message, Mapping) else None
+    if message.__class__ is dict or isinstance(message, Mapping):
+        return message.get("role")
+    return None
 
 
 def is_summarization(body: Mapping[str, Any]) -> bool:

@@ -54,6 +54,7 @@ class Catalog:
         self._lock = threading.RLock()
         self.rendered = RenderedTail()
         self._states: dict[str, SessionState] = {}
+        self._sources: Counter[str] = Counter()  # the gauge reads it after every batch
         self._index = ContentIndex()
         # Sessions by OpenClaw session key (scoped) and by Pi directory, each in order.
         self._by_key = Groups(self._order)
@@ -73,11 +74,13 @@ class Catalog:
         with self._lock:
             old = self._states.get(info.session_id)
             if old is not None:
+                self._sources[old.info.source] -= 1
                 self._index.drop(info.session_id, old.held, keep=())
                 if old.info.created != info.created:
                     self._reorder(info)
             st = SessionState(info, store)
             self._states[info.session_id] = st
+            self._sources[info.source] += 1
             st.add_marks(window.marks)
             self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
             self._set_window(st, list(window.entries), window.complete)
@@ -105,6 +108,8 @@ class Catalog:
             if st is None:
                 return
             moved = st.info.created != info.created
+            self._sources[st.info.source] -= 1
+            self._sources[info.source] += 1
             st.info = info
             if moved:
                 self._reorder(info)
@@ -116,6 +121,7 @@ class Catalog:
             st = self._states.pop(session_id, None)
             if st is None:
                 return
+            self._sources[st.info.source] -= 1
             self._index.drop(session_id, st.held, keep=())
             for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
                                                (self._by_group, st.info.group))):
@@ -132,7 +138,7 @@ class Catalog:
 
     def count_by_source(self) -> dict[str, int]:
         with self._lock:
-            return dict(Counter(st.info.source for st in self._states.values()))
+            return {source: n for source, n in self._sources.items() if n > 0}
 
     def get(self, session_id: str) -> SessionRecord | None:
         """The session with this id, from memory. For a session whose kept window does not
@@ -263,8 +269,7 @@ class Catalog:
         return self._tail_records(st, picked, edits)
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
-        """The messages the agent itself would send now, system prompt excluded (store
-        reads)."""
+        """The messages the agent would send now, system prompt excluded (store reads)."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None:
@@ -280,11 +285,6 @@ class Catalog:
     def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
                     opts: RenderOptions) -> list[dict[str, Any]]:
         return loading.render_plan(store, plan, opts)
-
-    def render_options(self, session_id: str) -> RenderOptions:
-        with self._lock:
-            st = self._states.get(session_id)
-            return self._flavour(st) if st is not None else self._opts
 
     # ---------------------------------------------------------------- internals
     def _order(self, session_id: str) -> tuple[float, str]:

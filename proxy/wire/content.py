@@ -9,11 +9,17 @@ messages (its *head*), then the conversation.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["content_text", "first_text", "has_role", "head_length", "message_text", "text_parts"]
 
 HEAD_ROLES = frozenset({"system", "developer"})
+
+
+def _mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # Parsed JSON is always a dict: the exact-type test spares the ABC check's cost on
+    # every message of every request.
+    return value.__class__ is dict or isinstance(value, Mapping)
 
 
 def text_parts(content: object) -> Iterator[str]:
@@ -22,7 +28,7 @@ def text_parts(content: object) -> Iterator[str]:
         yield content
     elif isinstance(content, list):
         for part in content:
-            if isinstance(part, Mapping):
+            if _mapping(part):
                 text = part.get("text")
                 if isinstance(text, str):
                     yield text
@@ -39,19 +45,20 @@ def content_text(content: object, sep: str = "\n") -> str:
 
 def message_text(message: object) -> str:
     """The text of a message (its content's texts joined by newlines)."""
-    if not isinstance(message, Mapping):
+    if not _mapping(message):
         return ""
-    return content_text(message.get("content"))
+    content = message.get("content")
+    return content if content.__class__ is str else content_text(content)
 
 
 def first_text(message: object) -> str | None:
     """The first text of a message: where an agent puts a prefix. None: no text first."""
-    if not isinstance(message, Mapping):
+    if not _mapping(message):
         return None
     content = message.get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and content and isinstance(content[0], Mapping):
+    if isinstance(content, list) and content and _mapping(content[0]):
         text = content[0].get("text")
         return text if isinstance(text, str) else None
     return None
@@ -70,5 +77,5 @@ def head_length(messages: Sequence[Any]) -> int:
 def has_role(message: object, roles: frozenset[str]) -> bool:
     """Whether a message from a client's JSON has one of ``roles`` (its role may be any JSON
     value, a dict among them, which a frozenset cannot look up)."""
-    role = message.get("role") if isinstance(message, Mapping) else None
+    role = message.get("role") if _mapping(message) else None
     return isinstance(role, str) and role in roles
