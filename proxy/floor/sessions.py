@@ -71,7 +71,13 @@ class SessionFinder:
         # System prompts are 2-40 KB: normalise each distinct one once.
         messages = body.get("messages")
         head = messages[0] if isinstance(messages, list) and messages else None
-        key = hash((orjson.dumps(head), orjson.dumps(body.get("tools") or [])))
+        # A plain {role, content} head is keyed by its text: a string keeps its hash, which
+        # the request's other lookups of the same text then reuse.
+        if isinstance(head, dict) and len(head) == 2 and head.get("content").__class__ is str:
+            first: object = (head.get("role"), head["content"])
+        else:
+            first = orjson.dumps(head)
+        key = hash((first, orjson.dumps(body.get("tools") or [])))
         if key in self._prints_by_head:
             return self._prints_by_head[key]
         found = fingerprint(body)

@@ -14,7 +14,7 @@ from typing import Any
 from proxy.context import RequestContext
 from proxy.model import ChatRequest, Draft
 from proxy.policy.records import ModelSpec, Policy
-from proxy.recovery.fingerprint import message_fingerprint
+from proxy.recovery.fingerprint import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
 from proxy.wire.content import head_length
@@ -34,14 +34,15 @@ def sent_tokens(tokens: TokenCounter, spec: ModelSpec, chat: ChatRequest,
     return tokens.request(body, spec.encoding, spec.margin).total
 
 
-def derived_session_key(model: str, head: Sequence[Message],
-                        conversation: Sequence[Message]) -> str:
+def derived_session_key(model: str, head: Sequence[Message], conversation: Sequence[Message],
+                        kept: KeptFingerprints | None = None) -> str:
     """A session key for requests that name no session: model, system prompt and the first
     conversation message, which an agent repeats in every request until it compacts itself
     (its own summary then opens the conversation, and the key changes with it)."""
     digest = hashlib.blake2b(model.encode(), digest_size=12)
+    fingerprint = kept.of if kept is not None else message_fingerprint
     for message in (*head, *conversation[:1]):
-        digest.update(message_fingerprint(message).encode())
+        digest.update(fingerprint(message).encode())
     return "auto:" + digest.hexdigest()
 
 
@@ -57,7 +58,8 @@ class RecoveryRequest:
     conversation: list[Message]  # the rest
 
     @classmethod
-    def of(cls, ctx: RequestContext, draft: Draft) -> RecoveryRequest | None:
+    def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None
+           ) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
         messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -68,7 +70,7 @@ class RecoveryRequest:
         # vouch for it) does not name the store's key: a client could otherwise fill another
         # session's slots and push its summaries out, on every replica sharing the store.
         named = ctx.session if ctx.lineage.trusted else None
-        session = named or derived_session_key(ctx.chat.model, head, conversation)
+        session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
         return cls(ctx, draft, session, head, conversation)
 
     @property

@@ -44,6 +44,7 @@ from proxy.recovery.detect import (
     OverflowVerdict,
     context_length_exceeded_body,
 )
+from proxy.recovery.fingerprint import KeptFingerprints
 from proxy.recovery.locks import SessionLocks
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
 from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
@@ -88,6 +89,7 @@ class Recovery:
         self._locks = SessionLocks()
         self._store: Compactions | None = None
         self._shared_lock: SummaryLock | None = None
+        self._kept = KeptFingerprints()  # the system prompts of derived session keys
 
     # -- life cycle (blocking: the application runs these in a worker thread) -----------
 
@@ -119,7 +121,7 @@ class Recovery:
         an agent's own summarization call, no usable messages)."""
         if self._store is None or ctx.signals.is_summarization:
             return None
-        return RecoveryRequest.of(ctx, draft)
+        return RecoveryRequest.of(ctx, draft, self._kept)
 
     async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
