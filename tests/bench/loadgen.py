@@ -30,6 +30,34 @@ MESSAGES_BODY = orjson.dumps({"model": "fake-model", "max_tokens": 64,
                               "system": "You are a helpful assistant.", "messages": [
                                   {"role": "user", "content": [
                                       {"type": "text", "text": "Say hello."}]}]})
+
+
+def _agent_body() -> bytes:
+    """A request of an agent's size, made up with the sizes of a captured OpenClaw 2026.9
+    request: a 40 KB system prompt, 12 tools (11 KB of schemas), a user turn with OpenClaw's
+    time prefix, one tool call and its result."""
+    rules = "\n".join(f"{n}. When the task touches area {n}, read its notes first, keep the "
+                      f"change small, and say what was checked before finishing." for n in
+                      range(1, 420))
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{n}", "description": f"Tool {n}: " + "does one careful thing. " * 14,
+        "parameters": {"type": "object", "required": ["path"], "properties": {
+            name: {"type": "string", "description": f"The {name} this call works on."}
+            for name in ("path", "pattern", "content", "mode", "cwd", "limit")}}}}
+        for n in range(12)]
+    return orjson.dumps({"model": "fake-model", "stream": False, "tools": tools, "messages": [
+        {"role": "system", "content": "You are a personal assistant running inside an agent "
+                                      "runtime.\n" + rules[:40_000]},
+        {"role": "user", "content": "[Mon 2026-11-30 02:27 UTC] List the files, then say hi."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_0a1b2c3d4e5f", "type": "function",
+             "function": {"name": "tool_1", "arguments": '{"path": "."}'}}]},
+        {"role": "tool", "tool_call_id": "call_0a1b2c3d4e5f",
+         "content": "\n".join(f"file_{n}.txt" for n in range(200))},
+        {"role": "user", "content": "[Mon 2026-11-30 02:28 UTC] Thanks. Now say hello."}]})
+
+
+AGENT_BODY = _agent_body()
 ROUTES = {"chat_completions": (CHAT_PATH, BODY), "responses": (b"/v1/responses", RESPONSES_BODY),
           "messages": (b"/v1/messages", MESSAGES_BODY)}
 

@@ -198,14 +198,26 @@ def in_user_namespace() -> bool:
 
 
 def start_nginx(services: Services, upstream_port: int) -> Target | None:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
-                                      else None)
+    nginx = nginx_binary()
     if nginx is None:
         print("nginx not installed: skipping that baseline (apt-get install nginx)")
         return None
     port = free_port()
     work = services.work / "nginx"
     work.mkdir()
+    conf = nginx_conf(work, upstream_port, port)
+    proc = services.start([nginx, "-c", str(conf), "-e", str(work / "error.log")], "nginx")
+    wait_http(f"http://127.0.0.1:{port}/v1/models", 15, proc)
+    return Target("nginx", port, proc.pid, note="master + worker")
+
+
+def nginx_binary() -> str | None:
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
+                                     else None)
+
+
+def nginx_conf(work: Path, upstream_port: int, port: int) -> Path:
+    """nginx as a plain keep-alive reverse proxy to the fake upstream, one worker."""
     conf = work / "nginx.conf"
     temp = {name: work / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
     # As root in a user namespace the workers cannot switch to "nobody" (not mapped there).
@@ -230,9 +242,7 @@ http {{
   }}
 }}
 """)
-    proc = services.start([nginx, "-c", str(conf), "-e", str(work / "error.log")], "nginx")
-    wait_http(f"http://127.0.0.1:{port}/v1/models", 15, proc)
-    return Target("nginx", port, proc.pid, note="master + worker")
+    return conf
 
 
 def start_litellm(services: Services, upstream_port: int, api_key: str) -> Target:

@@ -1,0 +1,129 @@
+"""Instructions per request: what each proxy executes in user space, counted by valgrind.
+
+CPU time on a shared 2-core VM moves by 2x between runs of the same build; an instruction
+count moves by well under 1%. So this is the figure to compare builds and changes by (the
+kernel's share, the socket calls that dominate nginx's CPU time, is not in it: see
+``bench_proxy.py`` for CPU time from the OS's accounting). Each proxy runs under
+``valgrind --tool=cachegrind`` in front of the fake upstream, twice per request kind: after
+the same warm-up, once with ``--requests`` fewer requests than the other; the difference of
+the two totals, per request, leaves start-up and shutdown out.
+
+Request kinds, one connection, back to back, non-streaming:
+- ``small``: the benchmark's two-message request (``loadgen.BODY``);
+- ``agent``: an agent-sized request (``loadgen.AGENT_BODY``: 40 KB system prompt, 12 tools).
+
+Needs valgrind (``apt-get install valgrind``); nginx is measured when installed.
+
+Usage: python tests/bench/instructions.py [--requests 200] [--targets tailfloor,nginx,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench import peers
+from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency
+from tests.conftest import free_port
+
+TARGETS = ("tailfloor", "nginx", "uvloop-raw", "aiohttp-own-client")
+KINDS = {"small": BODY, "agent": AGENT_BODY}
+WARM = 50
+
+
+def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str], str]:
+    """The target's command line and a URL that answers once it is ready."""
+    url = f"http://127.0.0.1:{upstream}"
+    if target == "tailfloor":
+        admin = free_port()
+        return ([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+                 "--admin-listen", f"127.0.0.1:{admin}", "--upstream", url],
+                f"http://127.0.0.1:{admin}/readyz")
+    if target == "nginx":
+        nginx = peers.nginx_binary()
+        assert nginx is not None
+        where = work / f"nginx-{port}"
+        where.mkdir()
+        conf = peers.nginx_conf(where, upstream, port)
+        # One process: the worker's instructions are the master's (none are lost to a fork).
+        return ([nginx, "-c", str(conf), "-e", str(where / "error.log"), "-g",
+                 "master_process off;"], f"http://127.0.0.1:{port}/v1/models")
+    return ([sys.executable, "tests/bench/floors.py", target, str(port), url],
+            f"http://127.0.0.1:{port}/v1/models")
+
+
+def counted(target: str, body: bytes, requests: int, upstream: int, work: Path) -> int:
+    """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown."""
+    port = free_port()
+    argv, ready = command(target, port, upstream, work)
+    out = work / f"cachegrind-{target}-{port}.out"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
+         *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONHASHSEED": "0"})
+    try:
+        peers.wait_http(ready, 300, proc)
+        asyncio.run(measure_latency(port, body, 1, WARM + requests))
+    finally:
+        proc.send_signal(signal.SIGINT if target != "nginx" else signal.SIGQUIT)
+        proc.wait(300)
+    for line in out.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no cachegrind summary for {target}")
+
+
+def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path) -> float:
+    fewer = counted(target, body, 0, upstream, work)
+    more = counted(target, body, requests, upstream, work)
+    return (more - fewer) / requests
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)")
+        return 2
+    targets = [t for t in args.targets.split(",") if t]
+    if "nginx" in targets and peers.nginx_binary() is None:
+        print("nginx not installed: that row is left out")
+        targets.remove("nginx")
+    work = Path(tempfile.mkdtemp(prefix="tailfloor-instructions-"))
+    services = peers.Services(work)
+    upstream = free_port()
+    try:
+        fake = services.start([sys.executable, "tests/fake_upstream.py", "--port",
+                               str(upstream)], "upstream")
+        peers.wait_http(f"http://127.0.0.1:{upstream}/v1/models", 15, fake)
+        rows = {t: {kind: per_request(t, body, args.requests, upstream, work)
+                    for kind, body in KINDS.items()} for t in targets}
+    finally:
+        services.stop()
+    base = rows.get("nginx")
+    print(f"\ninstructions per request (user space, {args.requests} requests after "
+          f"{WARM} to warm up)")
+    print(f"{'target':<22}" + "".join(f"{kind:>16}" for kind in KINDS)
+          + ("".join(f"{'x nginx ' + kind:>18}" for kind in KINDS) if base else ""))
+    for target, row in rows.items():
+        line = f"{target:<22}" + "".join(f"{row[kind]:>16,.0f}" for kind in KINDS)
+        if base:
+            line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in KINDS)
+        print(line)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
