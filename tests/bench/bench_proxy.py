@@ -185,8 +185,9 @@ ROUTE_TARGETS = ("direct", "tailfloor", "nginx")
 
 
 async def route_costs(targets: list[Target], sizes: Sizes) -> dict[str, dict[str, float]]:
-    """c1 p50 and own CPU per request on each of the three model routes: what translating a
-    Responses or Anthropic request costs next to a chat one (nginx and direct for scale)."""
+    """c1 p50 and own CPU per request on each of the three model routes (what translating a
+    Responses or Anthropic request costs next to a chat one) and for an agent-sized chat
+    request (nginx and direct for scale)."""
     out: dict[str, dict[str, float]] = {}
     for route, (path, body) in ROUTES.items():
         for t in targets:

@@ -59,7 +59,8 @@ def _agent_body() -> bytes:
 
 AGENT_BODY = _agent_body()
 ROUTES = {"chat_completions": (CHAT_PATH, BODY), "responses": (b"/v1/responses", RESPONSES_BODY),
-          "messages": (b"/v1/messages", MESSAGES_BODY)}
+          "messages": (b"/v1/messages", MESSAGES_BODY),
+          "agent_sized_chat": (CHAT_PATH, AGENT_BODY)}
 
 
 def request_bytes(body: bytes, headers: bytes = b"", path: bytes = CHAT_PATH) -> bytes:
