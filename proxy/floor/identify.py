@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
-from multidict import CIMultiDict, CIMultiDictProxy
-
 from proxy.policy.records import Identification
 from proxy.transcripts.entries import assistant_text_key, summary_key, user_text_key
 from proxy.wire.boundary import call_ids
@@ -49,7 +47,6 @@ MAX_TOOL_IDS = 16
 CONTENT_KEYS = 8  # newest user and assistant texts looked up besides the latest user text
 _LEADING_SCAN = 3  # messages after the system prompt searched for the summary / Runtime line
 
-_CASELESS = (CIMultiDictProxy, CIMultiDict)
 _AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
@@ -151,9 +148,7 @@ def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[s
              config: Identification | None = None) -> RequestSignals:
     """Read every request-side identification signal; never raises on odd bodies."""
     config = config or Identification()
-    # The configured names are lower case; a server's header map already matches any case.
-    lowered = headers if isinstance(headers, _CASELESS) else {
-        k.lower(): v for k, v in headers.items()}
+    lowered = {k.lower(): v for k, v in headers.items()}
     header_session, header_name = None, None
     for name in config.session_headers:
         header_session = clean_id(lowered.get(name))
