@@ -64,14 +64,11 @@ def is_large(chat: ChatRequest) -> bool:
 def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet, *,
                   windows: LearnedWindows, upstream: str, sessions: SessionFinder | None,
                   signals: RequestSignals | None = None,
-                  ratios: TokenRatios | None = None,
-                  caseless_headers: bool = False) -> RequestContext:
+                  ratios: TokenRatios | None = None) -> RequestContext:
     """Signals, policy, model and session of one request. ``signals`` (a pass over every
-    message) may be computed beforehand, off the event loop, for a large request;
-    ``caseless_headers``: ``headers`` finds a name in any case (a server's header map)."""
+    message) may be computed beforehand, off the event loop, for a large request."""
     if signals is None:
-        signals = identify(chat.agent_id, headers, chat.body, rules.identification,
-                           caseless=caseless_headers)
+        signals = identify(chat.agent_id, headers, chat.body, rules.identification)
     policy = rules.resolve(signals.agent_id, chat.model,
                            signals.session_key or signals.session_id, chat.route)
     spec = rules.model(chat.model)

@@ -145,13 +145,10 @@ def is_cache_warm(body: Mapping[str, Any]) -> bool:
 
 
 def identify(path_agent: str | None, headers: Mapping[str, str], body: Mapping[str, Any],
-             config: Identification | None = None, *, caseless: bool = False
-             ) -> RequestSignals:
-    """Read every request-side identification signal; never raises on odd bodies.
-    ``caseless``: ``headers`` finds a name in any case (the configured names are lower case),
-    so no lower-cased copy of it is made."""
+             config: Identification | None = None) -> RequestSignals:
+    """Read every request-side identification signal; never raises on odd bodies."""
     config = config or Identification()
-    lowered = headers if caseless else {k.lower(): v for k, v in headers.items()}
+    lowered = {k.lower(): v for k, v in headers.items()}
     header_session, header_name = None, None
     for name in config.session_headers:
         header_session = clean_id(lowered.get(name))

@@ -29,7 +29,7 @@ from proxy.context import (
 )
 from proxy.errors import AnswerTooLarge, ProxyError, Rejected
 from proxy.floor.decision import Decision, none
-from proxy.floor.identify import RequestSignals, identify
+from proxy.floor.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
 from proxy.recovery.outcome import ErrorStep, Prepared
 from proxy.recovery.request import RecoveryRequest
@@ -162,15 +162,10 @@ class ChatExchange:
             # Its signals take a pass over every message, off the loop; the session lookup
             # (memory) stays on it, where the fingerprint memory lives.
             signals = await state.offload(identify, chat.agent_id, self.request.headers,
-                                          chat.body, rules.identification, caseless=True)
-
-        def looked_up(signals: RequestSignals | None) -> RequestContext:
-            # aiohttp's header map matches a name in any case: no lower-cased copy of it.
-            return build_context(chat, self.request.headers, rules, windows=state.windows,
-                                 upstream=state.settings.upstream, sessions=state.sessions,
-                                 signals=signals, ratios=state.ratios, caseless_headers=True)
-
-        ctx = looked_up(signals)
+                                          chat.body, rules.identification)
+        ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                            upstream=state.settings.upstream, sessions=state.sessions,
+                            signals=signals, ratios=state.ratios)
         shared = state.shared
         if shared is not None:
             shared.kick()
@@ -179,7 +174,9 @@ class ChatExchange:
                     await shared.facts.pull_print(ctx.print_):
                 # Another replica saw this system prompt and tools: its sessions may be the
                 # predecessor of this new one.
-                ctx = looked_up(ctx.signals)
+                ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                                    upstream=state.settings.upstream, sessions=state.sessions,
+                                    signals=ctx.signals, ratios=state.ratios)
         service = state.transcripts
         if service is None or not runs_ahead(ctx) or not service.active(ACTIVE_WITHIN):
             return ctx
@@ -192,7 +189,9 @@ class ChatExchange:
             if left <= 0 or not await service.next_change(left):
                 break
             changed = True
-            ctx = looked_up(ctx.signals)
+            ctx = build_context(chat, self.request.headers, rules, windows=state.windows,
+                                upstream=state.settings.upstream, sessions=state.sessions,
+                                signals=ctx.signals, ratios=state.ratios)
         outcome = "timeout" if not changed else (
             "identified" if ctx.lineage.identified else "unidentified")
         state.metrics.identification_wait.labels(outcome=outcome).observe(

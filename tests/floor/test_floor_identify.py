@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.floor.identify import (
     RequestSignals,
@@ -163,21 +162,6 @@ def test_signal_precedence_path_then_header_then_runtime() -> None:
     assert found.prompt_cache_key == "k"
     found = identify(None, {}, {**body, "prompt_cache_key": "sess-9:2"})
     assert (found.session_id, found.session_source) == ("sess-9", "prompt_cache_key")
-
-
-@pytest.mark.parametrize("names", [("X-TailFloor-Agent", "X-Session-Affinity"),
-                                   ("x-tailfloor-agent", "x-session-affinity"),
-                                   ("X-TAILFLOOR-AGENT", "Session_Id")])
-def test_a_servers_header_map_is_read_as_it_is(names: tuple[str, str]) -> None:
-    """The server hands aiohttp's case-insensitive headers over without a lowered copy; the
-    signals are those of the same headers lowered by identify itself."""
-    fixture = load("oc96-r03-tool")
-    headers = {**fixture["headers"], names[0]: "from-header", names[1]: "affinity-id:3"}
-    served = CIMultiDictProxy(CIMultiDict(headers))
-    assert identify(None, served, fixture["body"], caseless=True) == \
-        identify(None, headers, fixture["body"])
-    found = identify(None, served, fixture["body"], caseless=True)
-    assert (found.agent_id, found.session_id) == ("from-header", "affinity-id")
 
 
 def test_user_prefix_and_runtime_suffix_are_stripped() -> None:
