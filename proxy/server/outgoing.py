@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from proxy.floor.decision import Decision
-from proxy.model import Draft, UsageAdjustment
+from proxy.model import Draft
 from proxy.recovery.outcome import Compaction, ErrorStep
 from proxy.recovery.output import OutputClamp
+from proxy.wire.usage import UsageAdjustment
 
 __all__ = ["Outgoing"]
 

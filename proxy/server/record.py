@@ -13,9 +13,9 @@ from typing import Any
 
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
-from proxy.model import Usage
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
+from proxy.wire.usage import Usage
 
 __all__ = ["Recorder"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from proxy.model import Usage, UsageAdjustment
 from proxy.wire.dialect import Dialect
 from proxy.wire.stream import DONE, event_data
+from proxy.wire.usage import Usage, UsageAdjustment
 
 _INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*"')
 # Responses and Anthropic events that say how a stream is going: usage, an error, the end.

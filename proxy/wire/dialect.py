@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from proxy.model import Usage, UsageAdjustment
 from proxy.wire.content import content_text
+from proxy.wire.usage import Usage, UsageAdjustment
 
 __all__ = ["SYSTEM", "Dialect", "EventFacts", "Translation", "matched_runs", "opaque",
            "output_limit"]

@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 
-from proxy.model import Usage, UsageAdjustment
 from proxy.wire.content import content_text
 from proxy.wire.dialect import (
     SYSTEM,
@@ -26,6 +25,7 @@ from proxy.wire.dialect import (
     split_system,
     with_usage,
 )
+from proxy.wire.usage import Usage, UsageAdjustment
 
 __all__ = ["RESPONSES"]
 

@@ -6,9 +6,10 @@ import asyncio
 
 import orjson
 
-from proxy.model import AnswerSeen, ChatRequest, Draft, Usage
+from proxy.model import AnswerSeen, ChatRequest, Draft
 from proxy.recovery.locks import SessionLocks
 from proxy.upstream.stream_options import StreamOptionsMemory, names_stream_options
+from proxy.wire.usage import Usage
 
 
 def test_usage_that_is_not_reported_is_none_not_zero() -> None:

@@ -8,8 +8,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.model import Usage, UsageAdjustment, with_stream_usage
+from proxy.model import with_stream_usage
 from proxy.server.sse import StreamScanner, read_body_usage
+from proxy.wire.usage import Usage, UsageAdjustment
 from tests.fake_upstream import Reply, _sse_chunks
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.model import ChatRequest, UsageAdjustment
+from proxy.model import ChatRequest
 from proxy.wire.anthropic import MESSAGES
 from proxy.wire.responses import RESPONSES
+from proxy.wire.usage import UsageAdjustment
 
 SUMMARY = {"role": "user", "content": "The conversation history before this point was "
            "compacted into the following summary:\n<summary>\nWe fixed the parser.\n</summary>"}
