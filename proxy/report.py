@@ -118,7 +118,10 @@ class RequestReport:
     usage: Usage | None = None  # as the upstream reported it (before any adjustment)
     finish_reason: str | None = None
     window: int | None = None
-    # What was sent, by reference (see the module docstring)
+    # What was sent, by reference (see the module docstring): the chat body the last attempt
+    # sent (the bytes the stages made; for a dialect request before it was rendered) and its
+    # parsed messages.
+    body: bytes | None = None
     messages: tuple[dict[str, Any], ...] | list[Any] | None = None
     origins: tuple[Origin, ...] | None = None
     traceparent: str | None = None  # what the client sent, when it was valid
