@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.demo.processes import stop_process, wait_until_ready
+from tests.evidence import Evidence
 from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +96,23 @@ class ProxyProcess:
     def stop(self) -> None:
         stop_process(self.proc)
         self._log.close()
+
+
+@pytest.fixture
+def evidence(request: pytest.FixtureRequest) -> Evidence:
+    """Sources a live test registers; written out and summarised only when it fails."""
+    return Evidence(request.node.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    found = getattr(item, "funcargs", {}).get("evidence")
+    if report.failed and isinstance(found, Evidence) and found.sources:
+        _, lines = found.write()
+        report.sections.append(("evidence", "\n".join(lines)))
 
 
 @pytest.fixture(scope="module")

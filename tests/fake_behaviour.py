@@ -11,7 +11,9 @@ drive real agents (Pi, OpenClaw) through tool calls, compaction and overflow.
   context_length_exceeded 400 (summarization requests are exempt unless ``strict``);
 - with ``overflow_word`` set, a request whose current turn says it and whose size (the usage
   measure below) exceeds ``window_tokens`` gets that 400 naming ``window_tokens``: one turn of
-  one session overflows while the other sessions of the same fake go on.
+  one session overflows while the other sessions of the same fake go on. ``overflow_windows``
+  does the same per word, each with its own window: a test sizes each from what the agent
+  really sent before (``window_for``), never from a constant fitted to today's prompt.
 
 Usage is reported from the request size, (len(messages JSON) + len(tools JSON)) / 4, so agents
 see their context grow the way they would with a real model.
@@ -20,7 +22,7 @@ see their context grow the way they would with a real model.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -35,7 +37,8 @@ class AgentBehaviour:
     max_chars: int = 0
     strict: bool = False
     overflow_word: str = ""
-    window_tokens: int = 8192
+    window_tokens: int = 8192  # also the window the max_chars error names
+    overflow_windows: dict[str, int] = field(default_factory=dict)
     summary_delay: float = 0.0  # seconds a summarization call waits before its answer
     reasoning: bool = False  # default answers carry reasoning (Responses/Anthropic dialects)
 
@@ -84,6 +87,17 @@ def size_usage(payload: dict[str, Any], completion_text: str) -> dict[str, int]:
     completion = max(1, len(completion_text) // 4)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
+
+
+def window_for(sizes: list[int], growth: int | None = None) -> int:
+    """A window the next request of a conversation overflows and a compacted retry fits: half
+    a turn above the last request's size (``sizes``: the usage measure of its requests so far,
+    in order; ``growth``: what one turn adds, by default the last turn's)."""
+    if growth is None:
+        growth = sizes[-1] - sizes[-2] if len(sizes) > 1 else 0
+    if growth <= 0:
+        raise ValueError(f"no growth between the requests {sizes[-2:]} to size a window from")
+    return sizes[-1] + growth // 2
 
 
 def overflow_error(chars: int, window: int = 8192, tokens: int = 9000) -> dict[str, Any]:

@@ -265,24 +265,38 @@ class FakeUpstream:
         await response.write_eof()
         return response
 
+    def _overflow(self, payload: dict[str, Any], messages: list[dict[str, Any]],
+                  summarizing: bool) -> Reply | None:
+        """The context-length error the behaviour calls for, if any."""
+        behaviour = self.behaviour
+        if behaviour is None:
+            return None
+        words = dict(behaviour.overflow_windows)
+        if behaviour.overflow_word:
+            words.setdefault(behaviour.overflow_word, behaviour.window_tokens)
+        turn = fb.current_turn_text(messages) if words and not summarizing else ""
+        for word, window in words.items():
+            if word in turn:
+                size = fb.size_usage(payload, "")["prompt_tokens"]
+                if size > window:
+                    return Reply(status=400, error=fb.overflow_error(
+                        fb.total_chars(messages), window, size))
+        if behaviour.max_chars and (not summarizing or behaviour.strict):
+            chars = fb.total_chars(messages)
+            if chars > behaviour.max_chars:
+                size = fb.size_usage(payload, "")["prompt_tokens"]
+                return Reply(status=400, error=fb.overflow_error(
+                    chars, behaviour.window_tokens, size))
+        return None
+
     def _default_reply(self, payload: dict[str, Any]) -> Reply:
         messages = payload.get("messages") or []
         last = messages[-1] if messages else {}
         sized = self.behaviour is not None
         summarizing = fb.is_summarization(messages)
-        word = self.behaviour.overflow_word if self.behaviour is not None else ""
-        if word and not summarizing and word in fb.current_turn_text(messages):
-            window = self.behaviour.window_tokens if self.behaviour is not None else 0
-            size = fb.size_usage(payload, "")["prompt_tokens"]
-            if size > window:
-                return Reply(status=400, error=fb.overflow_error(fb.total_chars(messages),
-                                                                 window, size))
-        if self.behaviour is not None and self.behaviour.max_chars and (
-                not summarizing or self.behaviour.strict):
-            chars = fb.total_chars(messages)
-            if chars > self.behaviour.max_chars:
-                size = fb.size_usage(payload, "")["prompt_tokens"]
-                return Reply(status=400, error=fb.overflow_error(chars, tokens=size))
+        overflow = self._overflow(payload, messages, summarizing)
+        if overflow is not None:
+            return overflow
         if (payload.get("max_completion_tokens") or payload.get("max_tokens")) == 1:
             reply = Reply(text="O")  # a cache-warming request: one token, then the cap
         elif summarizing:

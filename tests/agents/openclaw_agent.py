@@ -94,6 +94,40 @@ def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
     }
 
 
+TEMPLATES = ENTRY.parent / "docs/reference/templates"
+# What a completed first run leaves in the workspace: the persona files from OpenClaw's own
+# templates, an IDENTITY.md filled in, and the memory directory. BOOTSTRAP.md is absent, so
+# OpenClaw records the setup as complete at start and never sends the file: its whole text
+# (8.5 KB) rode in every system prompt until OpenClaw removed it mid-run, and the prompt
+# shrank under the test's feet.
+PERSONA_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
+IDENTITY = """# IDENTITY.md - Who Am I?
+
+- **Name:** Testbot
+- **Creature:** a test agent
+- **Vibe:** terse
+- **Emoji:** 🧪
+"""
+
+
+def bootstrapped_workspace(workspace: Path) -> None:
+    """Fill ``workspace`` as OpenClaw leaves it after its bootstrap run."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    for name in PERSONA_FILES:
+        text = (TEMPLATES / name).read_text()
+        if text.startswith("---\n"):  # front matter: OpenClaw strips it when it writes one
+            text = text.split("\n---\n", 1)[1].lstrip()
+        (workspace / name).write_text(text)
+    (workspace / "IDENTITY.md").write_text(IDENTITY)
+    (workspace / "memory").mkdir(exist_ok=True)
+
+
+def workspace_files(workspace: Path) -> dict[str, int]:
+    """Every file of the workspace (outside .git) with its size: what the prompt may hold."""
+    return {str(p.relative_to(workspace)): p.stat().st_size for p in sorted(workspace.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(workspace).parts}
+
+
 # Fixed places OpenClaw writes whatever HOME and TMPDIR say: its lock files and the directory
 # of its default log (created at start even when logging.file points elsewhere).
 FIXED_DIRS = (Path(f"/tmp/openclaw-state-locks-{os.getuid()}"), Path("/tmp/openclaw"))
@@ -114,7 +148,12 @@ class Gateway:
         self.home = home
         self.state = home / ".openclaw"
         self.state.mkdir(parents=True, exist_ok=True)
-        (home / "project").mkdir(exist_ok=True)
+        self.workspace = home / "project"
+        # The default agent works in the workspace itself, every other in a directory of its
+        # own under it (OpenClaw seeds each on its first run).
+        for i, agent in enumerate(agents):
+            bootstrapped_workspace(self.workspace if i == 0 else self.workspace / agent.id)
+        self.workspace_at_start = workspace_files(self.workspace)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (self.state / "openclaw.json").write_text(json.dumps(

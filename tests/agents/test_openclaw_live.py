@@ -9,7 +9,9 @@ Per run: turns until OpenClaw compacts (threshold compaction, its default), then
 min(N, available) raw messages equal to the transcript's, contiguous, ending with the new
 prompt, tool pairs intact); ``sessions.reset`` then turns (the carry: the old segment's last
 messages, as the transcript holds them, before the new segment's own); an overflow that
-tailfloor recovers without OpenClaw seeing the error. At the end every run's session
+tailfloor recovers without OpenClaw seeing the error (the fake refuses that turn over a
+window sized from the session's own previous requests, as the fake measured them, so no
+size of OpenClaw's prompt is built into the test). At the end every run's session
 goes idle past ``session.reset.idleMinutes`` and rolls over to a new session id; its first
 request carries the previous session's tail, completing OpenClaw's own six-message replay
 rather than repeating it.
@@ -35,10 +37,17 @@ import orjson
 import pytest
 import zstandard
 
-from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway
+from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway, workspace_files
 from tests.agents.test_pi_live_floor import check_carry, entry_raw, pairs_intact
 from tests.conftest import ProxyProcess
-from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, text_of
+from tests.evidence import Evidence
+from tests.fake_behaviour import (
+    AgentBehaviour,
+    is_summarization,
+    size_usage,
+    text_of,
+    window_for,
+)
 from tests.fake_upstream import FakeUpstream
 
 AGENTS = [Agent("main"), Agent("aff", affinity=True)]
@@ -55,10 +64,6 @@ margin = 0.3
 """
 RUNS = 3
 OVERFLOW_WORD = "OVERFLOW_NOW"
-# The fake's own measure of OpenClaw's fixed prompt is ~12.9k tokens and OpenClaw compacts
-# at ~21k: a window between them overflows before OpenClaw would compact, and leaves room
-# for what tailfloor keeps (the fixed prompt at a 0.3 margin, a summary, the current turn).
-OVERFLOW_WINDOW = 18500
 RUNTIME = re.compile(r"Runtime: agent=\S+ \| session=(\S+) \| sessionId=(\S+)")
 PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]]*\] ")
 INTERNAL = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
@@ -185,9 +190,9 @@ def live(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
     (rules / "floor.toml").write_text(RULES)
     (home / ".openclaw").mkdir()
     fake.reset()
-    fake.behaviour = AgentBehaviour(overflow_word=OVERFLOW_WORD, window_tokens=OVERFLOW_WINDOW)
+    fake.behaviour = AgentBehaviour()
     proxy = ProxyProcess(fake.url, "--sessions", str(home / ".openclaw"), "--rules", str(rules),
-                         "--access-log")
+                         "--access-log", "--log-level", "DEBUG")
     gateway = None
     try:
         gateway = Gateway(home, proxy.url, AGENTS, idle_minutes=1, models=tuple(
@@ -206,6 +211,21 @@ def overflow_model(agent: Agent, run: int) -> str:
     return f"fake-over-{agent.id}-{run}"
 
 
+def overflow_word(agent: Agent, run: int) -> str:
+    return f"{OVERFLOW_WORD}_{agent.id}_{run}"
+
+
+def main_sizes(fake: FakeUpstream, key: str) -> list[int]:
+    """The fake's measure of each main request of session ``key`` so far, in order."""
+    sizes = []
+    for received in list(fake.chat_requests()):
+        body = orjson.loads(received.body)
+        found = session_of(body)
+        if found is not None and found[0] == key and not is_summarization(body["messages"]):
+            sizes.append(size_usage(body, "")["prompt_tokens"])
+    return sizes
+
+
 def ask(gateway: Gateway, run: Run, text: str) -> str:
     answer = gateway.turn(run.agent.id, run.key, text, model=run.model)
     run.last_turn = time.monotonic()
@@ -213,7 +233,8 @@ def ask(gateway: Gateway, run: Run, text: str) -> str:
     return str(answer["choices"][0]["message"]["content"])
 
 
-def drive(gateway: Gateway, agent: Agent, lock: threading.Lock) -> list[Run]:
+def drive(gateway: Gateway, fake: FakeUpstream, agent: Agent, lock: threading.Lock
+          ) -> list[Run]:
     """Three runs of one agent, one after the other."""
     runs = []
     for r in range(RUNS):
@@ -240,33 +261,82 @@ def drive(gateway: Gateway, agent: Agent, lock: threading.Lock) -> list[Run]:
         for i in range(5):
             ask(gateway, over, f"A LONG_REPLY please ({i}) {tag}")
         over.compacted_id = gateway.session_id(agent.id, over.key)
+        # Half a turn above what this session really sent last: the next turn overflows, and
+        # a compacted retry of it fits, whatever OpenClaw's prompt weighs today.
+        word = overflow_word(agent, r)
+        sizes = main_sizes(fake, over.key)
+        assert fake.behaviour is not None
+        fake.behaviour.overflow_windows[word] = window_for(sizes)
         run.notes["overflow"] = over
+        run.notes["overflow_window"] = fake.behaviour.overflow_windows[word]
         run.notes["overflow_answer"] = ask(
-            gateway, over, f"{OVERFLOW_WORD}: a question that overflows {tag}.")
+            gateway, over, f"{word}: a question that overflows {tag}.")
         runs.append(run)
     return runs
 
 
 def test_openclaw_live_floor_carry_rollover_and_overflow(
-        live: tuple[FakeUpstream, ProxyProcess, Gateway]) -> None:
+        live: tuple[FakeUpstream, ProxyProcess, Gateway], evidence: Evidence) -> None:
     fake, proxy, gateway = live
+    evidence.add_fake(fake)
+    evidence.add("tailfloor.log", proxy.logs)
+    evidence.add("gateway.log", gateway.logs)
+    evidence.add("store-events.json", lambda: dump_store(gateway.state))
+    evidence.add("workspace.json", lambda: orjson.dumps(
+        {"at_start": gateway.workspace_at_start, "now": workspace_files(gateway.workspace)}))
     lock = threading.Lock()
     with ThreadPoolExecutor(len(AGENTS)) as pool:
-        runs = [run for done in pool.map(lambda a: drive(gateway, a, lock), AGENTS)
+        runs = [run for done in pool.map(lambda a: drive(gateway, fake, a, lock), AGENTS)
                 for run in done]
-    for run in runs:  # idle past idleMinutes = 1, then the next turn rolls the session over
+    for run in runs:
+        # OpenClaw's idle reset is a wall clock of whole minutes (idleMinutes = 1): nothing
+        # to await but the time itself; the rollover check below says if it did not happen.
         time.sleep(max(0.0, run.last_turn + 62 - time.monotonic()))
         ask(gateway, run, f"{ROLLOVER} [{run.agent.id} run {run.run}].")
     received = [{"headers": {str(k): str(v) for k, v in r.headers.items()}, "body": r.json()}
                 for r in fake.chat_requests()]
     (gateway.home / "traffic.json").write_bytes(orjson.dumps(received))
     traffic = Traffic(received)
+    check_prompt_stable(gateway, traffic, runs)
     report: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         report.setdefault(run.agent.id, []).append(check_run(gateway.state, traffic, run))
     overflows = sum("overflow" in run.notes for run in runs)
     assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == overflows
     print(f"\nOpenClaw {OPENCLAW_VERSION} live, per agent, per run: {report}")
+
+
+def dump_store(state: Path) -> bytes:
+    """Every session's transcript events from OpenClaw's databases (read-only)."""
+    out: dict[str, Any] = {}
+    for db_path in sorted(state.glob("agents/*/agent/openclaw-agent.sqlite")):
+        agent = db_path.parent.parent.name
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+        try:
+            ids = [row[0] for row in db.execute(
+                "SELECT DISTINCT session_id FROM transcript_events")]
+        finally:
+            db.close()
+        out[agent] = {sid: store_events(state, agent, sid) for sid in ids}
+    return orjson.dumps(out, option=orjson.OPT_INDENT_2)
+
+
+def check_prompt_stable(gateway: Gateway, traffic: Traffic, runs: list[Run]) -> None:
+    """OpenClaw's system prompt weighs the same on every main request of a session: the
+    test's sizes are measured per session, and a prompt that changes mid-run (a workspace
+    file appearing or going) would change what it measured. Says which file changed."""
+    keys = [run.key for run in runs] + [run.notes["overflow"].key for run in runs]
+    for key in keys:
+        lengths = sorted({len(text_of(item["body"]["messages"][0].get("content")))
+                          for item, _sid in traffic.of(key)
+                          if not is_summarization(item["body"]["messages"])})
+        if len(lengths) > 1:
+            before, now = gateway.workspace_at_start, workspace_files(gateway.workspace)
+            changed = sorted(name for name in before.keys() | now.keys()
+                             if before.get(name) != now.get(name))
+            raise AssertionError(f"{key}: OpenClaw's system prompt changed length mid-run "
+                                 f"{lengths}; workspace files changed since the start: "
+                                 f"{changed}")
 
 
 def check_run(state: Path, traffic: Traffic, run: Run) -> dict[str, Any]:
@@ -295,7 +365,8 @@ def check_run(state: Path, traffic: Traffic, run: Run) -> dict[str, Any]:
     seen: dict[str, Any] = {"floor": floor, "carry": carry, "rollover": rollover}
     if "overflow" in run.notes:
         seen["overflow"] = check_overflow(state, traffic, run.notes["overflow"],
-                                          run.notes["overflow_answer"])
+                                          run.notes["overflow_answer"],
+                                          run.notes["overflow_window"])
     return seen
 
 
@@ -313,7 +384,8 @@ def check_floor(sent: list[dict[str, Any]], old: list[tuple[str, str]], n: int,
     return len(ours)
 
 
-def check_overflow(state: Path, traffic: Traffic, over: Run, answer: str) -> str:
+def check_overflow(state: Path, traffic: Traffic, over: Run, answer: str, window: int
+                   ) -> str:
     """The overflowing request (over the fake's window), one summary, one retry that fits;
     OpenClaw got a model answer and never compacted or saw an error."""
     bodies = [item["body"] for item, _sid in traffic.of(over.key)]
@@ -322,11 +394,14 @@ def check_overflow(state: Path, traffic: Traffic, over: Run, answer: str) -> str
               and not is_summarization(b["messages"])]
     assert len(tagged) == 2, f"{over.key}: {len(tagged)} requests of the overflowing turn"
     first, retry = tagged
-    assert sizes[first] > OVERFLOW_WINDOW >= sizes[retry], f"{over.key}: sizes {sizes}"
-    assert [is_summarization(b["messages"]) for b in bodies[first + 1:retry]] == [True]
+    assert sizes[first] > window >= sizes[retry], f"{over.key}: sizes {sizes}, window {window}"
+    # One summary: one call, or one per chunk when the material outgrows the summarizing
+    # model's window (the window here is sized from the session, so either may happen).
+    between = [is_summarization(b["messages"]) for b in bodies[first + 1:retry]]
+    assert between and all(between), f"{over.key}: between the overflow and its retry {between}"
     assert "<summary>" in text_of(conversation(bodies[retry])[0].get("content"))
     assert answer.startswith("Fake reply #"), f"{over.key}: OpenClaw was answered {answer!r}"
     assert compactions(state, over.agent.id, over.compacted_id) == 0, over.key
     stored = store_segments(state, over.agent.id, over.compacted_id)[0]
     assert stored[-1] == ("assistant", answer + "|"), f"{over.key}: {stored[-1]}"
-    return f"{sizes[first]} -> {sizes[retry]} tokens"
+    return f"{sizes[first]} -> {sizes[retry]} tokens (window {window})"
