@@ -21,7 +21,9 @@ import pytest
 
 from tests.agents.pi_agent import PI_LATEST, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
+from tests.agents.sizing import PiPrompts
 from tests.conftest import ProxyProcess
+from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
 
@@ -37,6 +39,7 @@ margin = 0.3
 WARMING_MODEL = {"promptCache": {"short": 11},
                  "cost": {"input": 1000, "output": 1000, "cacheRead": 1, "cacheWrite": 0}}
 IDLE = 2.6  # seconds: two refreshes
+ROOM_TOKENS = 14650  # above Pi's measured fixed prompt: it compacts after a few long replies
 
 
 def _turns(rpc: PiRpc, run: int) -> None:
@@ -63,19 +66,25 @@ def _kind(body: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("affinity", [False, True], ids=["default", "affinity"])
 def test_cache_warms_get_the_rewrite_of_the_request_they_repeat(
-        fake: FakeUpstream, tmp_path: Path, affinity: bool) -> None:
+        fake: FakeUpstream, tmp_path: Path, affinity: bool, pi_prompt: PiPrompts,
+        evidence: Evidence) -> None:
+    window = pi_prompt(PI_LATEST).tokens + ROOM_TOKENS
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "floor.toml").write_text(RULES)
     root = tmp_path / "sessions"
     root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules))
+    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
+                         "--log-level", "DEBUG")
+    evidence.add_fake(fake)
+    evidence.add("tailfloor.log", proxy.logs)
+    evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
     seen = []
     try:
         for run in range(3):
             fake.reset()
             fake.behaviour = AgentBehaviour()
-            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=16000,
+            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=window,
                          reserve_tokens=11500, keep_recent_tokens=800,
                          affinity_headers=affinity, pi=release(PI_LATEST),
                          settings={"cacheWarming": "idle"}, model_extra=WARMING_MODEL)

@@ -11,7 +11,8 @@ import pytest
 
 from proxy.floor.identify import identify
 from proxy.floor.restore import is_counted
-from tests.agents.pi_agent import PiAgent
+from tests.agents.pi_agent import PI_VERSION, PiAgent
+from tests.agents.sizing import PiPrompts
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
@@ -31,6 +32,8 @@ margin = 0.3
 TURNS = ["Turn one: hello", "Turn two: USE_TOOL:bash", "Turn three: LONG_REPLY please",
          "Turn four: LONG_REPLY again", "Turn five: LONG_REPLY once more",
          "Turn six: LONG_REPLY and more", "Turn seven: short"]
+# Pi's window: its fixed prompt (measured) plus this; Pi compacts 1500 (its reserve) below.
+ROOM_TOKENS = 4650
 
 
 def compactions(pi: PiAgent) -> int:
@@ -75,11 +78,12 @@ def drive(pi: PiAgent, fake: FakeUpstream) -> int:
 
 
 def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
-                                        tmp_path: Path) -> None:
+                                        tmp_path: Path, pi_prompt: PiPrompts) -> None:
     proxy, home = floor_proxy
+    window = pi_prompt(PI_VERSION).tokens + ROOM_TOKENS
     fake.reset()
     fake.behaviour = AgentBehaviour()
-    pi = PiAgent(home, proxy.url + "/v1")
+    pi = PiAgent(home, proxy.url + "/v1", context_window=window)
     turns = drive(pi, fake)
     assert compactions(pi) >= 1, "Pi never compacted: make the turns longer"
     after = main_requests(fake)[-1]
@@ -110,7 +114,7 @@ def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
     # The same turns straight to the fake: Pi compacts at least as often without tailfloor.
     fake.reset()
     fake.behaviour = AgentBehaviour()
-    direct = PiAgent(tmp_path / "direct", fake.url + "/v1")
+    direct = PiAgent(tmp_path / "direct", fake.url + "/v1", context_window=window)
     for message in TURNS[:turns]:
         direct.turn(message)
     print(f"compactions over {turns} turns: behind tailfloor {compactions(pi)}, "

@@ -23,7 +23,9 @@ import pytest
 
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
+from tests.agents.sizing import PiPrompts
 from tests.conftest import ProxyProcess
+from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
 
@@ -44,6 +46,10 @@ TEXT_TURNS = ["Hello, a first turn.", "USE_TOOL:bash run one early command",
 TOOL_TURNS = ["Hello, a first turn.", "A LONG_REPLY please (1)",
               *(f"USE_TOOL:bash BIG_OUTPUT command {i}" for i in range(40))]
 FILLERS = 14
+# Pi's window: its fixed prompt (measured per release) plus this; with a reserve of 11,500 it
+# compacts about 3,150 tokens of conversation in, whatever its prompt weighs.
+ROOM_TOKENS = 14650
+RESERVE = 11500
 NEW_SESSION = ["A new session starts here.", "And goes on for a turn."]
 AFTER = "The first question after the compaction."
 # Affinity headers make identification exact, so the larger floor runs in Pi's default
@@ -146,8 +152,10 @@ def check_carry(messages: list[dict[str, Any]], before: list[tuple[str, str]],
                          ids=[f"pi{v}-{t}-N{n}-{'affinity' if a else 'default'}"
                               for v, t, n, a in SCENARIOS])
 def test_the_first_request_after_pi_compacts_holds_the_floor(
-        fake: FakeUpstream, tmp_path: Path, scenario: tuple[str, str, int, bool]) -> None:
+        fake: FakeUpstream, tmp_path: Path, scenario: tuple[str, str, int, bool],
+        pi_prompt: PiPrompts, evidence: Evidence) -> None:
     version, tail, n, affinity = scenario
+    window = pi_prompt(version).tokens + ROOM_TOKENS
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "floor.toml").write_text(RULES.format(n=n))
@@ -155,14 +163,17 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
     root.mkdir()
     proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
                          "--log-level", "DEBUG")
+    evidence.add_fake(fake)
+    evidence.add("tailfloor.log", proxy.logs)
+    evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
     results: list[list[int]] = []
     carried: list[list[int]] = []
     try:
         for run in range(3):
             fake.reset()
             fake.behaviour = AgentBehaviour()
-            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=16000,
-                         reserve_tokens=11500, keep_recent_tokens=800,
+            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=window,
+                         reserve_tokens=RESERVE, keep_recent_tokens=800,
                          affinity_headers=affinity, pi=release(version))
             pi.sessions = root / f"run{run}"
             pi.sessions.mkdir()

@@ -9,11 +9,19 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.pi_agent import PiAgent
+from tests.agents.pi_agent import PI_VERSION, PiAgent
+from tests.agents.sizing import PiPrompts
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, size_usage, total_chars
 from tests.fake_upstream import FakeUpstream
 from tests.recovery.conversation import rules_dir
+
+# Room above Pi's own fixed prompt (measured per release), in the fake's measures: two turns
+# with long replies fit under ROOM_CHARS of text, a third does not; ROOM_TOKENS above the
+# fixed prompt is a window Pi does not compact in before the large paste.
+ROOM_CHARS = 7600
+ROOM_TOKENS = 6800
+PASTE_ROOM_CHARS = 25600
 
 
 @pytest.fixture
@@ -55,8 +63,8 @@ def assistant_texts(pi: PiAgent) -> list[str]:
 
 
 def test_pi_never_sees_the_overflow(tailfloor: ProxyProcess, clean_fake: FakeUpstream,
-                                    tmp_path: Path) -> None:
-    max_chars = 10000
+                                    tmp_path: Path, pi_prompt: PiPrompts) -> None:
+    max_chars = pi_prompt(PI_VERSION).chars + ROOM_CHARS
     clean_fake.behaviour = AgentBehaviour(max_chars=max_chars)
     pi = PiAgent(tmp_path / "pi", tailfloor.url + "/v1", context_window=100000)
     pi.turn("Turn one: LONG_REPLY please")
@@ -84,13 +92,17 @@ def test_pi_never_sees_the_overflow(tailfloor: ProxyProcess, clean_fake: FakeUps
 
 
 def test_pi_keeps_a_good_answer_when_its_window_equals_the_upstreams(
-        tailfloor: ProxyProcess, clean_fake: FakeUpstream, tmp_path: Path) -> None:
-    """Pi's window = the upstream's (the fake says 8192 tokens). The recovered answer's usage
-    is that of Pi's full history, above 8192; capped at 8191 Pi takes it as a normal answer
-    and compacts on its threshold instead of discarding it as a silent overflow."""
-    max_chars = 28000
-    clean_fake.behaviour = AgentBehaviour(max_chars=max_chars)
-    pi = PiAgent(tmp_path / "pi", tailfloor.url + "/v1", context_window=8192)
+        tailfloor: ProxyProcess, clean_fake: FakeUpstream, tmp_path: Path,
+        pi_prompt: PiPrompts) -> None:
+    """Pi's window = the upstream's (the window the fake's error names). The recovered
+    answer's usage is that of Pi's full history, above the window; capped one below it Pi
+    takes it as a normal answer and compacts on its threshold instead of discarding it as a
+    silent overflow."""
+    prompt = pi_prompt(PI_VERSION)
+    window = prompt.tokens + ROOM_TOKENS
+    max_chars = prompt.chars + PASTE_ROOM_CHARS
+    clean_fake.behaviour = AgentBehaviour(max_chars=max_chars, window_tokens=window)
+    pi = PiAgent(tmp_path / "pi", tailfloor.url + "/v1", context_window=window)
     pi.turn("Turn one: LONG_REPLY please")
     pi.turn("Turn two: LONG_REPLY again")
     big = "Turn three, a large paste: " + "The quick brown fox jumps over the lazy dog. " * 500
@@ -98,15 +110,15 @@ def test_pi_keeps_a_good_answer_when_its_window_equals_the_upstreams(
     assert answer.startswith("Fake reply")
     # the fake's own measure of the request Pi sent is above the window
     over = next(r for r in clean_fake.chat_requests() if b"a large paste" in r.body)
-    assert size_usage(orjson.loads(over.body), "")["prompt_tokens"] > 8192
-    # Pi got the answer with prompt tokens 8191, kept it, and compacted on its threshold (its
-    # own summarization call) without sending the turn again
+    assert size_usage(orjson.loads(over.body), "")["prompt_tokens"] > window
+    # Pi got the answer with prompt tokens one below the window, kept it, and compacted on its
+    # threshold (its own summarization call) without sending the turn again
     assert upstream_log(clean_fake, max_chars) == ["ok", "ok", "over", "summary", "ok",
                                                    "summary"]
     last = [e["message"] for e in pi.entries() if e.get("type") == "message"][-1]
     assert isinstance(last, dict) and last["role"] == "assistant"
     assert last["stopReason"] == "stop"
-    assert last["usage"]["input"] + last["usage"]["cacheRead"] == 8191
+    assert last["usage"]["input"] + last["usage"]["cacheRead"] == window - 1
     assert assistant_texts(pi)[-1] == answer.strip()
     assert [e["type"] for e in pi.entries()][-1] == "compaction"
     assert not errors_in(pi)
