@@ -38,11 +38,24 @@ margin = 0.3
 """
 WARMING_MODEL = {"promptCache": {"short": 11},
                  "cost": {"input": 1000, "output": 1000, "cacheRead": 1, "cacheWrite": 0}}
-IDLE = 2.6  # seconds: two refreshes
+WARMS = 2  # refreshes awaited while Pi sits idle
+WARM_WAIT = 20.0  # seconds they may take at most (Pi refreshes about once a second here)
 ROOM_TOKENS = 14650  # above Pi's measured fixed prompt: it compacts after a few long replies
 
 
-def _turns(rpc: PiRpc, run: int) -> None:
+def _idle_until_warmed(fake: FakeUpstream) -> None:
+    """Pi sits idle until it has refreshed the cache WARMS times (the fake saw them)."""
+    def warms() -> int:
+        return sum(_kind(orjson.loads(r.body)) == "warm" for r in list(fake.chat_requests()))
+    target = warms() + WARMS
+    deadline = time.monotonic() + WARM_WAIT
+    while warms() < target:
+        assert time.monotonic() < deadline, \
+            f"Pi sent {warms() - target + WARMS} of {WARMS} cache warms in {WARM_WAIT} s"
+        time.sleep(0.05)
+
+
+def _turns(rpc: PiRpc, fake: FakeUpstream, run: int) -> None:
     rpc.prompt(f"Hello, a first turn [run {run}].")
     for i in range(12):
         if rpc.prompt(f"A LONG_REPLY please ({i}) [run {run}]"):
@@ -50,11 +63,11 @@ def _turns(rpc: PiRpc, run: int) -> None:
     else:
         raise AssertionError("Pi never compacted")
     rpc.prompt(f"The first question after the compaction [run {run}].")
-    time.sleep(IDLE)
+    _idle_until_warmed(fake)
     rpc.prompt(f"A second question after the compaction [run {run}].")
     rpc.new_session()
     rpc.prompt(f"A new session starts here [run {run}].")
-    time.sleep(IDLE)
+    _idle_until_warmed(fake)
     rpc.prompt(f"And goes on [run {run}].")
 
 
@@ -92,7 +105,7 @@ def test_cache_warms_get_the_rewrite_of_the_request_they_repeat(
             pi.sessions.mkdir()
             rpc = PiRpc(pi)
             try:
-                _turns(rpc, run)
+                _turns(rpc, fake, run)
             finally:
                 rpc.close()
             bodies = [orjson.loads(r.body) for r in fake.chat_requests()]
