@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.floor.identify import RequestSignals, identify
-from proxy.floor.lineage import Lineage, Tenant
-from proxy.floor.sessions import SessionFinder
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.identity.identify import RequestSignals, identify
+from proxy.identity.lineage import Lineage, Tenant
+from proxy.identity.sessions import SessionFinder
 from proxy.model import ChatRequest
 from proxy.policy.records import ModelSpec, Policy, RuleSet
-from proxy.recovery.windows import LearnedWindows, TokenRatios
 
 __all__ = ["LARGE_BYTES", "LARGE_MESSAGES", "RequestContext", "build_context", "is_large"]
 

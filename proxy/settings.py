@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from proxy.shared.config import StoreURL, parse_store_url
+from proxy.replicas.config import StoreURL, parse_store_url
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"

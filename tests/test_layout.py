@@ -21,17 +21,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proxy"
 MAX_LINES = 400
 PURE = [
     "wire/*.py",
-    "floor/decision.py", "floor/identify.py", "floor/lineage.py", "floor/restore.py",
-    "floor/carry.py", "floor/style.py", "floor/fingerprints.py", "floor/sessions.py",
+    "floor/decision.py", "identity/*.py", "floor/restore.py",
+    "floor/carry.py", "floor/style.py",
     "recovery/plan.py", "recovery/detect.py", "recovery/patterns.py", "recovery/silent.py",
-    "recovery/fingerprint.py", "recovery/request.py", "recovery/outcome.py",
-    "recovery/windows.py", "recovery/output.py", "recovery/compaction.py",
+    "recovery/message_chain.py", "recovery/request.py", "recovery/outcome.py",
+    "facts/*.py", "recovery/output.py", "recovery/compacted.py",
     "recovery/summarize/prompt.py",
     "recovery/summarize/chunks.py",
     "recovery/summarize/response.py",
     "transcripts/catalog.py", "transcripts/entries.py", "transcripts/view.py",
     "transcripts/index.py", "transcripts/records.py", "transcripts/render.py",
-    "transcripts/state.py", "transcripts/ordering.py", "shared/health.py",
+    "transcripts/state.py", "transcripts/ordering.py", "replicas/health.py",
     "context.py", "model.py", "errors.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",

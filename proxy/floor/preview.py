@@ -14,14 +14,14 @@ from typing import Any
 import orjson
 
 from proxy.context import build_context
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.identify import split_agent_path
+from proxy.facts.learned import LearnedWindows
 from proxy.floor.restore import is_counted
-from proxy.floor.sessions import SessionFinder
 from proxy.floor.stage import Floor, TailSource
+from proxy.identity.identify import split_agent_path
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.identity.sessions import SessionFinder
 from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
-from proxy.recovery.windows import LearnedWindows
 from proxy.tokens import TokenCounter
 from proxy.wire.content import message_text
 

@@ -27,10 +27,10 @@ import orjson
 from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
 from proxy.floor.decision import Decision, DecisionKind, annotate, none, summary_of
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.lineage import SessionIndex
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
+from proxy.identity.lineage import SessionIndex
+from proxy.identity.prompt_prints import Fingerprints
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import SessionRecord, TailMessage
 from proxy.wire.content import message_text

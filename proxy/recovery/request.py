@@ -14,7 +14,7 @@ from typing import Any
 from proxy.context import RequestContext
 from proxy.model import ChatRequest, Draft
 from proxy.policy.records import ModelSpec, Policy
-from proxy.recovery.fingerprint import KeptFingerprints, message_fingerprint
+from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
 from proxy.wire.content import head_length

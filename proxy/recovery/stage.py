@@ -19,7 +19,7 @@ client's own credentials, updating the summary the request already held) in plac
 everything before the raw tail, and keeps the tail: at least ``min_tail_messages`` raw
 messages and the whole current turn, fewer (oldest tool exchange first) when they do not fit.
 When the summarizer fails, the oldest messages are dropped instead, with a note saying so.
-Summaries are stored per session (SQLite, proxy/recovery/store.py) and reused while the agent
+Summaries are stored per session (SQLite, proxy/recovery/sqlite_store.py) and reused while the agent
 keeps sending the same history.
 
 Every phase returns a value (``outcome.py``); the exchange records metrics and logs. Counting,
@@ -35,26 +35,26 @@ from pathlib import Path
 from typing import Protocol
 
 from proxy.context import RequestContext
+from proxy.facts.learned import BoundedMap, LearnedWindows, TokenRatios
 from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
 from proxy.policy.records import ModelSpec, Policy, RuleSet
-from proxy.recovery.compaction import dropped, summarized
-from proxy.recovery.compactions import Compactions, LocalCompactions, Offload
+from proxy.recovery.compacted import dropped, summarized
+from proxy.recovery.compaction_store import Compactions, LocalCompactions, Offload
 from proxy.recovery.detect import (
     OverflowDetector,
     OverflowVerdict,
     context_length_exceeded_body,
 )
-from proxy.recovery.fingerprint import KeptFingerprints
 from proxy.recovery.locks import SessionLocks
+from proxy.recovery.message_chain import KeptFingerprints
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
 from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
 from proxy.recovery.plan import Cut, Prior, plan_cut
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.silent import check_silent_overflow
-from proxy.recovery.store import CompactionStore, StoredCompaction
+from proxy.recovery.sqlite_store import CompactionStore, StoredCompaction
 from proxy.recovery.summarize.service import Summaries
 from proxy.recovery.summarize.summarizer import SummarizerTransport
-from proxy.recovery.windows import BoundedMap, LearnedWindows, TokenRatios
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
 __all__ = ["Offload", "Recovery", "SummaryLock"]

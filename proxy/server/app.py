@@ -22,16 +22,17 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy import logs
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.sessions import SessionFinder
+from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.floor.stage import Floor
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
-from proxy.recovery.compactions import LocalCompactions
+from proxy.recovery.compaction_store import LocalCompactions
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
-from proxy.recovery.windows import LearnedWindows, TokenRatios
+from proxy.replicas.service import SharedStore
 from proxy.server import protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.connections import CappedSite, default_cap
@@ -40,7 +41,6 @@ from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
-from proxy.shared.service import SharedStore
 from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService

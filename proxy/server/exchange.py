@@ -29,7 +29,7 @@ from proxy.context import (
 )
 from proxy.errors import AnswerTooLarge, ProxyError, Rejected
 from proxy.floor.decision import Decision, none
-from proxy.floor.identify import identify
+from proxy.identity.identify import identify
 from proxy.model import AnswerSeen, ChatRequest, UpstreamAnswer, with_stream_usage
 from proxy.recovery.outcome import ErrorStep, Prepared
 from proxy.recovery.request import RecoveryRequest

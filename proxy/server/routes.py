@@ -31,8 +31,8 @@ from proxy.model import ChatRequest
 from proxy.server.accounting import Accounting, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding, decodable, decode
-from proxy.server.budget import Hold
 from proxy.server.exchange import ChatExchange
+from proxy.server.held_bodies import Hold
 from proxy.server.passthrough import forward, passthrough
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target, parse_target, route_path

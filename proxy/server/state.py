@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from proxy.floor.sessions import SessionFinder
+from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.floor.stage import Floor
+from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
-from proxy.recovery.windows import LearnedWindows, TokenRatios
-from proxy.server.budget import BodyBudget
+from proxy.replicas.service import SharedStore
 from proxy.server.connections import CappedSite
+from proxy.server.held_bodies import BodyBudget
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.settings import Settings
-from proxy.shared.service import SharedStore
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Upstream

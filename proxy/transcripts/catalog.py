@@ -33,7 +33,7 @@ from proxy.transcripts.records import (
     Window,
 )
 from proxy.transcripts.render import Flavor, RenderOptions
-from proxy.transcripts.rendered import RenderedTail
+from proxy.transcripts.render_cache import RenderedTail
 from proxy.transcripts.state import SessionState
 
 __all__ = ["Catalog"]

@@ -10,7 +10,7 @@ from typing import Any
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import TailMessage, TranscriptStore
 from proxy.transcripts.render import RenderOptions, Source, edited, render
-from proxy.transcripts.rendered import RenderedTail
+from proxy.transcripts.render_cache import RenderedTail
 from proxy.transcripts.view import ContextPlan
 
 __all__ = ["render_plan", "tail_records"]

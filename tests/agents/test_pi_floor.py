@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.floor.identify import identify
 from proxy.floor.restore import is_counted
+from proxy.identity.identify import identify
 from tests.agents.pi_agent import PI_VERSION, PiAgent
 from tests.agents.sizing import PiPrompts
 from tests.conftest import ProxyProcess

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import orjson
 
-from proxy.floor.identify import identify
-from proxy.floor.lineage import find_session
+from proxy.identity.identify import identify
+from proxy.identity.lineage import find_session
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.jsonl import JsonlTranscript

@@ -31,12 +31,12 @@ from dataclasses import replace
 import orjson
 
 from proxy.context import build_context
-from proxy.floor.lineage import Lineage
+from proxy.facts.learned import LearnedWindows
+from proxy.identity.lineage import Lineage
 from proxy.model import ChatRequest, Draft, UpstreamAnswer
 from proxy.policy.records import RuleSet
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.stage import Recovery
-from proxy.recovery.windows import LearnedWindows
 from proxy.tokens import TokenCounter
 from tests.fake_behaviour import SUMMARY_TEXT, overflow_error
 

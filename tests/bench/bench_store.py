@@ -26,11 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from proxy.recovery.compactions import LocalCompactions
-from proxy.recovery.store import CompactionStore
-from proxy.shared.client import SharedClient
-from proxy.shared.compactions import SharedCompactions
-from proxy.shared.config import parse_store_url
+from proxy.recovery.compaction_store import LocalCompactions
+from proxy.recovery.sqlite_store import CompactionStore
+from proxy.replicas.client import SharedClient
+from proxy.replicas.compactions import SharedCompactions
+from proxy.replicas.config import parse_store_url
 from tests.conftest import ProxyProcess, ThreadedFake
 from tests.fake_behaviour import AgentBehaviour
 from tests.recovery.conversation import AUTH, history, rules_dir

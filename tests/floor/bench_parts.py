@@ -6,7 +6,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from proxy.floor.identify import identify
+from proxy.identity.identify import identify
 from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.wire.boundary import fit_start, legal_starts, tail_start

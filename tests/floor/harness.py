@@ -8,14 +8,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from proxy.context import RequestContext, build_context
+from proxy.facts.learned import LearnedWindows
 from proxy.floor.decision import Decision
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.sessions import SessionFinder
 from proxy.floor.stage import Floor, TailSource
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
 from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
-from proxy.recovery.windows import LearnedWindows
 from proxy.server.outgoing import Outgoing
 from proxy.server.record import Recorder
 from proxy.tokens import TokenCounter

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.floor.identify import (
+from proxy.identity.identify import (
     RequestSignals,
     identify,
     is_summarization,

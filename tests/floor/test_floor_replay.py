@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.identify import identify
 from proxy.floor.restore import is_counted, is_internal, wire_key
+from proxy.identity.identify import identify
+from proxy.identity.prompt_prints import Fingerprints
 from proxy.tokens import TokenCounter
 from proxy.wire.boundary import role_problems
 from tests.floor.harness import FloorHarness

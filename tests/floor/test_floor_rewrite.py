@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
-from proxy.floor.fingerprints import Fingerprints, fingerprint
 from proxy.floor.restore import is_counted
+from proxy.identity.prompt_prints import Fingerprints, fingerprint
 from proxy.metrics import Metrics
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.recovery.detect import OverflowDetector
-from proxy.recovery.fingerprint import prefix_chain
-from proxy.recovery.store import CompactionStore
+from proxy.recovery.message_chain import prefix_chain
+from proxy.recovery.sqlite_store import CompactionStore
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "compaction"
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxy.recovery.store import CompactionStore
+from proxy.recovery.sqlite_store import CompactionStore
 
 SESSIONS = 4
 PER_SESSION = 12

@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.metrics import Metrics
+from proxy.recovery.sqlite_store import CompactionStore
 from proxy.recovery.stage import Recovery
-from proxy.recovery.store import CompactionStore
 from proxy.server.record import Recorder
 from proxy.wire.summary import unwrap_summary
 from tests.fake_behaviour import SUMMARY_TEXT

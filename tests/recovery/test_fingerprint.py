@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.recovery.fingerprint import (
+from proxy.recovery.message_chain import (
     message_fingerprint,
     prefix_chain,
 )

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.context import build_context
+from proxy.facts.learned import LearnedWindows
 from proxy.model import ChatRequest, Draft, UpstreamAnswer
 from proxy.policy.records import RuleSet
 from proxy.recovery.plan import turn_start
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.stage import Recovery
-from proxy.recovery.windows import LearnedWindows
 from proxy.tokens import TokenCounter
 from proxy.wire.boundary import legal_starts, role_problems
 from proxy.wire.summary import unwrap_summary

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.recovery.fingerprint import KeptFingerprints, message_fingerprint
+from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.request import derived_session_key
 
 _LONG = KeptFingerprints.MIN_TEXT

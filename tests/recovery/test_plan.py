@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.facts.learned import BoundedMap, LearnedWindows
 from proxy.recovery.plan import (
     Prior,
     compacted_messages,
@@ -18,7 +19,6 @@ from proxy.recovery.plan import (
     turn_start,
 )
 from proxy.recovery.request import derived_session_key
-from proxy.recovery.windows import BoundedMap, LearnedWindows
 from proxy.wire.boundary import role_problems
 from proxy.wire.content import head_length
 from proxy.wire.summary import summary_message, unwrap_summary

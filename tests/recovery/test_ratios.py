@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 
 from proxy.context import build_context
+from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
-from proxy.recovery.windows import LearnedWindows, TokenRatios
 
 
 def test_a_ratio_is_bounded_and_needs_a_prompt_of_some_size() -> None:

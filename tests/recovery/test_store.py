@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from proxy.recovery.fingerprint import prefix_chain
-from proxy.recovery.store import FILENAME, CompactionStore
+from proxy.recovery.message_chain import prefix_chain
+from proxy.recovery.sqlite_store import FILENAME, CompactionStore
 from tests.recovery.crash_writer import PER_SESSION, record_for
 
 REPO = Path(__file__).resolve().parents[2]

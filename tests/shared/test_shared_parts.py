@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.floor.fingerprints import Fingerprints
-from proxy.recovery.windows import LearnedWindows, TokenRatios
-from proxy.shared.client import SharedClient
-from proxy.shared.config import parse_store_url
-from proxy.shared.facts import SharedFacts
-from proxy.shared.lock import SharedSummaryLock
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.replicas.client import SharedClient
+from proxy.replicas.config import parse_store_url
+from proxy.replicas.facts import SharedFacts
+from proxy.replicas.lock import SharedSummaryLock
 from proxy.upstream.stream_options import StreamOptionsMemory
 from tests.shared.redis_server import RedisServer
 

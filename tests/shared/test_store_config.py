@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.replicas.config import parse_store_url
+from proxy.replicas.health import StoreHealth
 from proxy.settings import Settings, SettingsError, add_arguments, from_namespace
-from proxy.shared.config import parse_store_url
-from proxy.shared.health import StoreHealth
 
 SECRET = "s3cret-Pa55word"
 

@@ -12,7 +12,7 @@ from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import SessionInfo, TailMessage, Window
 from proxy.transcripts.render import RenderOptions
-from proxy.transcripts.rendered import RenderedTail
+from proxy.transcripts.render_cache import RenderedTail
 from tests.transcripts.test_views import MemStore, conversation, msg, user
 
 

@@ -24,9 +24,9 @@ def test_an_answer_without_prompt_tokens_is_no_silent_overflow() -> None:
     """A missing prompt count once read as 0, "a truncated prompt", and compacted the
     session's next request for nothing."""
     from proxy.context import build_context
+    from proxy.facts.learned import LearnedWindows
     from proxy.policy.records import ModelSpec, RuleSet
     from proxy.recovery.stage import Recovery
-    from proxy.recovery.windows import LearnedWindows
     from proxy.tokens import TokenCounter
 
     rules = RuleSet(models=(ModelSpec("fake*", 1000, "estimate", 0.0),))

@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from proxy.floor.restore import wire_key
-from proxy.recovery.fingerprint import message_fingerprint
+from proxy.recovery.message_chain import message_fingerprint
 from proxy.transcripts.entries import tool_call_key
 from proxy.wire.tool_ids import call_id_key, openclaw_form, pi_form, wire_forms
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from proxy.facts.learned import BoundedMap
 from proxy.policy.records import ModelSpec
 from proxy.recovery.outcome import SummaryAttempt
 from proxy.recovery.request import RecoveryRequest
@@ -29,7 +30,6 @@ from proxy.recovery.summarize.transport import (
     UpstreamSummaryTransport,
     summarizer_headers,
 )
-from proxy.recovery.windows import BoundedMap
 from proxy.tokens import TokenCounter, with_margin
 
 __all__ = ["REST_SECONDS", "Summaries"]

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from proxy.shared.config import StoreURL
-from proxy.shared.health import StoreHealth
+from proxy.replicas.config import StoreURL
+from proxy.replicas.health import StoreHealth
 
 __all__ = ["KEY_PREFIX", "SharedClient", "StoreUnavailable"]
 

@@ -12,14 +12,14 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from proxy.floor.fingerprints import Fingerprints
-from proxy.recovery.compactions import LocalCompactions, Offload
-from proxy.recovery.windows import LearnedWindows, TokenRatios
-from proxy.shared.client import SharedClient
-from proxy.shared.compactions import SharedCompactions
-from proxy.shared.config import StoreURL
-from proxy.shared.facts import SharedFacts
-from proxy.shared.lock import SharedSummaryLock
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.recovery.compaction_store import LocalCompactions, Offload
+from proxy.replicas.client import SharedClient
+from proxy.replicas.compactions import SharedCompactions
+from proxy.replicas.config import StoreURL
+from proxy.replicas.facts import SharedFacts
+from proxy.replicas.lock import SharedSummaryLock
 from proxy.upstream.stream_options import StreamOptionsMemory
 
 __all__ = ["SharedStore"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from proxy.floor.fingerprints import Fingerprints, fingerprint
-from proxy.floor.identify import RequestSignals
-from proxy.floor.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
+from proxy.identity.identify import RequestSignals
+from proxy.identity.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
+from proxy.identity.prompt_prints import Fingerprints, fingerprint
 from proxy.policy.records import RuleSet
 
 __all__ = ["Found", "SessionFinder"]

@@ -11,7 +11,7 @@
 Both are small least-recently-used maps: a proxy sees few models, and a session marked silent
 is cleared by its next request. Nothing here outlives the process (the windows are learned
 again from the next error; the stored compactions live in the SQLite store) unless a shared
-store passes the learned windows between replicas (``proxy.shared.facts``).
+store passes the learned windows between replicas (``proxy.replicas.facts``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.recovery.fingerprint import prefix_chain
+from proxy.recovery.message_chain import prefix_chain
 
 __all__ = ["FILENAME", "CompactionStore", "StoredCompaction"]
 

@@ -3,7 +3,7 @@
 Keys (every one with a TTL, refreshed when used; a session keeps at most ``max_per_session``):
 
 - ``tailfloor:c:<session>``: a hash from the chained fingerprint of a summarized prefix
-  (``proxy.recovery.fingerprint``) to ``[message count, tokens replaced, created, summary]``;
+  (``proxy.recovery.message_chain``) to ``[message count, tokens replaced, created, summary]``;
 - ``tailfloor:u:<session>``: when each of them was last used (a sorted set: the least recently
   used go first past the cap);
 - ``tailfloor:known``: the sessions that have compactions, by when one was last stored, so
@@ -25,10 +25,10 @@ from typing import Any
 import orjson
 from redis import asyncio as aioredis
 
-from proxy.recovery.compactions import LocalCompactions, Offload
-from proxy.recovery.fingerprint import prefix_chain
-from proxy.recovery.store import StoredCompaction
-from proxy.shared.client import KEY_PREFIX, SharedClient, StoreUnavailable
+from proxy.recovery.compaction_store import LocalCompactions, Offload
+from proxy.recovery.message_chain import prefix_chain
+from proxy.recovery.sqlite_store import StoredCompaction
+from proxy.replicas.client import KEY_PREFIX, SharedClient, StoreUnavailable
 
 __all__ = ["KNOWN_KEY", "SharedCompactions"]
 

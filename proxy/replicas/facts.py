@@ -28,10 +28,10 @@ from typing import Protocol, TypeVar
 import orjson
 from redis import asyncio as aioredis
 
-from proxy.floor.fingerprints import Fingerprints
-from proxy.recovery.windows import LearnedWindows, TokenRatios
-from proxy.shared.client import KEY_PREFIX, SharedClient, StoreUnavailable
-from proxy.shared.compactions import KNOWN_KEY
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.identity.prompt_prints import Fingerprints
+from proxy.replicas.client import KEY_PREFIX, SharedClient, StoreUnavailable
+from proxy.replicas.compactions import KNOWN_KEY
 from proxy.upstream.stream_options import REMEMBER_SECONDS, StreamOptionsMemory
 
 __all__ = ["PER_PRINT", "SharedFacts"]

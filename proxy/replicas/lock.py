@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
-from proxy.shared.client import KEY_PREFIX, SharedClient, StoreUnavailable
+from proxy.replicas.client import KEY_PREFIX, SharedClient, StoreUnavailable
 
 __all__ = ["SharedSummaryLock"]
 

@@ -1,6 +1,6 @@
 """Which tracked session a request belongs to, and whether it may draw on it. Pure.
 
-The request-side signals come from ``proxy.floor.identify``; this module matches them against
+The request-side signals come from ``proxy.identity.identify``; this module matches them against
 the session catalog (in-memory indexes only, so the cost does not grow with the number of
 sessions) and grades the evidence:
 
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from proxy.floor.fingerprints import Fingerprints
-from proxy.floor.identify import RequestSignals
+from proxy.identity.identify import RequestSignals
+from proxy.identity.prompt_prints import Fingerprints
 from proxy.transcripts.records import SessionRecord
 
 __all__ = ["ONE_TENANT", "Evidence", "Lineage", "SessionIndex", "Tenant", "find_session"]

@@ -4,7 +4,7 @@ Recovery asks four things of a store: whether a session may have compactions at 
 in-memory check that keeps small requests off the store), the stored compaction covering the
 longest prefix of a request, a mark that one was used, and a place for a new one. The SQLite
 store (``store.py``) is blocking and runs in worker threads; a shared store (Redis, in
-``proxy.shared``) is asynchronous. Both sit behind ``Compactions``.
+``proxy.replicas``) is asynchronous. Both sit behind ``Compactions``.
 
 A store that fails holds nothing for that request and takes nothing: recovery then summarizes
 (a lookup error) or uses the summary without keeping it (a put error). Nothing here raises.
@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from proxy.recovery.store import CompactionStore, StoredCompaction
+from proxy.recovery.sqlite_store import CompactionStore, StoredCompaction
 
 __all__ = ["Compactions", "LocalCompactions", "Offload"]
 
