@@ -17,6 +17,7 @@ store passes the learned windows between replicas (``proxy.replicas.facts``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["MAX_RATIO", "MIN_COUNTED", "BoundedMap", "LearnedWindows", "TokenRatios"]
@@ -30,6 +31,10 @@ _MOVED = 0.05  # a change worth a log line
 _STEP = 0.2  # the most one sample moves a learned ratio
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def _nothing() -> None:
+    return None
 
 
 class BoundedMap(Generic[K, V]):
@@ -70,12 +75,15 @@ class LearnedWindows:
         self._windows: BoundedMap[tuple[str, str], int] = BoundedMap(limit)
         # What this process learned, for a shared store to pass on to the other replicas.
         self.learned: deque[tuple[str, str, int]] = deque(maxlen=limit)
+        # Called after each fact learned here (a shared store passes it on at once).
+        self.on_learned: Callable[[], None] = _nothing
 
     def learn(self, upstream: str, model: str, window: int | None) -> bool:
         """Remember ``window``; True when it is new or changed."""
         if not self.merge(upstream, model, window):
             return False
         self.learned.append((upstream, model, window or 0))
+        self.on_learned()
         return True
 
     def merge(self, upstream: str, model: str, window: int | None) -> bool:
@@ -99,6 +107,8 @@ class TokenRatios:
         self._ratios: BoundedMap[tuple[str, str], float] = BoundedMap(limit)
         # What this process learned, for a shared store to pass on to the other replicas.
         self.learned: deque[tuple[str, str, float]] = deque(maxlen=limit)
+        # Called after each fact learned here (a shared store passes it on at once).
+        self.on_learned: Callable[[], None] = _nothing
 
     def learn(self, upstream: str, model: str, measured: int | None, ours: int) -> float | None:
         """Remember ``measured / ours`` (bounded); the ratio when it is new or moved by more
@@ -117,6 +127,7 @@ class TokenRatios:
         if before is not None and abs(ratio - before) <= _MOVED * before:
             return None
         self.learned.append((upstream, model, ratio))
+        self.on_learned()
         return ratio
 
     def merge(self, upstream: str, model: str, ratio: float) -> None:

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from proxy.model import ChatRequest
+from proxy.chat import ChatRequest
 from proxy.transcripts.records import SessionRecord
 
-__all__ = ["Decision", "DecisionKind", "annotate", "none", "summary_of"]
+__all__ = ["Decision", "DecisionKind", "annotate", "pass_through", "summary_of"]
 
 Message = dict[str, Any]
 DecisionKind = Literal["floor", "carry", "shadow", "none", "off"]
@@ -32,7 +32,6 @@ class Decision:
     added_tokens: int = 0
     capped: bool = False
     window: int | None = None
-    report_client_usage: bool = True
     would: str | None = None  # shadow: the verdict enforce mode would have given
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # a failure inside the floor (the request passed through)
@@ -43,7 +42,7 @@ class Decision:
         return self.kind in ("floor", "carry")
 
 
-def none(chat: ChatRequest, reason: str, method: str | None, session_id: str | None = None,
+def pass_through(chat: ChatRequest, reason: str, method: str | None, session_id: str | None = None,
          *, capped: bool = False) -> Decision:
     """The request goes upstream as the client sent it, and why."""
     return Decision("none", f"none; reason={reason}", chat.raw, method=method,

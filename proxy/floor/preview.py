@@ -13,14 +13,15 @@ from typing import Any
 
 import orjson
 
+from proxy.chat import ChatRequest
 from proxy.context import build_context
-from proxy.facts.learned import LearnedWindows
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.restore import is_counted
 from proxy.floor.stage import Floor, TailSource
 from proxy.identity.identify import split_agent_path
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
-from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
 from proxy.tokens import TokenCounter
 from proxy.wire.content import message_text
@@ -55,7 +56,8 @@ def preview_request(catalog: TailSource, rules: RuleSet, tokens: TokenCounter,
     chat = ChatRequest.parse(raw, orjson.loads(raw), agent)
     prints = Fingerprints()
     # The operator names the session: one tenant, as in a sidecar.
-    ctx = build_context(chat, headers, rules, windows=LearnedWindows(), upstream="",
+    models = ModelFactsResolver(LearnedWindows(), TokenRatios(), "")
+    ctx = build_context(chat, headers, rules, models=models,
                         sessions=SessionFinder(catalog, prints=prints))
     decision = Floor(catalog, tokens, prints).decide(ctx)
     sent = decision.messages if decision.messages is not None else tuple(

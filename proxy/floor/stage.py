@@ -26,7 +26,7 @@ import orjson
 
 from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
-from proxy.floor.decision import Decision, DecisionKind, annotate, none, summary_of
+from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
@@ -71,42 +71,48 @@ class Floor:
         self.clock = clock
 
     def settle(self, ctx: RequestContext) -> Decision | None:
-        """The decision when memory alone gives it (most requests); None: ``decide``."""
+        """The decision when memory alone gives it (most requests); None: ``rewrite``."""
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
+        if not chat.inspected:
+            return pass_through(chat, "too_large", "too_large")
+        if chat.pass_reason is not None:  # a dialect request the server holds the state of
+            return pass_through(chat, chat.pass_reason, "unidentified")
         if ctx.signals.is_summarization:
-            return none(chat, "summarization", "summarization")
+            return pass_through(chat, "summarization", "summarization")
         if policy.mode == "off":
             return Decision("off", "off", chat.raw)
         if ctx.messages is None or self.catalog is None:
-            return none(chat, "no_transcripts" if self.catalog is None else "no_messages",
+            return pass_through(chat, "no_transcripts" if self.catalog is None else "no_messages",
                         "unidentified")
         if ctx.error is not None:
-            return replace(none(chat, "error", "error"), error=ctx.error)
+            return replace(pass_through(chat, "error", "error"), error=ctx.error)
         if not lineage.identified:
-            return none(chat, lineage.method, lineage.method)
+            return pass_through(chat, lineage.method, lineage.method)
         if not lineage.trusted:
-            return none(chat, "untrusted", "untrusted", lineage.session_id)
+            return pass_through(chat, "untrusted", "untrusted", lineage.session_id)
         if ctx.signals.raw_after_summary >= policy.min_tail_messages:
-            return none(chat, "floor_holds", lineage.method, lineage.session_id)
+            return pass_through(chat, "floor_holds", lineage.method, lineage.session_id)
         if ctx.signals.summary_index is not None and lineage.session_id is None:
-            return none(chat, "unidentified", lineage.method)
+            return pass_through(chat, "unidentified", lineage.method)
         return None
 
     def decide(self, ctx: RequestContext) -> Decision:
-        """The whole decision (reads transcripts: off the event loop). Never raises: a floor
-        bug degrades to pass-through, never to a 500."""
+        """The whole decision: ``settle``, else ``rewrite``."""
+        settled = self.settle(ctx)
+        return settled if settled is not None else self.rewrite(ctx)
+
+    def rewrite(self, ctx: RequestContext) -> Decision:
+        """The decision of a request ``settle`` left open (reads transcripts: off the event
+        loop). Never raises: a floor bug degrades to pass-through, never to a 500."""
         try:
-            settled = self.settle(ctx)
-            if settled is not None:
-                return settled
             if ctx.signals.summary_index is not None:
                 return self._restore(ctx)
             return self._carry(ctx)
         except orjson.JSONEncodeError:
             # Nested deeper than a rewrite can serialise (a client's body, not our bug).
-            return none(ctx.chat, "too_deep", "too_large")
+            return pass_through(ctx.chat, "too_deep", "too_large")
         except Exception as exc:
-            return replace(none(ctx.chat, "error", "error"),
+            return replace(pass_through(ctx.chat, "error", "error"),
                            error=f"{type(exc).__name__}: {exc}"[:200])
 
     # -------------------------------------------------------------- the request's parts
@@ -140,7 +146,7 @@ class Floor:
             tail = self.catalog.tail(sid, n + signals.raw_after_summary + _SLACK)
             block = plan_restore(tail, own, n, strip, prefix=prefix)
         if block is None:
-            return none(chat, "no_anchor", lineage.method, sid)
+            return pass_through(chat, "no_anchor", lineage.method, sid)
         annotated = annotate(messages[summary_at], ctx.policy.notes.summary_followed)
 
         def build(kept: Sequence[Message]) -> list[Message]:
@@ -197,12 +203,12 @@ class Floor:
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         source = self._carry_source(ctx)
         if source is None:
-            return none(chat, "no_predecessor", lineage.method, lineage.session_id)
+            return pass_through(chat, "no_predecessor", lineage.method, lineage.session_id)
         if not policy.carries(source.reason):
-            return none(chat, f"{source.reason}_not_carried", lineage.method,
+            return pass_through(chat, f"{source.reason}_not_carried", lineage.method,
                         lineage.session_id)
         if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
-            return none(chat, "segment_mismatch", lineage.method, lineage.session_id)
+            return pass_through(chat, "segment_mismatch", lineage.method, lineage.session_id)
         n, own, first = policy.min_tail_messages, self._own(ctx), self._first(ctx)
         messages = ctx.messages or []
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
@@ -254,7 +260,7 @@ class Floor:
         block, extra, source = plan.block, plan.extra, plan.source
         sid = lineage.session_id
         if not block.units:
-            return none(chat, "nothing_to_add", lineage.method, sid)
+            return pass_through(chat, "nothing_to_add", lineage.method, sid)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, ctx) for unit in block.units]
         room = policy.budget(ctx.window) - own - extra
@@ -266,7 +272,7 @@ class Floor:
         capped = kept_from > 0
         kept = [m for unit in block.units[kept_from:] for m in unit]
         if not kept:
-            return none(chat, "no_room", lineage.method, sid, capped=True)
+            return pass_through(chat, "no_room", lineage.method, sid, capped=True)
         new_messages = plan.build(kept)
         raw = sum(1 for m in kept if is_counted(m))
         verdict = f"{plan.kind}; {plan.noun}={raw}" + ("; capped" if capped else "")
@@ -281,8 +287,7 @@ class Floor:
             plan.kind, verdict, orjson.dumps({**chat.body, "messages": new_messages}),
             method=lineage.method, session_id=sid, source_session=source,
             messages=tuple(new_messages), added=tuple(kept), added_raw=raw,
-            added_tokens=total + extra, capped=capped, window=ctx.window,
-            report_client_usage=policy.report_usage == "client", details=details)
+            added_tokens=total + extra, capped=capped, window=ctx.window, details=details)
 
     def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:
         spec = ctx.spec

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -55,6 +55,8 @@ class Fingerprints:
         self._by_print: dict[str, OrderedDict[str, None]] = {}
         # What this process recorded, for a shared store to pass on to the other replicas.
         self.recorded: deque[tuple[str, str]] = deque(maxlen=4096)
+        # Called after each fingerprint recorded here (a shared store passes it on at once).
+        self.on_learned: Callable[[], None] = lambda: None
 
     def __len__(self) -> int:
         return len(self._by_session)
@@ -63,9 +65,12 @@ class Fingerprints:
         return self._by_session.get(session_id)
 
     def record(self, session_id: str, print_: str) -> None:
-        if self._by_session.get(session_id) != print_:
+        learned = self._by_session.get(session_id) != print_
+        if learned:
             self.recorded.append((session_id, print_))
         self.merge(session_id, print_)
+        if learned:
+            self.on_learned()
 
     def merge(self, session_id: str, print_: str) -> None:
         """Record a fingerprint (another replica's, or this one's)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proxy.model import ErrorReply
+from proxy.answer import ErrorReply
 from proxy.recovery.detect import OverflowVerdict
 from proxy.recovery.output import OutputClamp
 from proxy.recovery.silent import SilentOverflow
@@ -39,6 +39,7 @@ class SummaryAttempt:
     completion_tokens: int = 0
     failure: str | None = None  # SummarizerError kind; None: a summary was made
     detail: str = ""
+    began: float = 0.0  # perf_counter() when the first call went out (0: none did)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.chat import ChatRequest, Draft
 from proxy.context import RequestContext
-from proxy.model import ChatRequest, Draft
 from proxy.policy.records import ModelSpec, Policy
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior

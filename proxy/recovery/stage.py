@@ -34,10 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from proxy.answer import AnswerSeen, ErrorReply, UpstreamAnswer
+from proxy.chat import Draft
 from proxy.context import RequestContext
-from proxy.facts.learned import BoundedMap, LearnedWindows, TokenRatios
-from proxy.model import AnswerSeen, Draft, ErrorReply, UpstreamAnswer
-from proxy.policy.records import ModelSpec, Policy, RuleSet
+from proxy.facts.learned import BoundedMap
+from proxy.facts.resolve import ModelFactsResolver
+from proxy.policy.records import Policy, RuleSet
 from proxy.recovery.compacted import dropped, summarized
 from proxy.recovery.compaction_store import Compactions, LocalCompactions, Offload
 from proxy.recovery.detect import (
@@ -74,14 +76,11 @@ class SummaryLock(Protocol):
 
 
 class Recovery:
-    def __init__(self, *, rules: RulesSource, tokens: TokenCounter, windows: LearnedWindows,
-                 transport: SummarizerTransport, upstream: str, offload: Offload,
-                 ratios: TokenRatios | None = None) -> None:
+    def __init__(self, *, rules: RulesSource, tokens: TokenCounter, models: ModelFactsResolver,
+                 transport: SummarizerTransport, offload: Offload) -> None:
         self._rules = rules
         self._tokens = tokens
-        self._windows = windows
-        self._ratios = ratios if ratios is not None else TokenRatios()
-        self._upstream = upstream
+        self._models = models
         self._offload = offload
         self._summaries = Summaries(transport, tokens, offload)
         self._marked: BoundedMap[str, str] = BoundedMap(4096)  # session -> why
@@ -167,11 +166,9 @@ class Recovery:
                     "overflow); passed on"))
             return ErrorStep.passed()
         learned = None
-        if verdict.window:
-            if self._windows.learn(self._upstream, request.chat.model, verdict.window):
-                learned = verdict.window
-            if verdict.window != request.window:
-                request = replace(request, ctx=request.ctx.with_window(verdict.window))
+        if verdict.window and self._models.learn_window(request.chat.model, verdict.window):
+            learned = verdict.window
+        request = self._current(request)
         step = await self._overflow_step(request, failed, clamped, verdict, retried=retried,
                                          learned=learned)
         if verdict.prompt_tokens is None:
@@ -220,6 +217,7 @@ class Recovery:
         a large request: the exchange runs it off the loop then."""
         if request is None:
             return AfterCheck()
+        request = self._current(request)  # a window learned meanwhile, here or elsewhere
         if seen.stream_error is not None and self._detector(
                 request.policy).classify_stream_event({"error": seen.stream_error}).is_overflow:
             self._marked.put(request.session, "mid_stream")
@@ -244,7 +242,7 @@ class Recovery:
             estimate)
         if silent is None and ours is not None and prompt is not None and answered \
                 and prompt <= (window or 0) and self._ratio_worthy(request, body):
-            ratio = self._ratios.learn(self._upstream, request.chat.model, prompt, ours)
+            ratio = self._models.learn_ratio(request.chat.model, prompt, ours)
         if silent is not None:
             self._marked.put(request.session, silent.kind)
             return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
@@ -306,7 +304,7 @@ class Recovery:
         if not self._ratio_worthy(request, failed.body if failed else request.draft.body):
             return None
         ours = request.sent_prompt(self._tokens, failed.messages if failed else None)
-        return self._ratios.learn(self._upstream, request.chat.model, measured, ours)
+        return self._models.learn_ratio(request.chat.model, measured, ours)
 
     def _overflow_clamp(self, request: RecoveryRequest, failed: Compaction | None,
                         clamped: OutputClamp | None, verdict: OverflowVerdict
@@ -349,11 +347,11 @@ class Recovery:
                     return await self._reuse(request, found, f"reused:{trigger}")
             material = request.conversation[prior.covered:cut.keep]
             name = request.policy.summary_model or request.chat.model
-            own = name == request.chat.model  # its spec carries the learned token ratio
+            model = request.ctx.model if name == request.chat.model else \
+                self._models.facts(self._rules.rules, name)
             summary, attempt = await self._summaries.make(
-                request, material, previous=prior.summary,
-                model=request.spec if own else self._spec(name), headers=request.ctx.headers,
-                window=request.window if own else self._window(name))
+                request, material, previous=prior.summary, model=model.spec,
+                headers=request.ctx.headers, window=model.window)
             if summary is None:
                 return await self._offload(dropped, request, self._tokens, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
@@ -365,11 +363,6 @@ class Recovery:
                                    trigger, label=label, why=why, attempt=attempt,
                                    store_error=stored)
 
-    def _spec(self, model: str) -> ModelSpec:
-        spec = self._rules.rules.model(model)
-        ratio = self._ratios.ratio(self._upstream, model)
-        return spec if ratio is None else replace(spec, margin=max(spec.margin, ratio - 1.0))
-
     def _held_across(self, request: RecoveryRequest
                      ) -> contextlib.AbstractAsyncContextManager[bool]:
         if self._shared_lock is None:
@@ -378,9 +371,11 @@ class Recovery:
         return self._shared_lock.hold(request.session,
                                       wait=request.policy.summarizer_timeout + 1.0)
 
-    def _window(self, model: str) -> int:
-        learned = self._windows.window(self._upstream, model)
-        return learned or self._rules.rules.model(model).context_window
+    def _current(self, request: RecoveryRequest) -> RecoveryRequest:
+        """The request with its model's facts as they are now: a window or ratio learned
+        since its context was built (by this request or a concurrent one) applies."""
+        ctx = request.ctx.with_model(self._models.facts(self._rules.rules, request.chat.model))
+        return request if ctx is request.ctx else replace(request, ctx=ctx)
 
     def _detector(self, policy: Policy) -> OverflowDetector:
         """The detector for the rules' extra patterns, compiled once per set of patterns."""

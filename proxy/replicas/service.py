@@ -43,6 +43,11 @@ class SharedStore:
                                  compactions=self.compactions)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # What this process learns is pushed at once, without waiting for the next round:
+        # a new session's first request may reach another replica right after its
+        # predecessor's last one.
+        for memory in (windows, ratios, stream_options, prints):
+            memory.on_learned = self.kick
 
     async def start(self) -> None:
         if await self.client.ping():

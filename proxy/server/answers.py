@@ -10,7 +10,6 @@ from multidict import CIMultiDict
 
 from proxy.errors import ProxyError, to_response_parts
 from proxy.server.guard import start_answer
-from proxy.server.state import ProxyState
 from proxy.upstream.pool import UpstreamResponse
 from proxy.wire.dialect import Dialect
 
@@ -37,11 +36,11 @@ def error_response(exc: ProxyError, request_id: str,
                         headers={"x-tailfloor-request-id": request_id})
 
 
-async def pass_large(state: ProxyState, request: web.Request, upstream: UpstreamResponse,
-                     head: bytes, *, headers: CIMultiDict[str], verdict: str) -> Finished:
-    """A complete answer too large to hold: passed on as it arrives, its usage not read
-    (counted in tailfloor_large_answers_total)."""
-    state.metrics.large_answers.inc()
+async def pass_large(request: web.Request, upstream: UpstreamResponse, head: bytes, *,
+                     headers: CIMultiDict[str], verdict: str
+                     ) -> tuple[Finished, ProxyError | None]:
+    """A complete answer too large to hold: passed on as it arrives, its usage not read; and
+    the upstream's failure when it broke mid-answer (the client's answer is cut short)."""
     response = web.StreamResponse(status=upstream.status, headers=headers)
     try:
         await start_answer(response, request)
@@ -50,17 +49,15 @@ async def pass_large(state: ProxyState, request: web.Request, upstream: Upstream
             await response.write(chunk)
     except ConnectionError:
         upstream.close()  # the client left: nothing more to send
-        return Finished(response, verdict, client_gone=True)
+        return Finished(response, verdict, client_gone=True), None
     except ProxyError as exc:
-        upstream.close()  # the upstream broke mid-answer: the client's is cut short
-        state.metrics.upstream_errors.labels(kind=exc.reason).inc()
-        state.log.warning("upstream broke in a large answer: %s", exc.message)
+        upstream.close()
         if request.transport is not None:
             request.transport.close()
-        return Finished(response, verdict)
+        return Finished(response, verdict), exc
     except BaseException:
         upstream.close()
         raise
     upstream.release()
     await response.write_eof()
-    return Finished(response, verdict)
+    return Finished(response, verdict), None

@@ -22,7 +22,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from proxy import logs
+from proxy.context import ContextBuilder
 from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.stage import Floor
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
@@ -59,21 +61,22 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> 
     windows = LearnedWindows()
     ratios = TokenRatios()
     offload = WorkerPool()
-    recovery = Recovery(rules=rules, tokens=tokens, windows=windows, ratios=ratios,
-                        transport=UpstreamSummaryTransport(upstream),
-                        upstream=settings.upstream, offload=offload)
+    models = ModelFactsResolver(windows, ratios, settings.upstream)
+    recovery = Recovery(rules=rules, tokens=tokens, models=models,
+                        transport=UpstreamSummaryTransport(upstream), offload=offload)
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
     transcripts = TranscriptService(roots, metrics)
     prints = Fingerprints()
+    # Each --sessions root is a tenant; the default roots are one user's two agent homes.
+    sessions = SessionFinder(transcripts.catalog, prints=prints,
+                             single_tenant=len(settings.sessions) <= 1,
+                             resolve_root=_resolved_root)
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics),
-        transcripts=transcripts, floor=Floor(transcripts.catalog, tokens, prints),
-        # Each --sessions root is a tenant; the default roots are one user's two agent homes.
-        sessions=SessionFinder(transcripts.catalog, prints=prints,
-                               single_tenant=len(settings.sessions) <= 1,
-                               resolve_root=_resolved_root))
+        record=Recorder(metrics), models=models,
+        floor=Floor(transcripts.catalog, tokens, prints),
+        contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,

@@ -8,10 +8,11 @@ and the usage adjustment, each derived once.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
+from proxy.chat import Draft
 from proxy.floor.decision import Decision
-from proxy.model import Draft
-from proxy.recovery.outcome import Compaction, ErrorStep
+from proxy.recovery.outcome import Compaction, ErrorStep, Prepared
 from proxy.recovery.output import OutputClamp
 from proxy.wire.usage import UsageAdjustment
 
@@ -37,6 +38,14 @@ class Outgoing:
         return self.compaction.body if self.compaction is not None else self.decision.body
 
     @property
+    def messages(self) -> tuple[dict[str, Any], ...] | None:
+        """The chat messages of ``body`` when tailfloor built it (None: the client's own)."""
+        if self.clamp is not None or self.compaction is not None:
+            return self.compaction.messages if self.compaction is not None else \
+                self.decision.messages
+        return self.decision.messages
+
+    @property
     def verdict(self) -> str:
         floor = self.decision
         recovery = [done.label for done in (self.compaction, self.clamp) if done is not None]
@@ -59,6 +68,10 @@ class Outgoing:
         if not added:
             return None
         return UsageAdjustment(added=added, removed=0, window=self.decision.window)
+
+    def prepared(self, prepared: Prepared) -> Outgoing:
+        """What goes upstream once recovery prepared the request before sending it."""
+        return replace(self, compaction=prepared.compaction, clamp=prepared.clamp)
 
     def retried(self, step: ErrorStep) -> Outgoing | None:
         """The attempt a retry step asks for: the same messages with a lower output limit, or

@@ -81,7 +81,7 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
     limit = state.settings.max_body_bytes
     if length is not None and length > limit:
         too_large = BodyTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
-        state.metrics.rejected.labels(reason=too_large.reason).inc()
+        state.record.rejected(too_large.reason)
         return error_response(too_large, acct.request_id), False
     encoding = body_encoding(request.headers) if request.body_exists else None
     decoded = decodable(encoding)
@@ -99,10 +99,10 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
         upstream = await state.upstream.send(request.method, target.path, target.query,
                                              headers, data)
     except Rejected as exc:  # a body past the limit or not decodable, a bad header
-        state.metrics.rejected.labels(reason=exc.reason).inc()
+        state.record.rejected(exc.reason)
         return error_response(exc, acct.request_id), False
     except ProxyError as exc:
-        state.metrics.upstream_errors.labels(kind=exc.reason).inc()
+        state.record.upstream_error(exc.reason)
         return error_response(exc, acct.request_id), False
     before = time.perf_counter()
     out_headers = response_headers(upstream.headers, keep_length=True)
@@ -120,8 +120,7 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
         return response, True
     except ProxyError as exc:
         upstream.close()
-        state.metrics.upstream_errors.labels(kind="mid_stream").inc()
-        state.log.warning("upstream body broke mid-way: %s", exc.message)
+        state.record.upstream_error("mid_stream", exc)
         if request.transport is not None:
             request.transport.close()  # the body is cut short: the client must see an error
         return response, False
@@ -130,5 +129,5 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
         raise
     upstream.release()
     await response.write_eof()
-    state.metrics.overhead_by(acct.route).observe(overhead)
+    state.record.overhead(acct.route, overhead)
     return response, False

@@ -1,36 +1,132 @@
-"""Every metric and log line about a chat request, from the values the stages returned.
+"""Every metric and log line about a request, from the values the stages returned.
 
 The floor returns a ``Decision``, recovery a ``Prepared`` (a ``Compaction``, an
-``OutputClamp``), an ``ErrorStep`` and an ``AfterCheck``, the relay a ``StreamOutcome``; the
-exchange hands them here once each. No stage touches a metric itself, so what is counted is
-exactly what happened to the request.
+``OutputClamp``), an ``ErrorStep`` and an ``AfterCheck``, the upstream call its attempts,
+the relay a ``StreamOutcome``; the exchange keeps them in the request's ``Trail`` and hands
+it here once (``finished``). No stage touches a metric itself, so what is counted is exactly
+what happened to the request. The same trail becomes the ``RequestReport`` each consumer
+(``ReportSink``: the inspector, telemetry) is handed.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+from proxy.errors import ProxyError
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
+from proxy.report import RequestReport
+from proxy.server.reports import report_of
+from proxy.server.trail import Trail
 from proxy.wire.usage import Usage
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "ReportSink"]
 
+log = logging.getLogger("tailfloor")
 floor_log = logging.getLogger("tailfloor.floor")
 recovery_log = logging.getLogger("tailfloor.overflow")
 _FAILURES_LOGGED = 1000
 
 
+class ReportSink(Protocol):
+    """A consumer of finished requests (the inspector, telemetry)."""
+
+    def keep(self, report: RequestReport) -> None: ...
+
+
 class Recorder:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = ()) -> None:
         self.metrics = metrics
+        self.sinks = list(sinks)
         self._failures: set[str] = set()
         self._store_failing = False
         # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
         self._token_counters: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+
+    def sent(self, trail: Trail) -> None:
+        """What the request path decided, once, when the upstream call is over and before
+        the answer goes out (so its log lines come before the client has its answer)."""
+        if trail.sent_recorded:
+            return
+        trail.sent_recorded = True
+        m, chat = self.metrics, trail.chat
+        if trail.waited is not None:
+            outcome, seconds = trail.waited
+            m.identification_wait.labels(outcome=outcome).observe(seconds)
+        decision = trail.decision
+        if decision is not None:
+            if decision.kind == "none" and chat.pass_reason is not None:
+                m.dialect_passthrough.labels(route=chat.route, reason=chat.pass_reason).inc()
+            self.floor(decision)
+        if trail.prepared is not None:
+            self.prepared(trail.prepared)
+        for step in trail.steps:
+            self.error_step(step, chat.model)
+        if trail.stream_options_refused:
+            self.upstream_error("stream_options_rejected")
+        if trail.failure is not None and trail.failed_before_answer:
+            self._failure(trail)
+
+    def finished(self, trail: Trail) -> None:
+        """The answer, once, when the client has it (``sent`` first, if it was not yet)."""
+        chat = trail.chat
+        self.sent(trail)
+        self._answer(trail)
+        if trail.after is not None:
+            self.after(trail.after, chat.model)
+        if trail.overhead_seen:
+            self.overhead(chat.route, trail.proxy_seconds)
+        if self.sinks:
+            report = report_of(trail)
+            for sink in self.sinks:
+                try:
+                    sink.keep(report)
+                except Exception:  # a consumer's bug costs its view, never the request
+                    log.exception("a report consumer failed; the request is not affected")
+
+    def _failure(self, trail: Trail) -> None:
+        failure = trail.failure
+        assert failure is not None
+        if trail.rejected:
+            self.rejected(failure.reason)
+        else:
+            self.upstream_error(failure.reason, failure)
+
+    def _answer(self, trail: Trail) -> None:
+        m, chat = self.metrics, trail.chat
+        if trail.failure is not None and not trail.failed_before_answer:
+            self._failure(trail)
+        if trail.large_answer:
+            m.large_answers.inc()
+        stream = trail.stream
+        if stream is not None and not stream.client_gone:
+            if stream.keepalives:
+                m.keepalives.inc(stream.keepalives)
+            if stream.first_chunk_at is not None:
+                m.ttft_by(m.model_label(chat.model)).observe(stream.first_chunk_at
+                                                             - trail.started)
+        if stream is not None and stream.upstream_error is not None:
+            kind = "timeout" if stream.upstream_error.reason == "timeout" else "mid_stream"
+            self.upstream_error(kind, stream.upstream_error)
+        if trail.usage_read:
+            self.usage(trail.usage, chat.model, chat.agent_id, chat.route)
+
+    def overhead(self, route: str, seconds: float) -> None:
+        """tailfloor's own time in a request whose answer was complete."""
+        self.metrics.overhead_by(route).observe(seconds)
+
+    def rejected(self, reason: str) -> None:
+        """A request refused for what it is (a bad target, header, body...)."""
+        self.metrics.rejected.labels(reason=reason).inc()
+
+    def upstream_error(self, kind: str, exc: ProxyError | None = None) -> None:
+        self.metrics.upstream_errors.labels(kind=kind).inc()
+        if exc is not None:
+            log.warning("upstream failed (%s): %s", kind, exc.message)
 
     def floor(self, decision: Decision) -> None:
         m = self.metrics

@@ -32,13 +32,15 @@ class StreamOutcome:
     proxy_seconds: float = 0.0
     keepalives: int = 0
     upstream_error: ProxyError | None = None
+    client_gone: bool = False  # a write found the client gone: nothing more was sent
 
 
 async def relay_stream(
     request: web.Request, response: web.StreamResponse, upstream: UpstreamResponse,
     scanner: StreamScanner, keepalive_interval: float,
 ) -> StreamOutcome:
-    """Relay an SSE body. The response must already be prepared."""
+    """Relay an SSE body. The response must already be prepared. A client that leaves ends
+    the relay (``client_gone``); an upstream that breaks ends it with an error event."""
     outcome = StreamOutcome()
     loop = asyncio.get_running_loop()
     state = _IdleState(loop.time())
@@ -72,19 +74,31 @@ async def relay_stream(
             await client.write(rest)
     except ProxyError as exc:
         outcome.upstream_error = exc
-        kind = "timeout" if isinstance(exc, UpstreamTimeout) else "mid_stream"
-        message = f"{exc.message}; the response is incomplete"
-        event = {"error": {"message": message, "type": "upstream_error", "param": None,
-                           "code": f"upstream_{kind}"}}
-        prefix = b"" if scanner.at_event_boundary else b"\n\n"
-        written = (b"data: " + orjson.dumps(event) + b"\n\n" if scanner.dialect is None
-                   else scanner.dialect.stream_error(message, f"upstream_{kind}"))
-        await response.write(prefix + written)
+    except ConnectionError:
+        outcome.client_gone = True
     finally:
         if keeper is not None:
             keeper.cancel()
-    await response.write_eof()
+    try:
+        if outcome.upstream_error is not None:
+            await response.write(_broken(outcome.upstream_error, scanner))
+        if not outcome.client_gone:
+            await response.write_eof()
+    except ConnectionError:
+        outcome.client_gone = True
     return outcome
+
+
+def _broken(exc: ProxyError, scanner: StreamScanner) -> bytes:
+    """The error event that ends a stream the upstream broke, in the client's dialect."""
+    kind = "timeout" if isinstance(exc, UpstreamTimeout) else "mid_stream"
+    message = f"{exc.message}; the response is incomplete"
+    event = {"error": {"message": message, "type": "upstream_error", "param": None,
+                       "code": f"upstream_{kind}"}}
+    prefix = b"" if scanner.at_event_boundary else b"\n\n"
+    written = (b"data: " + orjson.dumps(event) + b"\n\n" if scanner.dialect is None
+               else scanner.dialect.stream_error(message, f"upstream_{kind}"))
+    return prefix + written
 
 
 class _ClientWrites:

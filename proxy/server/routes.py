@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.context import LARGE_BYTES
+from proxy.chat import ChatRequest, is_large_body
 from proxy.errors import (
     BadRequest,
     BodyTimeout,
@@ -25,9 +25,8 @@ from proxy.errors import (
     UnsupportedEncoding,
     error_body,
 )
-from proxy.floor.decision import none
+from proxy.floor.decision import pass_through
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.model import ChatRequest
 from proxy.server.accounting import Accounting, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding, decodable, decode
@@ -63,7 +62,7 @@ async def route(request: web.Request) -> web.StreamResponse:
             # Any other transfer coding would be dropped silently by the parser.
             raise InvalidHeader("only the chunked transfer coding is accepted")
     except Rejected as exc:
-        state.metrics.rejected.labels(reason=exc.reason).inc()
+        state.record.rejected(exc.reason)
         state.metrics.requests_by("other", "none", str(exc.status)).inc()
         return error_response(exc, request_id(state, request))
     if state.draining:
@@ -90,7 +89,7 @@ async def chat_completions(request: web.Request, target: Target,
                 and body_encoding(request.headers) is None:
             # Too large to read: streamed through as it comes, never held in memory.
             chat = ChatRequest.unread(b"", target.agent, dialect)
-            state.record.floor(none(chat, "too_large", "too_large"))
+            state.record.floor(pass_through(chat, "too_large", "too_large"))
             acct.verdict = "none; reason=too_large"
             response, gone = await forward(state, request, target, acct, verdict=acct.verdict)
             return acct.answer(response, gone=gone)
@@ -115,15 +114,15 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
         raw = await _read_body(request, settings.max_body_bytes, state.offload,
                                rate=settings.min_body_rate, grace=settings.idle_timeout,
                                hold=hold)
-        if len(raw) > MAX_PARSED_BYTES or (len(raw) > LARGE_BYTES
+        if len(raw) > MAX_PARSED_BYTES or (is_large_body(len(raw))
                                            and raw.count(b"{") > MAX_OBJECTS):
             chat = ChatRequest.unread(raw, target.agent, dialect)
         else:
             # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
             chat = (await state.offload(_parsed, raw, target.agent, dialect)
-                    if len(raw) > LARGE_BYTES else _parsed(raw, target.agent, dialect))
+                    if is_large_body(len(raw)) else _parsed(raw, target.agent, dialect))
     except Rejected as exc:
-        state.metrics.rejected.labels(reason=exc.reason).inc()
+        state.record.rejected(exc.reason)
         refused = error_response(exc, acct.request_id, dialect)
         if isinstance(exc, Busy):
             refused.headers["Retry-After"] = "1"

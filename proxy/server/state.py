@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from proxy.context import ContextBuilder
 from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.stage import Floor
 from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
@@ -39,8 +41,10 @@ class ProxyState:
     offload: WorkerPool
     recovery: Recovery
     record: Recorder
+    models: ModelFactsResolver
+    floor: Floor
+    contexts: ContextBuilder
     transcripts: TranscriptService | None = None
-    floor: Floor | None = None
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))

@@ -46,6 +46,8 @@ class StreamOptionsMemory:
         self._refused_until: dict[str, float] = {}
         # Upstreams found refusing here, for a shared store to pass on to the other replicas.
         self.refusals: deque[str] = deque(maxlen=64)
+        # Called after each refusal found here (a shared store passes it on at once).
+        self.on_learned: Callable[[], None] = lambda: None
 
     def accepted(self, upstream: str) -> bool:
         until = self._refused_until.get(upstream)
@@ -59,6 +61,7 @@ class StreamOptionsMemory:
     def refused(self, upstream: str) -> None:
         self.merge(upstream, REMEMBER_SECONDS)
         self.refusals.append(upstream)
+        self.on_learned()
 
     def merge(self, upstream: str, seconds: float) -> None:
         """Another replica found ``upstream`` refusing; remember it for ``seconds``."""

@@ -30,10 +30,12 @@ from dataclasses import replace
 
 import orjson
 
+from proxy.answer import UpstreamAnswer
+from proxy.chat import ChatRequest, Draft
 from proxy.context import build_context
-from proxy.facts.learned import LearnedWindows
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.identity.lineage import Lineage
-from proxy.model import ChatRequest, Draft, UpstreamAnswer
 from proxy.policy.records import RuleSet
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.stage import Recovery
@@ -99,8 +101,8 @@ async def inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def view_of(recovery: Recovery, request: ChatRequest, windows: LearnedWindows,
             session: str | None = None) -> RecoveryRequest:
-    ctx = build_context(request, HEADERS, Rules.rules, windows=windows, upstream="bench",
-                        sessions=None)
+    ctx = build_context(request, HEADERS, Rules.rules, sessions=None,
+                        models=ModelFactsResolver(windows, TokenRatios(), "bench"))
     if session is not None:
         ctx = replace(ctx, lineage=Lineage("header", session_id=session, trusted=True))
     found = recovery.view(ctx, Draft(request.raw))
@@ -114,8 +116,9 @@ async def main(runs: int, check: bool) -> int:
         tokens.encodings.get("o200k_base")
         windows = LearnedWindows()
         transport = InstantSummarizer()  # no network in a bench
-        recovery = Recovery(rules=Rules(), tokens=tokens, windows=windows, transport=transport,
-                            upstream="bench", offload=inline)
+        recovery = Recovery(rules=Rules(), tokens=tokens,
+                            models=ModelFactsResolver(windows, TokenRatios(), "bench"),
+                            transport=transport, offload=inline)
         recovery.open(Path(tmp))
         messages = conversation(100, "bench")  # ~100k tokens
         request = chat("You are a coding agent.", messages)

@@ -7,14 +7,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from proxy.chat import ChatRequest
 from proxy.context import RequestContext, build_context
-from proxy.facts.learned import LearnedWindows
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.decision import Decision
 from proxy.floor.stage import Floor, TailSource
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
-from proxy.model import ChatRequest
 from proxy.policy.records import RuleSet
 from proxy.server.outgoing import Outgoing
 from proxy.server.record import Recorder
@@ -40,8 +41,8 @@ class FloorHarness:
         self.recorder = Recorder(metrics) if metrics is not None else None
 
     def context(self, chat: ChatRequest, headers: Mapping[str, str]) -> RequestContext:
-        return build_context(chat, headers, self.rules.rules, windows=self.windows,
-                             upstream="test", sessions=self.sessions)
+        return build_context(chat, headers, self.rules.rules, sessions=self.sessions,
+                             models=ModelFactsResolver(self.windows, TokenRatios(), "test"))
 
     def decide(self, chat: ChatRequest, headers: Mapping[str, str]) -> Decision:
         return self.floor.decide(self.context(chat, headers))

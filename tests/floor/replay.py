@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.model import ChatRequest
+from proxy.chat import ChatRequest
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import SessionInfo, TranscriptStore, Window

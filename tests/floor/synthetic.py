@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from proxy.model import ChatRequest
+from proxy.chat import ChatRequest
 from proxy.policy.records import Mode, ModelSpec, Policy, RuleSet
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry, parse_entry

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from proxy.facts.learned import TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.metrics import Metrics
 from proxy.recovery.sqlite_store import CompactionStore
 from proxy.recovery.stage import Recovery
@@ -59,8 +61,9 @@ def _messages(name: str) -> list[dict[str, Any]]:
 def test_a_summary_that_cannot_be_stored_is_used_and_the_failure_counted_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     transport = MemorySummarizer()
-    recovery = Recovery(rules=Rules(), tokens=TOKENS, windows=WINDOWS, transport=transport,
-                        upstream="test", offload=inline)
+    recovery = Recovery(rules=Rules(), tokens=TOKENS,
+                        models=ModelFactsResolver(WINDOWS, TokenRatios(), "test"),
+                        transport=transport, offload=inline)
     recovery.open(tmp_path, store=FullDisk)
     metrics = Metrics(CollectorRegistry())
     record = Recorder(metrics)

@@ -20,9 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.answer import UpstreamAnswer
+from proxy.chat import ChatRequest, Draft
 from proxy.context import build_context
-from proxy.facts.learned import LearnedWindows
-from proxy.model import ChatRequest, Draft, UpstreamAnswer
+from proxy.facts.learned import LearnedWindows, TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.policy.records import RuleSet
 from proxy.recovery.plan import turn_start
 from proxy.recovery.request import RecoveryRequest
@@ -64,8 +66,9 @@ async def inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
 def recovery() -> Iterator[tuple[Recovery, MemorySummarizer]]:
     with tempfile.TemporaryDirectory() as tmp:
         transport = MemorySummarizer()
-        instance = Recovery(rules=Rules(), tokens=TOKENS, windows=WINDOWS,
-                            transport=transport, upstream="test", offload=inline)
+        instance = Recovery(rules=Rules(), tokens=TOKENS,
+                            models=ModelFactsResolver(WINDOWS, TokenRatios(), "test"),
+                            transport=transport, offload=inline)
         instance.open(Path(tmp))
         yield instance, transport
         asyncio.run(instance.close())
@@ -78,8 +81,8 @@ def _request(instance: Recovery, messages: list[dict[str, Any]]
              ) -> tuple[ChatRequest, RecoveryRequest]:
     body = {"model": "fake-model", "messages": messages, "max_completion_tokens": 64}
     chat = ChatRequest.parse(orjson.dumps(body), body, None)
-    ctx = build_context(chat, {}, Rules.rules, windows=WINDOWS, upstream="test",
-                        sessions=None)
+    ctx = build_context(chat, {}, Rules.rules, sessions=None,
+                        models=ModelFactsResolver(WINDOWS, TokenRatios(), "test"))
     view = instance.view(ctx, Draft(chat.raw))
     assert view is not None
     return chat, view

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import orjson
 
+from proxy.chat import ChatRequest
 from proxy.context import build_context
 from proxy.facts.learned import LearnedWindows, TokenRatios
-from proxy.model import ChatRequest
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.policy.records import RuleSet
 
 
@@ -34,17 +35,17 @@ def test_the_learned_ratio_is_the_margin_of_the_request() -> None:
     rules, windows, ratios = RuleSet(), LearnedWindows(), TokenRatios()
     raw = b'{"model":"local","messages":[{"role":"user","content":"hi"}]}'
     chat = ChatRequest.parse(raw, orjson.loads(raw), None)
-    before = build_context(chat, {}, rules, windows=windows, upstream="u", sessions=None,
-                           ratios=ratios)
+    before = build_context(chat, {}, rules, models=ModelFactsResolver(windows, ratios, "u"),
+                           sessions=None)
     assert before.spec.margin == rules.unknown_model.margin == 0.2
     ratios.learn("u", "local", 1370, 1000)
-    after = build_context(chat, {}, rules, windows=windows, upstream="u", sessions=None,
-                          ratios=ratios)
+    after = build_context(chat, {}, rules, models=ModelFactsResolver(windows, ratios, "u"),
+                           sessions=None)
     assert round(after.spec.margin, 3) == 0.37
     assert after.spec.encoding == before.spec.encoding
     # A measured ratio below the rules' margin does not take the operator's room away.
     low = TokenRatios()
     low.learn("u", "local", 1050, 1000)
-    kept = build_context(chat, {}, rules, windows=windows, upstream="u", sessions=None,
-                         ratios=low)
+    kept = build_context(chat, {}, rules, models=ModelFactsResolver(windows, low, "u"),
+                           sessions=None)
     assert kept.spec.margin == 0.2

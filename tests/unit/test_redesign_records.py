@@ -6,7 +6,10 @@ import asyncio
 
 import orjson
 
-from proxy.model import AnswerSeen, ChatRequest, Draft
+from proxy.answer import AnswerSeen
+from proxy.chat import ChatRequest, Draft
+from proxy.facts.learned import TokenRatios
+from proxy.facts.resolve import ModelFactsResolver
 from proxy.recovery.locks import SessionLocks
 from proxy.upstream.stream_options import StreamOptionsMemory, names_stream_options
 from proxy.wire.usage import Usage
@@ -38,12 +41,14 @@ def test_an_answer_without_prompt_tokens_is_no_silent_overflow() -> None:
     async def inline(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         return fn(*args, **kwargs)
 
-    recovery = Recovery(rules=Holder(), tokens=TokenCounter(), windows=LearnedWindows(),
-                        transport=None, upstream="u", offload=inline)  # type: ignore[arg-type]
+    recovery = Recovery(rules=Holder(), tokens=TokenCounter(),
+                        models=ModelFactsResolver(LearnedWindows(), TokenRatios(), "u"),
+                        transport=None, offload=inline)  # type: ignore[arg-type]
     recovery._store = object()  # type: ignore[assignment]  # view() needs a store only
     body = {"model": "fake-model", "messages": [{"role": "user", "content": "x" * 5000}]}
     chat = ChatRequest.parse(orjson.dumps(body), body, None)
-    ctx = build_context(chat, {}, rules, windows=LearnedWindows(), upstream="u", sessions=None)
+    ctx = build_context(chat, {}, rules, sessions=None,
+                        models=ModelFactsResolver(LearnedWindows(), TokenRatios(), "u"))
     view = recovery.view(ctx, Draft(chat.raw))
     assert view is not None and ctx.known_window == 1000
     unreported = AnswerSeen(200, Usage.from_dict({"completion_tokens": 3}), "stop", None)

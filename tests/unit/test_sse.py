@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.model import with_stream_usage
 from proxy.server.sse import StreamScanner, read_body_usage
+from proxy.wire.stream_usage import with_stream_usage
 from proxy.wire.usage import Usage, UsageAdjustment
 from tests.fake_upstream import Reply, _sse_chunks
 

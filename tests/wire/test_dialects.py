@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.model import ChatRequest
+from proxy.chat import ChatRequest
 from proxy.wire.anthropic import MESSAGES
 from proxy.wire.responses import RESPONSES
 from proxy.wire.usage import UsageAdjustment

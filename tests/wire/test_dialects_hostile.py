@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.model import ChatRequest
+from proxy.chat import ChatRequest
 from proxy.wire.anthropic import MESSAGES
 from proxy.wire.responses import RESPONSES
 

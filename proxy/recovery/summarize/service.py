@@ -81,11 +81,14 @@ class Summaries:
                                                 previous_summary=previous)
         except ValueError as exc:  # a window too small for any summarizer call
             return None, SummaryAttempt(name, time.perf_counter() - started,
-                                        failure="too_large", detail=str(exc)[:_DETAIL])
+                                        failure="too_large", detail=str(exc)[:_DETAIL],
+                                        began=started)
         except SummarizerError as exc:
             if exc.kind in _SERVICE_FAILURES:
                 self._resting.put(name, self._clock() + REST_SECONDS)
             return None, SummaryAttempt(name, time.perf_counter() - started,
-                                        failure=exc.kind, detail=exc.detail[:_DETAIL])
+                                        failure=exc.kind, detail=exc.detail[:_DETAIL],
+                                        began=started)
         return result.text, SummaryAttempt(name, time.perf_counter() - started,
-                                           result.prompt_tokens, result.completion_tokens)
+                                           result.prompt_tokens, result.completion_tokens,
+                                           began=started)

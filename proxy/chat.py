@@ -1,4 +1,10 @@
-"""Plain records passed between the stages of the request path."""
+"""A chat request, parsed once: the record every stage of the request path reads, its
+translation from another dialect and its rendering back, and what the floor made of it.
+
+A request is "large" (its parsing, identification, rendering and counting run in a worker
+thread, never on the event loop) above ``LARGE_BYTES`` or ``LARGE_MESSAGES``: decided here,
+once, for every stage.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.wire.members import with_member
-from proxy.wire.usage import Usage
+from proxy.wire.dialect import opaque
 
 if TYPE_CHECKING:
     from proxy.wire.dialect import Dialect, Translation
+
+__all__ = ["LARGE_BYTES", "LARGE_MESSAGES", "ChatRequest", "Draft", "is_large_body"]
+
+# Requests above either bound are worked on in a worker thread, never on the event loop.
+LARGE_BYTES = 256 * 1024
+LARGE_MESSAGES = 2000
+
+
+def is_large_body(size: int) -> bool:
+    """A body whose parsing, rendering or counting is CPU work for a worker thread."""
+    return size > LARGE_BYTES
+
 
 # The first "model" key of a body (a key: its quotes are not escaped as they are in strings).
 _MODEL = re.compile(rb'(?<!\\)"model"\s*:\s*"((?:[^"\\]|\\.){1,200})"')
@@ -37,6 +54,13 @@ class ChatRequest:
     client_raw: bytes = b""
 
     @property
+    def large(self) -> bool:
+        """Worked on in a worker thread: see the module docstring."""
+        messages = self.body.get("messages")
+        return is_large_body(len(self.raw)) or (isinstance(messages, list)
+                                                and len(messages) > LARGE_MESSAGES)
+
+    @property
     def route(self) -> str:
         return self.dialect.name if self.dialect is not None else "chat_completions"
 
@@ -58,9 +82,6 @@ class ChatRequest:
     def translated(cls, raw: bytes, body: dict[str, Any], agent_id: str | None,
                    dialect: Dialect) -> ChatRequest:
         """A request in ``dialect``, translated once into the chat shape the stages read."""
-        # Imported here: proxy.wire.dialect imports this module.
-        from proxy.wire.dialect import opaque
-
         try:
             translation = dialect.translate(body)
             chat_raw = orjson.dumps(translation.chat)
@@ -112,57 +133,3 @@ class Draft:
             return list(self.messages)
         found = chat.body.get("messages")
         return found if isinstance(found, list) else None
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamAnswer:
-    """A complete non-streamed upstream answer (an error, when recovery looks at it)."""
-
-    status: int
-    content_type: str | None
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
-    """An answer tailfloor gives the client itself instead of the upstream's."""
-
-    status: int
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerSeen:
-    """How an answer ended, for checks after the fact (silent overflow)."""
-
-    status: int
-    usage: Usage | None
-    finish_reason: str | None
-    stream_error: dict[str, Any] | None
-
-
-_INCLUDE_USAGE = b'"stream_options":{"include_usage":true}'
-
-
-def with_stream_usage(raw: bytes, body: dict[str, Any]) -> bytes | None:
-    """The request body with ``stream_options.include_usage`` set, changing as little as possible.
-
-    Appending one member to the JSON object keeps every other byte as the client sent it; when
-    the client already sent ``stream_options``, only that member's value is replaced. None when
-    that cannot be done: send it as it is.
-    """
-    if "stream_options" not in body:
-        end = raw.rstrip()
-        if end.endswith(b"}"):
-            inner = end[:-1].rstrip()
-            separator = b"" if inner.endswith(b"{") else b","
-            return inner + separator + _INCLUDE_USAGE + b"}"
-    # ``raw`` may be a rewrite (a compaction, a lowered output limit) of the client's body:
-    # only the stream_options member changes, in place; the rest stays what was planned.
-    options = body.get("stream_options")
-    merged = dict(options) if isinstance(options, dict) else {}
-    merged["include_usage"] = True
-    try:
-        return with_member(raw, "stream_options", orjson.dumps(merged))
-    except (orjson.JSONEncodeError, TypeError):
-        return None

@@ -1,0 +1,61 @@
+"""What happened to one chat request, stage by stage, as the values the stages returned.
+
+The exchange fills one ``Trail`` as the request goes (the context, the floor's ``Decision``,
+recovery's ``Prepared``, ``ErrorStep`` and ``AfterCheck``, every upstream ``Attempt``, the
+relay's ``StreamOutcome``, the answer's usage) and hands it to the ``Recorder`` once, when
+the client has its answer, whatever way it ended. The recorder turns it into metrics, log
+lines and the ``RequestReport`` the inspector and telemetry read; nothing else records.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from proxy.chat import ChatRequest
+from proxy.context import RequestContext
+from proxy.errors import ProxyError
+from proxy.floor.decision import Decision
+from proxy.recovery.outcome import AfterCheck, ErrorStep, Prepared
+from proxy.report import Attempt
+from proxy.server.outgoing import Outgoing
+from proxy.server.relay import StreamOutcome
+from proxy.wire.usage import Usage
+
+__all__ = ["Trail"]
+
+
+@dataclass(slots=True)
+class Trail:
+    request_id: str
+    chat: ChatRequest
+    started: float  # perf_counter() at the request's arrival
+    at: float = field(default_factory=time.time)  # the same moment, wall clock
+    ctx: RequestContext | None = None
+    waited: tuple[str, float] | None = None  # for the transcript: (outcome, seconds)
+    decision: Decision | None = None
+    prepared: Prepared | None = None
+    steps: list[ErrorStep] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    outgoing: Outgoing | None = None  # what the last attempt sent
+    stream_options_refused: bool = False  # the upstream refused the usage request
+    failure: ProxyError | None = None  # no answer (an attempt failed, or the answer broke)
+    failed_before_answer: bool = False  # ...in an attempt, before any answer head
+    rejected: bool = False  # ...because a header could not be carried (a client's)
+    large_answer: bool = False  # a complete answer too large to hold, passed on unread
+    stream: StreamOutcome | None = None
+    usage: Usage | None = None
+    usage_read: bool = False  # an answer was read for its usage (a 200)
+    finish_reason: str | None = None
+    after: AfterCheck | None = None
+    proxy_seconds: float = 0.0  # tailfloor's own time, the answer's part included
+    overhead_seen: bool = False  # the answer was complete: proxy_seconds is whole
+    status: int = 500
+    client_gone: bool = False
+    sent_recorded: bool = False  # the recorder has what was decided (``Recorder.sent``)
+
+    @property
+    def verdict(self) -> str:
+        if self.outgoing is not None:
+            return self.outgoing.verdict
+        return self.decision.verdict if self.decision is not None else "none"
