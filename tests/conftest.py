@@ -13,8 +13,10 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.demo.processes import stop_process, wait_until_ready
@@ -84,18 +86,43 @@ class ProxyProcess:
             return text
 
     def sample(self, name: str, **labels: str) -> float:
-        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when absent)."""
-        total = 0.0
-        for family in text_string_to_metric_families(self.metrics_text()):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v
-                                               for k, v in labels.items()):
-                    total += sample.value
-        return total
+        """Sum of the samples of ``name`` whose labels include ``labels``: 0 when none of its
+        series has those labels yet, an AssertionError when the process exports no metric of
+        that name at all (a renamed or removed metric must not read as a zero)."""
+        return sample_of(self.metrics_text(), name, **labels)
 
     def stop(self) -> None:
         stop_process(self.proc)
         self._log.close()
+
+
+def sample_of(text: str, name: str, **labels: str) -> float:
+    """``ProxyProcess.sample`` over an exposition ``text``."""
+    total, known = 0.0, False
+    for family in text_string_to_metric_families(text):
+        # A counter's family is named without _total; histograms add _bucket/_sum/_count.
+        if name == family.name or name.startswith(family.name + "_"):
+            known = known or name in _series_names(family.name, family.type)
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v
+                                           for k, v in labels.items()):
+                total += sample.value
+    assert known, f"the process exports no metric {name!r}"
+    return total
+
+
+def registry_sample(registry: Any, name: str, **labels: str) -> float:
+    """``sample_of`` over an in-process registry (prometheus_client's ``get_sample_value``
+    says None alike for a metric that does not exist and a series not yet counted)."""
+    return sample_of(generate_latest(registry).decode(), name, **labels)
+
+
+def _series_names(family: str, kind: str) -> set[str]:
+    if kind == "counter":
+        return {family + "_total", family + "_created"}
+    if kind in ("histogram", "summary"):
+        return {family + s for s in ("_bucket", "_sum", "_count", "_created", "")}
+    return {family}
 
 
 @pytest.fixture

@@ -108,3 +108,48 @@ def test_no_task_is_dropped(path: Path) -> None:
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             assert called not in ("create_task", "ensure_future"), (
                 f"{name_of(path)} line {node.lineno}: keep a reference to the task")
+
+
+def package_of(name: str) -> str:
+    """The layer a module belongs to: its folder under proxy/, or a top-level module itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_imports() -> dict[str, dict[str, str]]:
+    """For each layer, the layers it imports, with one module that does."""
+    found: dict[str, dict[str, str]] = {}
+    for path in modules():
+        name = name_of(path)
+        mine = package_of(name)
+        for target in imports(path):
+            if target.startswith("proxy."):
+                other = package_of(target)
+                if other != mine:
+                    found.setdefault(mine, {}).setdefault(other, name)
+    return found
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """Imports between layers point one way: a layer that imports another is never imported
+    by it, directly or through others (context.py once imported floor/ and recovery/, which
+    both import it)."""
+    edges = package_imports()
+
+    def reaches(start: str, goal: str) -> list[str] | None:
+        seen, stack = {start}, [[start]]
+        while stack:
+            path = stack.pop()
+            for nxt in edges.get(path[-1], {}):
+                if nxt == goal:
+                    return [*path, nxt]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append([*path, nxt])
+        return None
+
+    for layer, targets in sorted(edges.items()):
+        for target, module in sorted(targets.items()):
+            back = reaches(target, layer)
+            assert back is None, (f"{module} imports {target}, and {target} reaches back to "
+                                  f"{layer}: {' -> '.join(back)}")

@@ -98,4 +98,4 @@ def explain(rules: RuleSet, agent: str | None, model: str | None, session_key: s
     spec = rules.model(model)
     print(f"  model table: {spec.pattern!r} -> window {spec.context_window}, "
           f"encoding {spec.encoding}, margin {spec.margin:g}; token budget "
-          f"{match.policy.budget(spec.context_window)}", file=out)
+          f"{match.policy.token_budget(spec.context_window)}", file=out)

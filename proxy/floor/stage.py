@@ -263,7 +263,7 @@ class Floor:
             return pass_through(chat, "nothing_to_add", lineage.method, sid)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, ctx) for unit in block.units]
-        room = policy.budget(ctx.window) - own - extra
+        room = policy.token_budget(ctx.window) - own - extra
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:
@@ -276,7 +276,7 @@ class Floor:
         new_messages = plan.build(kept)
         raw = sum(1 for m in kept if is_counted(m))
         verdict = f"{plan.kind}; {plan.noun}={raw}" + ("; capped" if capped else "")
-        details = {"budget": policy.budget(ctx.window), "request_tokens": own,
+        details = {"budget": policy.token_budget(ctx.window), "request_tokens": own,
                    "dropped_units": kept_from}
         if policy.mode == "shadow":
             return Decision("shadow", "shadow; " + verdict, chat.raw, method=lineage.method,

@@ -111,7 +111,7 @@ class Policy:
         """Whether a reset of this kind carries the predecessor's tail forward."""
         return self.carry_forward_on_reset and reset_kind in self.carry_reset_kinds
 
-    def budget(self, context_window: int) -> int:
+    def token_budget(self, context_window: int) -> int:
         """Tokens a request may use: the window minus the reserve (at most a quarter of it)."""
         return context_window - min(self.reserve_tokens, context_window // 4)
 

@@ -23,6 +23,7 @@ from proxy.tokens import TokenCounter
 from proxy.wire.members import with_output_limit
 
 __all__ = ["ClampTrigger", "OutputClamp", "lowered_output", "minimum_output", "output_decides",
+           "should_compact",
            "overflow_clamp", "plan_clamp"]
 
 ClampTrigger = Literal["preflight", "overflow"]  # tailfloor_output_lowered_total{trigger}
@@ -117,3 +118,18 @@ def overflow_clamp(request: RecoveryRequest, tokens: TokenCounter, verdict: Over
     return plan_clamp(body, policy=request.policy, requested=requested, prompt=prompt,
                       window=window, trigger="overflow", measured=measured,
                       session=request.session)
+
+
+def should_compact(request: RecoveryRequest, prompt: int, *, marked: str | None
+                   ) -> tuple[str | None, bool]:
+    """Why the request is compacted before it is sent (None: it is not), and whether only
+    its output limit must come down to fit instead. ``prompt``: its estimate with what is
+    summarized already applied; ``marked``: why its session's last answer asked for it."""
+    if marked is not None:
+        return marked, False
+    over = request.policy.preflight and prompt + request.requested_output > request.budget
+    if not over or request.ctx.signals.cache_warm:
+        return None, False
+    if output_decides(request, prompt):
+        return None, True
+    return "preflight", False

@@ -27,7 +27,7 @@ __all__ = [
     "compacted_messages",
     "dropped_note",
     "fallback_messages",
-    "plan_cut",
+    "find_cut_point",
     "runtime_line",
     "turn_start",
 ]
@@ -76,7 +76,7 @@ def turn_start(conversation: Sequence[Message], starts: Sequence[int]) -> int:
     return starts[0] if starts else len(conversation)
 
 
-def plan_cut(conversation: Sequence[Message], costs: Sequence[int], *, covered: int,
+def find_cut_point(conversation: Sequence[Message], costs: Sequence[int], *, covered: int,
              min_tail: int, available: int) -> Cut:
     """Where the raw tail starts so that it holds ``min_tail`` raw messages and the current
     turn within ``available`` tokens (``costs`` per conversation message)."""

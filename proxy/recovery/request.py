@@ -92,7 +92,7 @@ class RecoveryRequest:
     @property
     def budget(self) -> int:
         """Tokens the whole request may use (window minus the reserve)."""
-        return self.policy.budget(self.window)
+        return self.policy.token_budget(self.window)
 
     @property
     def summary_tokens(self) -> int:

@@ -50,8 +50,8 @@ from proxy.recovery.detect import (
 from proxy.recovery.locks import SessionLocks
 from proxy.recovery.message_chain import KeptFingerprints
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
-from proxy.recovery.output import OutputClamp, output_decides, overflow_clamp, plan_clamp
-from proxy.recovery.plan import Cut, Prior, plan_cut
+from proxy.recovery.output import OutputClamp, overflow_clamp, plan_clamp, should_compact
+from proxy.recovery.plan import Cut, Prior, find_cut_point
 from proxy.recovery.request import RecoveryRequest
 from proxy.recovery.silent import check_silent_overflow
 from proxy.recovery.sqlite_store import CompactionStore, StoredCompaction
@@ -127,14 +127,11 @@ class Recovery:
             return None
         found = await self._find(request)
         prior, prompt = await self._offload(self._preflight, request, found)
-        over = request.policy.preflight and prompt + request.requested_output > request.budget
         # A cache warm never starts a summary: it repeats a request that fitted, or reuses
         # what that request was given.
         warm = request.ctx.signals.cache_warm
-        why = None if warm else self._marked.pop(request.session)
-        by_output = why is None and over and not warm and output_decides(request, prompt)
-        if why is None and over and not warm and not by_output:
-            why = "preflight"
+        marked = None if warm else self._marked.pop(request.session)
+        why, by_output = should_compact(request, prompt, marked=marked)
         if why is not None:
             compacted = await self._compact(request, prior, trigger="preflight", why=why)
             if compacted is not None:
@@ -317,7 +314,7 @@ class Recovery:
     def _cut(self, request: RecoveryRequest, prior: Prior, scale: float
              ) -> tuple[Cut, list[int]]:
         costs = request.costs(self._tokens)
-        cut = plan_cut(request.conversation, costs, covered=prior.covered,
+        cut = find_cut_point(request.conversation, costs, covered=prior.covered,
                        min_tail=request.policy.min_tail_messages,
                        available=request.available(self._tokens, scale))
         return cut, costs

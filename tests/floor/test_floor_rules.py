@@ -117,8 +117,8 @@ def test_model_table_and_unknown_models() -> None:
 
 def test_policy_helpers() -> None:
     policy = Policy(reserve_tokens=16384, carry_reset_kinds=frozenset({"daily"}))
-    assert policy.budget(200000) == 200000 - 16384
-    assert policy.budget(8192) == 8192 - 2048  # reserve capped at a quarter of the window
+    assert policy.token_budget(200000) == 200000 - 16384
+    assert policy.token_budget(8192) == 8192 - 2048  # reserve capped at a quarter of the window
     assert policy.carries("daily") and not policy.carries("idle")
     assert not dataclasses.replace(policy, carry_forward_on_reset=False).carries("daily")
 

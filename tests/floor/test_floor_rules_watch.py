@@ -16,15 +16,14 @@ from proxy.cli.main import main as cli_main
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, load_rules_dir, watch_rules
 from proxy.policy.parse import RulesError
+from tests.conftest import registry_sample
 
 GOOD = ('[defaults]\nmin_tail_messages = {n}\n'
         '[[rules]]\nname = "ops"\nagent = "ops-*"\nmode = "off"\n')
 
 
 def reloads(metrics: Metrics, outcome: str) -> float:
-    value = metrics.registry.get_sample_value(
-        "tailfloor_rules_reloads_total", {"outcome": outcome})
-    return value or 0.0
+    return registry_sample(metrics.registry, "tailfloor_rules_reloads_total", outcome=outcome)
 
 
 def test_open_rejects_a_bad_directory(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from proxy.recovery.plan import (
     Prior,
     compacted_messages,
     fallback_messages,
-    plan_cut,
+    find_cut_point,
     runtime_line,
     turn_start,
 )
@@ -51,7 +51,7 @@ def test_the_cut_keeps_exchanges_whole_and_the_current_turn(
         shape: list[int], costs_seed: list[int], min_tail: int, available: int) -> None:
     messages = conversation(shape)
     costs = costs_seed[:len(messages)]
-    cut = plan_cut(messages, costs, covered=0, min_tail=min_tail, available=available)
+    cut = find_cut_point(messages, costs, covered=0, min_tail=min_tail, available=available)
     assert 0 <= cut.keep <= cut.turn < len(messages)
     assert not role_problems(messages[cut.keep:])  # no orphan result, no unanswered call
     assert not role_problems(messages[:cut.keep])  # and the summarized part is whole too
@@ -75,7 +75,7 @@ def test_a_prior_summary_is_not_summarized_again() -> None:
     messages = [summary_message("old summary"), *conversation([0, 1] * 6 + [0])]
     prior = Prior.of(messages)
     assert prior == Prior(1, "old summary")
-    cut = plan_cut(messages, [10] * len(messages), covered=prior.covered, min_tail=2,
+    cut = find_cut_point(messages, [10] * len(messages), covered=prior.covered, min_tail=2,
                    available=1000)
     assert cut.keep == len(messages) - 2
 
@@ -99,7 +99,7 @@ def test_real_requests_cut_legally() -> None:
         rest = messages[head:]
         prior = Prior.of(rest)
         for min_tail in (1, 3, 30):
-            cut = plan_cut(rest, [50] * len(rest), covered=prior.covered, min_tail=min_tail,
+            cut = find_cut_point(rest, [50] * len(rest), covered=prior.covered, min_tail=min_tail,
                            available=400)
             assert prior.covered <= cut.keep <= cut.turn
             assert not role_problems(rest[cut.keep:])

@@ -14,6 +14,7 @@ import pytest
 
 from proxy.metrics import Metrics
 from proxy.transcripts.service import TranscriptService
+from tests.conftest import registry_sample
 from tests.transcripts.conftest import CAPTURES, OC9_MAIN, PI_FILE, snapshot, writable_db
 from tests.transcripts.waiting import until
 
@@ -33,9 +34,7 @@ def _user(entry_id: str, parent: str | None, text: str) -> dict[str, Any]:
 
 
 def errors(metrics: Metrics, kind: str) -> float:
-    value = metrics.registry.get_sample_value("tailfloor_transcript_errors_total",
-                                              {"kind": kind})
-    return value or 0.0
+    return registry_sample(metrics.registry, "tailfloor_transcript_errors_total", kind=kind)
 
 
 @pytest.fixture
