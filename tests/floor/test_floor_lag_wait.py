@@ -38,6 +38,18 @@ def _histogram_count(proxy: ProxyProcess, outcome: str) -> float:
     return 0.0
 
 
+def _until_tracked(proxy: ProxyProcess, session_id: str, bound: float = 10.0) -> None:
+    """The watcher has read the session (the admin listener lists it)."""
+    deadline = time.monotonic() + bound
+    while True:
+        with urllib.request.urlopen(proxy.admin_url + "/tailfloor/sessions", timeout=5) as r:
+            listed = orjson.loads(r.read())["sessions"]
+        if any(s.get("session_id") == session_id for s in listed):
+            return
+        assert time.monotonic() < deadline, f"the watcher never read {session_id}"
+        time.sleep(0.02)
+
+
 def test_a_request_ahead_of_its_transcript_waits_for_the_watcher(
         fake: FakeUpstream, tmp_path: Path) -> None:
     rules = tmp_path / "rules"
@@ -54,7 +66,7 @@ def test_a_request_ahead_of_its_transcript_waits_for_the_watcher(
             busy = Transcript(f"01a22a55-0000-7000-8000-00000000b{run:03d}")
             conversation(busy, 2, tools_every=0, text=f"busy {run}")
             write_session(root, busy, stamp=f"2026-11-30T01-00-0{run}-000Z")
-            time.sleep(0.4)
+            _until_tracked(proxy, busy.session_id)
             session = _compacted(f"01a22a55-0000-7000-8000-00000000c{run:03d}")
             catalog = Catalog()
             put(catalog, session)
