@@ -16,13 +16,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.floor.decision import Decision
-from proxy.floor.restore import is_counted, wire_key
+from proxy.floor.restore import is_counted
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.boundary import role_problems
 from proxy.wire.content import message_text
 from proxy.wire.summary import SUMMARY_PHRASE
 from tests.floor.harness import FloorHarness
+from tests.floor.oracle import contiguous, is_raw, transcript_views, wire_view
 from tests.floor.synthetic import Holder, Transcript, chat, put, request_for, rules, system
 
 TOKENS = TokenCounter()
@@ -41,19 +42,9 @@ def write(t: Transcript, script: list[list[int]], words: int) -> None:
         t.assistant(f"answer {i} " + "word " * words)
 
 
-def rendered(catalog: Catalog, sid: str, before: str | None = None) -> list[dict[str, Any]]:
-    return [m for r in catalog.tail(sid, 10_000, before=before) for m in r.messages]
-
-
 def is_summary(message: Any) -> bool:
     text = message_text(message)
     return "<summary>" in text and SUMMARY_PHRASE in text
-
-
-def contiguous_in(part: list[dict[str, Any]], source: list[dict[str, Any]]) -> bool:
-    keys = [wire_key(m) for m in part]
-    want = [wire_key(m) for m in source]
-    return any(want[i:i + len(keys)] == keys for i in range(len(want) - len(keys) + 1))
 
 
 def check_common(decision: Decision, body: dict[str, Any], again: Decision, window: int,
@@ -92,7 +83,9 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
         t.user("a new question after the compaction")
     put(catalog, t)
     body = request_for(catalog, t.session_id)
-    available = sum(1 for m in rendered(catalog, t.session_id) if is_counted(m))
+    # The oracle: the messages the test itself wrote, read from its own entries.
+    written = transcript_views(t.objs)
+    available = sum(1 for v in written if is_raw(v))
     own = body["messages"][2:]
     own_raw = sum(1 for m in own if is_counted(m))
     own_cost = TOKENS.request(body, "estimate").total
@@ -116,9 +109,10 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
     assert "follow this summary verbatim" in message_text(sent[1])
     after = sent[2:]
     assert after[-len(own):] == own
-    assert contiguous_in(after, rendered(catalog, t.session_id))
+    views = [wire_view(m) for m in after]
+    assert contiguous(views, written), "restored messages are not the transcript's, in order"
     if not decision.capped:
-        assert sum(1 for m in after if is_counted(m)) >= min(n, available)
+        assert sum(1 for v in views if is_raw(v)) >= min(n, available)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,9 +152,9 @@ def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: in
         return
     assert decision.kind == "carry" and decision.source_session == prev.session_id
     assert sent[-1] == body["messages"][-1]
-    carried = sent[2:-2]
-    source = rendered(catalog, prev.session_id)
-    assert [wire_key(m) for m in carried] == [wire_key(m) for m in source[-len(carried):]]
-    available = sum(1 for m in source if is_counted(m))
+    carried = [wire_view(m) for m in sent[2:-2]]
+    source = transcript_views(prev.objs)
+    assert carried == source[-len(carried):], "carried messages are not the old session's end"
+    available = sum(1 for v in source if is_raw(v))
     if not decision.capped:
-        assert sum(1 for m in carried if is_counted(m)) >= min(n, available)
+        assert sum(1 for v in carried if is_raw(v)) >= min(n, available)
