@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,19 @@ def sample_of(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def wait_for_sample(proxy: Any, name: str, want: float, bound: float = 10.0,
+                    **labels: str) -> float:
+    """``proxy.sample(name, **labels)`` once it reaches ``want`` (a stream's client can have
+    the whole answer a moment before the proxy has recorded the end of it); fails after
+    ``bound`` seconds saying what it awaited."""
+    deadline = time.monotonic() + bound
+    while (value := proxy.sample(name, **labels)) < want:
+        assert time.monotonic() < deadline, \
+            f"{name}{labels} stayed at {value}, awaited {want} for {bound} s"
+        time.sleep(0.01)
+    return value
+
+
 def registry_sample(registry: Any, name: str, **labels: str) -> float:
     """``sample_of`` over an in-process registry (prometheus_client's ``get_sample_value``
     says None alike for a metric that does not exist and a series not yet counted)."""
@@ -157,6 +171,9 @@ def clean_fake(fake: FakeUpstream) -> FakeUpstream:
 
 @pytest.fixture(scope="module")
 def proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
-    process = ProxyProcess(fake.url)
-    yield process
-    process.stop()
+    """tailfloor built in-process in front of the module's fake (tests/inprocess.py)."""
+    from tests.inprocess import InProcessProxy  # it imports this module
+
+    built = InProcessProxy(fake)
+    yield built  # type: ignore[misc]  # ProxyProcess's interface
+    built.stop()

@@ -20,6 +20,8 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -125,6 +127,10 @@ class FakeUpstream:
         self.app.router.add_route("*", "/{tail:.*}", self._any)
         self._runner: web.AppRunner | None = None
         self.port = 0
+        # The same server on a UNIX socket: what an in-process tailfloor's transport seam
+        # connects to (tests/inprocess.py), no TCP port involved.
+        self._socket_dir = tempfile.mkdtemp(prefix="fake-upstream-")
+        self.unix_path = os.path.join(self._socket_dir, "upstream.sock")
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
@@ -134,10 +140,12 @@ class FakeUpstream:
         server = site._server
         assert server is not None
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await web.UnixSite(self._runner, self.unix_path).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     @property
     def url(self) -> str:

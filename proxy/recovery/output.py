@@ -22,9 +22,16 @@ from proxy.recovery.request import RecoveryRequest, sent_tokens
 from proxy.tokens import TokenCounter
 from proxy.wire.members import with_output_limit
 
-__all__ = ["ClampTrigger", "OutputClamp", "lowered_output", "minimum_output", "output_decides",
-           "should_compact",
-           "overflow_clamp", "plan_clamp"]
+__all__ = [
+    "ClampTrigger",
+    "OutputClamp",
+    "lowered_output",
+    "minimum_output",
+    "output_decides",
+    "overflow_clamp",
+    "plan_clamp",
+    "should_compact",
+]
 
 ClampTrigger = Literal["preflight", "overflow"]  # tailfloor_output_lowered_total{trigger}
 

@@ -46,21 +46,26 @@ from proxy.settings import Settings
 from proxy.tokens import Encodings, TokenCounter
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
-from proxy.upstream.pool import Upstream
+from proxy.upstream.pool import Opener, Upstream
 
 log = logging.getLogger("tailfloor")
 
 
-def build_app(settings: Settings, registry: CollectorRegistry | None = None) -> web.Application:
-    """The application; raises ``RulesError`` when the rules directory is invalid."""
+def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
+              upstream_opener: Opener | None = None, name: str = "tailfloor"
+              ) -> web.Application:
+    """The application; raises ``RulesError`` when the rules directory is invalid.
+    ``upstream_opener``: how upstream connections are opened (TCP by default); ``name``
+    prefixes its worker threads."""
     metrics = Metrics(registry, label_cap=settings.label_cap)
     upstream = Upstream(settings.upstream, settings.connect_timeout, settings.read_timeout,
-                        ca_file=str(settings.upstream_ca) if settings.upstream_ca else None)
+                        ca_file=str(settings.upstream_ca) if settings.upstream_ca else None,
+                        opener=upstream_opener)
     rules = RulesHolder.open(settings.rules, metrics)
     tokens = TokenCounter(Encodings(background=True))
     windows = LearnedWindows()
     ratios = TokenRatios()
-    offload = WorkerPool()
+    offload = WorkerPool(name=f"{name}-work")
     models = ModelFactsResolver(windows, ratios, settings.upstream)
     recovery = Recovery(rules=rules, tokens=tokens, models=models,
                         transport=UpstreamSummaryTransport(upstream), offload=offload)

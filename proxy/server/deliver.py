@@ -10,6 +10,7 @@ larger one is passed on as it arrives, unread.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -39,10 +40,12 @@ class _CoalescedStream(web.StreamResponse):
 
 
 class AnswerDelivery:
-    def __init__(self, state: ProxyState, request: web.Request, trail: Trail) -> None:
+    def __init__(self, state: ProxyState, request: web.Request, trail: Trail,
+                 answered: Callable[[AnswerSeen], Awaitable[None]]) -> None:
         self.state = state
         self.request = request
         self.trail = trail
+        self.answered = answered  # recovery's look at the answer, before the client has it all
         self.seen: AnswerSeen | None = None  # an answer recovery may look at afterwards
 
     async def deliver(self, attempted: Attempted) -> Finished:
@@ -59,7 +62,7 @@ class AnswerDelivery:
         upstream = attempted.upstream
         assert upstream is not None
         if attempted.error_answer is not None:
-            return self._plain(upstream, attempted.error_answer, attempted)
+            return await self._plain(upstream, attempted.error_answer, attempted)
         if upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
             return await self._stream(upstream, attempted)
         try:
@@ -74,7 +77,7 @@ class AnswerDelivery:
                 verdict=verdict)
             trail.failure = broke
             return finished
-        return self._plain(upstream, answer, attempted)
+        return await self._plain(upstream, answer, attempted)
 
     def _error(self, exc: ProxyError) -> web.Response:
         return error_response(exc, self.trail.request_id, self.trail.chat.dialect)
@@ -86,8 +89,8 @@ class AnswerDelivery:
             headers["x-tailfloor"] = verdict
         return headers
 
-    def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted
-               ) -> Finished:
+    async def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted
+                     ) -> Finished:
         trail, outgoing = self.trail, attempted.outgoing
         began = time.perf_counter()
         if upstream.status == 200:
@@ -95,6 +98,7 @@ class AnswerDelivery:
                                                            trail.chat.dialect)
             trail.usage, trail.usage_read, trail.finish_reason = usage, True, finish_reason
             self.seen = AnswerSeen(upstream.status, usage, finish_reason, None)
+            await self.answered(self.seen)
         response = web.Response(body=answer, status=upstream.status,
                                 headers=self._headers(upstream, outgoing.verdict))
         trail.proxy_seconds += time.perf_counter() - began
@@ -106,13 +110,20 @@ class AnswerDelivery:
         scanner = StreamScanner(hide_usage=attempted.usage_injected, adjust=outgoing.adjust,
                                 dialect=trail.chat.dialect)
         began = time.perf_counter()
+
+        async def before_end() -> None:
+            self._stream_seen(scanner, complete=True)
+            assert self.seen is not None
+            await self.answered(self.seen)
+
         response = _CoalescedStream(status=upstream.status,
                                     headers=self._headers(upstream, outgoing.verdict))
         try:
             await start_answer(response, self.request, upstream.close)
             trail.proxy_seconds += time.perf_counter() - began
             outcome = await relay_stream(self.request, response, upstream, scanner,
-                                         self.state.settings.keepalive_interval)
+                                         self.state.settings.keepalive_interval,
+                                         before_end=before_end)
         except BaseException:
             upstream.close()
             self._stream_seen(scanner, complete=False)

@@ -20,6 +20,7 @@ import time
 
 from aiohttp import web
 
+from proxy.answer import AnswerSeen
 from proxy.chat import ChatRequest
 from proxy.context import RequestContext, first_of_session, runs_ahead
 from proxy.floor.decision import Decision
@@ -62,7 +63,11 @@ class ChatExchange:
             attempted = await UpstreamAttempts(self.state, self.request, self.target,
                                                trail).attempt(view, outgoing)
             self.state.record.sent(trail)
-            delivery = AnswerDelivery(self.state, self.request, trail)
+            async def answered(seen: AnswerSeen) -> None:
+                trail.after = await self._after(view, attempted.outgoing, seen)
+                self.state.record.after_answer(trail)
+
+            delivery = AnswerDelivery(self.state, self.request, trail, answered)
             finished = await delivery.deliver(attempted)
             trail.status, trail.client_gone = finished.response.status, finished.client_gone
             return finished
@@ -70,10 +75,11 @@ class ChatExchange:
             trail.client_gone = True  # the client left before its answer was complete
             raise
         finally:
-            if delivery is not None and delivery.seen is not None and trail.outgoing:
+            if delivery is not None and delivery.seen is not None and trail.after is None \
+                    and trail.outgoing is not None:
                 # What was read still counts, a stream the client left included (tokens
                 # used, an overflow error event it got before it left).
-                trail.after = await self._after(view, trail.outgoing, delivery)
+                trail.after = await self._after(view, trail.outgoing, delivery.seen)
             self.state.record.finished(trail)
 
     # ------------------------------------------------------------------ stages
@@ -143,10 +149,9 @@ class ChatExchange:
         self.trail.prepared = prepared
         return outgoing.prepared(prepared)
 
-    async def _after(self, view: RecoveryRequest | None, sent: Outgoing,
-                     delivery: AnswerDelivery) -> AfterCheck | None:
-        recovery, seen = self.state.recovery, delivery.seen
-        assert seen is not None
+    async def _after(self, view: RecoveryRequest | None, sent: Outgoing, seen: AnswerSeen
+                     ) -> AfterCheck | None:
+        recovery = self.state.recovery
         try:
             if view is not None and view.ctx.large:
                 return await self.state.offload(recovery.after_answer, view, sent.compaction,

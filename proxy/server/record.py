@@ -76,8 +76,7 @@ class Recorder:
         chat = trail.chat
         self.sent(trail)
         self._answer(trail)
-        if trail.after is not None:
-            self.after(trail.after, chat.model)
+        self.after_answer(trail)
         if trail.overhead_seen:
             self.overhead(chat.route, trail.proxy_seconds)
         if self.sinks:
@@ -87,6 +86,13 @@ class Recorder:
                     sink.keep(report)
                 except Exception:  # a consumer's bug costs its view, never the request
                     log.exception("a report consumer failed; the request is not affected")
+
+    def after_answer(self, trail: Trail) -> None:
+        """Recovery's look at the answer, once (as soon as it is made, before the client has
+        all of the answer, or at the end)."""
+        if trail.after is not None and not trail.after_recorded:
+            trail.after_recorded = True
+            self.after(trail.after, trail.chat.model)
 
     def _failure(self, trail: Trail) -> None:
         failure = trail.failure

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -37,7 +38,8 @@ class StreamOutcome:
 
 async def relay_stream(
     request: web.Request, response: web.StreamResponse, upstream: UpstreamResponse,
-    scanner: StreamScanner, keepalive_interval: float,
+    scanner: StreamScanner, keepalive_interval: float, *,
+    before_end: Callable[[], Awaitable[None]] | None = None,
 ) -> StreamOutcome:
     """Relay an SSE body. The response must already be prepared. A client that leaves ends
     the relay (``client_gone``); an upstream that breaks ends it with an error event."""
@@ -83,6 +85,10 @@ async def relay_stream(
         if outcome.upstream_error is not None:
             await response.write(_broken(outcome.upstream_error, scanner))
         if not outcome.client_gone:
+            if before_end is not None:
+                # What the answer showed is acted on before the client has all of it: an
+                # agent's next request can never overtake it (a silent overflow's mark).
+                await before_end()
             await response.write_eof()
     except ConnectionError:
         outcome.client_gone = True

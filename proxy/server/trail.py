@@ -53,6 +53,7 @@ class Trail:
     status: int = 500
     client_gone: bool = False
     sent_recorded: bool = False  # the recorder has what was decided (``Recorder.sent``)
+    after_recorded: bool = False  # ...and recovery's look at the answer
 
     @property
     def verdict(self) -> str:

@@ -39,6 +39,10 @@ class UpstreamTarget:
         return self.base_path + client_path
 
 
+# Opens one connection to the upstream for the protocol the factory makes.
+Opener = Callable[[Callable[[], Http1Connection]], Awaitable[Http1Connection]]
+
+
 class UpstreamResponse:
     """An upstream answer whose head has arrived; the body is read or iterated once."""
 
@@ -155,7 +159,7 @@ class Upstream:
 
     def __init__(self, url: str, connect_timeout: float, read_timeout: float, *,
                  idle_timeout: float = 30.0, max_idle: int = 256,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, opener: Opener | None = None) -> None:
         self.target = UpstreamTarget.parse(url)
         parts = urlsplit(url)
         self._host = parts.hostname or ""
@@ -169,6 +173,9 @@ class Upstream:
         self._max_idle = max_idle
         self._idle: list[Http1Connection] = []
         self._ca_file = ca_file
+        # The transport seam: how a connection to the upstream is opened (TCP, with TLS for
+        # https, unless the application is built with another, as tests build it in-process).
+        self._open: Opener = opener or self._open_tcp
 
     async def start(self) -> None:
         if self._tls:
@@ -246,11 +253,8 @@ class Upstream:
                 return connection, True
             connection.close()
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: Http1Connection(self._read_timeout), self._host, self._port,
-                    ssl=self._ssl, server_hostname=self._host if self._tls else None),
-                self._connect_timeout)
+            protocol = await asyncio.wait_for(
+                self._open(lambda: Http1Connection(self._read_timeout)), self._connect_timeout)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"connecting to the upstream took over {self._connect_timeout:g} s") from exc
@@ -258,6 +262,12 @@ class Upstream:
             raise UpstreamUnavailable(
                 f"cannot connect to the upstream: {exc.strerror or exc}") from exc
         return protocol, False
+
+    async def _open_tcp(self, protocol: Callable[[], Http1Connection]) -> Http1Connection:
+        _, connection = await asyncio.get_running_loop().create_connection(
+            protocol, self._host, self._port, ssl=self._ssl,
+            server_hostname=self._host if self._tls else None)
+        return connection
 
     @staticmethod
     async def _send_stream(connection: Http1Connection, body: AsyncIterator[bytes],

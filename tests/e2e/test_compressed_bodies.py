@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import ProxyProcess
 from tests.e2e.rawhttp import RawAnswer, send_raw
 from tests.fake_upstream import FakeUpstream
+from tests.inprocess import InProcessProxy
 
 LIMIT = 1024 * 1024
 CHAT = orjson.dumps({"model": "m", "stream": False,
@@ -27,7 +28,7 @@ EMBED = orjson.dumps({"model": "e", "input": "text " * 500})
 
 @pytest.fixture(scope="module")
 def small_limit(fake: FakeUpstream) -> Iterator[ProxyProcess]:
-    process = ProxyProcess(fake.url, "--max-body-bytes", str(LIMIT))
+    process = InProcessProxy(fake, "--max-body-bytes", str(LIMIT))
     yield process
     process.stop()
 

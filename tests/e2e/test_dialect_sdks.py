@@ -23,6 +23,7 @@ from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, is_summarization, total_chars
 from tests.fake_dialects import MESSAGES, RESPONSES, chat_view
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.inprocess import InProcessProxy
 from tests.recovery.conversation import history, rules_dir
 
 KEY = "sk-test-secret-0123456789"
@@ -35,7 +36,7 @@ TOOL = {"name": "bash", "description": "run a command",
 def dialect_proxy(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[ProxyProcess]:
     tmp = tmp_path_factory.mktemp("dialects")
-    process = ProxyProcess(fake.url, "--rules", str(rules_dir(tmp)), "--state", str(tmp / "s"))
+    process = InProcessProxy(fake, "--rules", str(rules_dir(tmp)), "--state", str(tmp / "s"))
     yield process
     process.stop()
 
@@ -273,7 +274,7 @@ WINDOW_8K = ('[[models]]\npattern = "fake-model"\ncontext_window = 8192\n'
 @pytest.mark.parametrize("dialect", [RESPONSES, MESSAGES])
 def test_an_output_limit_past_a_known_window_is_lowered_in_the_dialect_field(
         clean_fake: FakeUpstream, tmp_path: Path, dialect: str) -> None:
-    proxy = ProxyProcess(clean_fake.url, "--rules",
+    proxy = InProcessProxy(clean_fake, "--rules",
                          str(rules_dir(tmp_path, models=WINDOW_8K)),
                          "--state", str(tmp_path / "state"))
     try:
@@ -329,7 +330,7 @@ def test_a_silent_overflow_in_the_dialect_compacts_the_next_request(
     """An answer whose usage says the prompt was over the known window (the server cut it
     without saying so), read from the dialect's stream events: the session's next request
     is compacted before it is sent."""
-    proxy = ProxyProcess(clean_fake.url, "--rules",
+    proxy = InProcessProxy(clean_fake, "--rules",
                          str(rules_dir(tmp_path, models=WINDOW_8K)),
                          "--state", str(tmp_path / "state"))
     clean_fake.script.append(Reply(usage={"prompt_tokens": 9000, "completion_tokens": 5,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.conftest import ProxyProcess
 from tests.e2e.rawhttp import dechunk, send_raw
@@ -29,6 +31,15 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")
+
+
+
+@pytest.fixture(scope="module")
+def proxy(fake: FakeUpstream) -> Iterator[ProxyProcess]:
+    """A real process: these tests read its resident memory."""
+    process = ProxyProcess(fake.url)
+    yield process
+    process.stop()
 
 
 def test_a_huge_error_answer_is_a_502_and_never_held(

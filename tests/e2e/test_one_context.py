@@ -17,6 +17,7 @@ import orjson
 
 from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.inprocess import InProcessProxy
 from tests.recovery.conversation import history
 
 RULES = """[defaults]
@@ -53,7 +54,7 @@ def test_an_agent_header_rule_turns_off_the_floor_and_recovery(clean_fake: FakeU
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "00.toml").write_text(RULES)
-    proxy = ProxyProcess(clean_fake.url, "--rules", str(rules))
+    proxy = InProcessProxy(clean_fake, "--rules", str(rules))
     try:
         # Far over the 4000-token window: preflight would compact it for any other agent.
         body = {"model": "fake-model", "messages": history("ops", 12, 1500), "stream": False}

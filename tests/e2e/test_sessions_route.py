@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream
+from tests.inprocess import InProcessProxy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "captures"
 
@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "c
 def test_sessions_route_lists_metadata_only(fake: FakeUpstream, tmp_path: Path) -> None:
     root = tmp_path / "pi"
     shutil.copytree(FIXTURES / "pi-02-rpc-main" / "sessions", root)
-    process = ProxyProcess(fake.url, "--sessions", str(root))
+    process = InProcessProxy(fake, "--sessions", str(root))
     try:
         with urllib.request.urlopen(process.admin_url + "/tailfloor/sessions",
                                     timeout=5) as response:

@@ -15,6 +15,7 @@ from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour, size_usage
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import Transcript, conversation, put, request_for, write_jsonl
+from tests.inprocess import InProcessProxy
 
 SID = "01a22a55-0000-7000-8000-00000000abcd"
 RULES = """[defaults]
@@ -56,7 +57,7 @@ def test_enforce_restores_and_reports_the_client_usage(fake: FakeUpstream,
     fake.reset()
     fake.behaviour = AgentBehaviour()
     sessions, rules, body = setup(tmp_path, "enforce")
-    proxy = ProxyProcess(fake.url, "--sessions", str(sessions), "--rules", str(rules))
+    proxy = InProcessProxy(fake, "--sessions", str(sessions), "--rules", str(rules))
     try:
         answer, verdict = post(proxy, body)
         assert verdict.startswith("floor; restored=")
@@ -84,7 +85,7 @@ def test_enforce_restores_and_reports_the_client_usage(fake: FakeUpstream,
 def test_shadow_mode_sends_the_original_bytes(fake: FakeUpstream, tmp_path: Path) -> None:
     fake.reset()
     sessions, rules, body = setup(tmp_path, "shadow")
-    proxy = ProxyProcess(fake.url, "--sessions", str(sessions), "--rules", str(rules))
+    proxy = InProcessProxy(fake, "--sessions", str(sessions), "--rules", str(rules))
     try:
         raw = orjson.dumps(body)
         request = urllib.request.Request(proxy.url + "/v1/chat/completions", data=raw,

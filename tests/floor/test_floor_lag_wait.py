@@ -20,6 +20,7 @@ from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import Transcript, conversation, put, request_for
 from tests.floor.test_floor_tenants import RULES, write_session
+from tests.inprocess import InProcessProxy
 
 
 def _compacted(session_id: str) -> Transcript:
@@ -58,7 +59,7 @@ def test_a_request_ahead_of_its_transcript_waits_for_the_watcher(
                                                     "min_tail_messages = 8"))
     root = tmp_path / "sessions"
     root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules))
+    proxy = InProcessProxy(fake, "--sessions", str(root), "--rules", str(rules))
     try:
         for run in range(3):
             fake.reset()

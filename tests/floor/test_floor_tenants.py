@@ -32,6 +32,7 @@ from tests.floor.synthetic import (
     rules,
     system,
 )
+from tests.inprocess import InProcessProxy
 
 VICTIM = "01a22a55-0000-7000-8000-0000000000aa"
 RULES = """[defaults]
@@ -92,7 +93,7 @@ def one_root(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[tuple[ProxyProcess, dict[str, Any]]]:
     tmp = tmp_path_factory.mktemp("one-root")
     body = victim_session(tmp / "sessions")
-    process = ProxyProcess(fake.url, "--sessions", str(tmp / "sessions"),
+    process = InProcessProxy(fake, "--sessions", str(tmp / "sessions"),
                            "--rules", str(rules_dir(tmp)))
     yield process, body
     process.stop()
@@ -147,7 +148,7 @@ def two_roots(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
     write_session(tmp / "bob", other)
     bound = rules_dir(tmp, f'\n[[agents]]\nid = "alice"\nroot = "{tmp / "alice"}"\n'
                            f'\n[[agents]]\nid = "bob"\nroot = "{tmp / "bob"}"\n')
-    process = ProxyProcess(fake.url, "--sessions", str(tmp / "alice"), "--sessions",
+    process = InProcessProxy(fake, "--sessions", str(tmp / "alice"), "--sessions",
                            str(tmp / "bob"), "--rules", str(bound))
     yield process, body
     process.stop()

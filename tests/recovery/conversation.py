@@ -13,6 +13,7 @@ import orjson
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import SUMMARY_MARKER, is_summarization
 from tests.fake_upstream import FakeUpstream
+from tests.inprocess import InProcessProxy
 
 AUTH = "Bearer sk-overflow-test-0123456789"
 SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank. "
@@ -50,9 +51,10 @@ def rules_dir(tmp_path: Path, defaults: str = "", models: str = "", min_tail: in
 
 
 def start(fake: FakeUpstream, tmp_path: Path, defaults: str = "", models: str = "", *,
-          min_tail: int = 2) -> ProxyProcess:
-    return ProxyProcess(fake.url, "--rules", str(rules_dir(tmp_path, defaults, models, min_tail)),
-                        "--state", str(tmp_path / "state"))
+          min_tail: int = 2) -> InProcessProxy:
+    """tailfloor built in-process in front of ``fake`` (tests/inprocess.py)."""
+    return InProcessProxy(fake, "--rules", str(rules_dir(tmp_path, defaults, models, min_tail)),
+                          "--state", str(tmp_path / "state"), )
 
 
 def post(proxy: ProxyProcess, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:

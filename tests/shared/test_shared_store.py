@@ -24,6 +24,7 @@ from tests.fake_behaviour import AgentBehaviour, total_chars
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import system
 from tests.floor.test_floor_tenants import VICTIM, hello, rules_dir, send, victim_session
+from tests.inprocess import InProcessProxy
 from tests.recovery.conversation import AUTH, carries_summary, history, kinds
 from tests.recovery.conversation import rules_dir as recovery_rules
 from tests.shared.redis_server import RedisServer
@@ -48,7 +49,7 @@ def store(redis_server: RedisServer) -> RedisServer:
 
 def pair(fake: FakeUpstream, tmp_path: Path, url: str, *extra: str) -> list[ProxyProcess]:
     rules = recovery_rules(tmp_path)
-    return [ProxyProcess(fake.url, "--rules", str(rules), "--state", str(tmp_path / name),
+    return [InProcessProxy(fake, "--rules", str(rules), "--state", str(tmp_path / name),
                          "--store", url, *extra) for name in ("a", "b")]
 
 
@@ -148,9 +149,9 @@ def test_a_carry_on_one_replica_from_a_fingerprint_recorded_on_the_other(
     root = tmp_path / "sessions"
     victim = victim_session(root)
     rules = rules_dir(tmp_path)
-    a, b = (ProxyProcess(clean_fake.url, "--sessions", str(root), "--rules", str(rules),
+    a, b = (InProcessProxy(clean_fake, "--sessions", str(root), "--rules", str(rules),
                          "--store", store.url) for _ in range(2))
-    alone = ProxyProcess(clean_fake.url, "--sessions", str(root), "--rules", str(rules))
+    alone = InProcessProxy(clean_fake, "--sessions", str(root), "--rules", str(rules))
     try:
         send(a, victim)  # Pi's request of its old session: A records its fingerprint
         _raw, verdict = send(alone, hello(system()))
@@ -233,7 +234,7 @@ def test_a_claimed_session_id_does_not_name_the_store_key(
     victim_session(tmp_path / "alice")
     (tmp_path / "bob").mkdir()
     clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS)
-    proxy = ProxyProcess(clean_fake.url, "--rules", str(recovery_rules(tmp_path)),
+    proxy = InProcessProxy(clean_fake, "--rules", str(recovery_rules(tmp_path)),
                          "--state", str(tmp_path / "state"), "--store", store.url,
                          "--sessions", str(tmp_path / "alice"), "--sessions",
                          str(tmp_path / "bob"))
