@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from proxy.report import AGENT, Origin
 from proxy.wire.dialect import opaque
 
 if TYPE_CHECKING:
@@ -127,6 +128,11 @@ class Draft:
 
     body: bytes
     messages: tuple[dict[str, Any], ...] | None = None  # parsed ``body`` when tailfloor built it
+    origins: tuple[Origin, ...] | None = None  # where each of ``messages`` came from
+
+    def origin(self, index: int) -> Origin:
+        """Where message ``index`` of the draft came from (the agent's, when not built)."""
+        return self.origins[index] if self.origins is not None else AGENT
 
     def message_list(self, chat: ChatRequest) -> list[Any] | None:
         if self.messages is not None:

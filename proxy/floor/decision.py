@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.chat import ChatRequest
+from proxy.report import Origin
 from proxy.transcripts.records import SessionRecord
 
 __all__ = ["Decision", "DecisionKind", "annotate", "pass_through", "summary_of"]
@@ -27,6 +28,7 @@ class Decision:
     session_id: str | None = None
     source_session: str | None = None
     messages: tuple[Message, ...] | None = None
+    origins: tuple[Origin, ...] | None = None  # where each of ``messages`` came from
     added: tuple[Message, ...] = ()
     added_raw: int = 0
     added_tokens: int = 0

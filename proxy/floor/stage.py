@@ -31,6 +31,7 @@ from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
 from proxy.identity.prompt_prints import Fingerprints
+from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import SessionRecord, TailMessage
 from proxy.wire.content import message_text
@@ -58,6 +59,8 @@ class _Plan:
     noun: str
     block: Block
     build: Callable[[Sequence[Message]], list[Message]]
+    # Where each message ``build`` returns came from, for ``k`` kept messages.
+    origins: Callable[[int], tuple[Origin, ...]]
     extra: int  # tokens of what is added besides the units (notes, markers)
     source: str
 
@@ -153,8 +156,13 @@ class Floor:
             return [*messages[:summary_at], annotated, *messages[summary_at + 1:first],
                     *kept, *own]
 
+        def origins(kept: int) -> tuple[Origin, ...]:
+            return (*(AGENT,) * summary_at, Origin("summary", author="agent"),
+                    *(AGENT,) * (first - summary_at - 1),
+                    *(Origin("restored", session=sid),) * kept, *(AGENT,) * len(own))
+
         extra = self._tokens([annotated], ctx) - self._tokens([messages[summary_at]], ctx)
-        return self._finish(ctx, _Plan("floor", "restored", block, build, extra, sid))
+        return self._finish(ctx, _Plan("floor", "restored", block, build, origins, extra, sid))
 
     def _holds_segment(self, ctx: RequestContext, session_id: str) -> bool:
         """Whether the request carries its session's whole current segment (what follows the
@@ -222,7 +230,13 @@ class Floor:
 
         extra = self._tokens(frame([], source, policy.notes, block.newest_ts, style.user_parts),
                              ctx)
-        decision = self._finish(ctx, _Plan("carry", "carried", block, build, extra,
+        def origins(kept: int) -> tuple[Origin, ...]:
+            note = Origin("inserted")
+            return (*(AGENT,) * first, note,
+                    *(Origin("carried", session=source.session_id),) * kept, note,
+                    *(AGENT,) * len(own))
+
+        decision = self._finish(ctx, _Plan("carry", "carried", block, build, origins, extra,
                                            source.session_id))
         decision.details["reset_kind"] = source.reason
         return decision
@@ -283,10 +297,12 @@ class Floor:
                             session_id=sid, source_session=source, added=tuple(kept),
                             added_raw=raw, added_tokens=total + extra, capped=capped,
                             would=verdict, details=details)
+        origins = plan.origins(len(kept))
+        assert len(origins) == len(new_messages)
         return Decision(
             plan.kind, verdict, orjson.dumps({**chat.body, "messages": new_messages}),
             method=lineage.method, session_id=sid, source_session=source,
-            messages=tuple(new_messages), added=tuple(kept), added_raw=raw,
+            messages=tuple(new_messages), origins=origins, added=tuple(kept), added_raw=raw,
             added_tokens=total + extra, capped=capped, window=ctx.window, details=details)
 
     def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:

@@ -19,6 +19,7 @@ from proxy.answer import ErrorReply
 from proxy.recovery.detect import OverflowVerdict
 from proxy.recovery.output import OutputClamp
 from proxy.recovery.silent import SilentOverflow
+from proxy.report import Origin
 
 __all__ = ["AfterCheck", "Compaction", "ErrorStep", "OverflowOutcome", "Prepared",
            "SummaryAttempt", "Trigger"]
@@ -58,6 +59,7 @@ class Compaction:
     window: int
     summary: SummaryAttempt | None = None
     store_error: str | None = None  # the summary was used but could not be stored
+    origins: tuple[Origin, ...] | None = None  # where each of ``messages`` came from
 
     @property
     def retry(self) -> bool:

@@ -14,6 +14,7 @@ from proxy.chat import Draft
 from proxy.floor.decision import Decision
 from proxy.recovery.outcome import Compaction, ErrorStep, Prepared
 from proxy.recovery.output import OutputClamp
+from proxy.report import Origin
 from proxy.wire.usage import UsageAdjustment
 
 __all__ = ["Outgoing"]
@@ -29,7 +30,7 @@ class Outgoing:
     @property
     def draft(self) -> Draft:
         """What the floor made of the request (recovery's starting point)."""
-        return Draft(self.decision.body, self.decision.messages)
+        return Draft(self.decision.body, self.decision.messages, self.decision.origins)
 
     @property
     def body(self) -> bytes:
@@ -44,6 +45,13 @@ class Outgoing:
             return self.compaction.messages if self.compaction is not None else \
                 self.decision.messages
         return self.decision.messages
+
+    @property
+    def origins(self) -> tuple[Origin, ...] | None:
+        """Where each of ``messages`` came from (None: all the agent's)."""
+        if self.compaction is not None:
+            return self.compaction.origins
+        return self.decision.origins
 
     @property
     def verdict(self) -> str:

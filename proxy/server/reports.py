@@ -44,7 +44,8 @@ def report_of(trail: Trail) -> RequestReport:
         messages: tuple[dict[str, Any], ...] | list[Any] | None = (
             outgoing.messages if outgoing.messages is not None
             else found if isinstance(found, list) else None)
-        report = replace(report, body=outgoing.body, messages=messages)
+        report = replace(report, body=outgoing.body, messages=messages,
+                         origins=outgoing.origins)
         compaction = outgoing.compaction
         if compaction is not None:
             report = replace(report, compaction=compaction.label,

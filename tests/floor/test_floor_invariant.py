@@ -111,6 +111,12 @@ def test_restore_invariant(*, script: list[list[int]], n: int, cut: float, extra
     assert after[-len(own):] == own
     views = [wire_view(m) for m in after]
     assert contiguous(views, written), "restored messages are not the transcript's, in order"
+    # Where each sent message came from (what the inspector shows): the agent's own, its
+    # summary, then what the floor put back, then the agent's own again.
+    words = [o.provenance for o in decision.origins or ()]
+    restored = len(after) - len(own)
+    assert words == ["agent", "summary", *["restored"] * restored, *["agent"] * len(own)]
+    assert decision.origins is not None and decision.origins[1].author == "agent"
     if not decision.capped:
         assert sum(1 for v in views if is_raw(v)) >= min(n, available)
 
@@ -152,6 +158,10 @@ def test_carry_invariant(*, old: list[list[int]], n: int, tight: bool, words: in
         return
     assert decision.kind == "carry" and decision.source_session == prev.session_id
     assert sent[-1] == body["messages"][-1]
+    words = [o.provenance for o in decision.origins or ()]
+    assert words == ["agent", "inserted", *["carried"] * (len(sent) - 4), "inserted", "agent"]
+    assert decision.origins is not None and {
+        o.session for o in decision.origins if o.provenance == "carried"} == {prev.session_id}
     carried = [wire_view(m) for m in sent[2:-2]]
     source = transcript_views(prev.objs)
     assert carried == source[-len(carried):], "carried messages are not the old session's end"

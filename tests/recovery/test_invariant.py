@@ -126,6 +126,16 @@ def test_compacted_requests_keep_the_invariant(
         assert transport.calls > calls
     tail = sent[2:]
     assert tail == messages[len(messages) - len(tail):]  # the original's own suffix
+    # Where each sent message came from: the agent's system prompt and tail, the summary
+    # between (tailfloor's, standing for every conversation message the tail does not keep).
+    origins = result.origins
+    assert origins is not None and len(origins) == len(sent)
+    words = [o.provenance for o in origins]
+    if result.label.startswith("dropped"):
+        assert words == ["agent", "inserted", *["agent"] * len(tail)]
+    else:
+        assert words == ["agent", "summary", *["agent"] * len(tail)]
+        assert origins[1].author == "tailfloor" and origins[1].replaced == len(body) - len(tail)
     assert tail and tail[-1] == messages[-1]
     assert not role_problems(tail)
     assert sum(1 for m in sent if unwrap_summary(m) is not None) <= 1
