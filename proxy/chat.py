@@ -32,6 +32,12 @@ def is_large_body(size: int) -> bool:
     return size > LARGE_BYTES
 
 
+def _large(raw: bytes, body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    return len(raw) > LARGE_BYTES or (isinstance(messages, list)
+                                      and len(messages) > LARGE_MESSAGES)
+
+
 # The first "model" key of a body (a key: its quotes are not escaped as they are in strings).
 _MODEL = re.compile(rb'(?<!\\)"model"\s*:\s*"((?:[^"\\]|\\.){1,200})"')
 
@@ -53,13 +59,7 @@ class ChatRequest:
     dialect: Dialect | None = None
     translation: Translation | None = None
     client_raw: bytes = b""
-
-    @property
-    def large(self) -> bool:
-        """Worked on in a worker thread: see the module docstring."""
-        messages = self.body.get("messages")
-        return is_large_body(len(self.raw)) or (isinstance(messages, list)
-                                                and len(messages) > LARGE_MESSAGES)
+    large: bool = False  # worked on in a worker thread (the module docstring), decided once
 
     @property
     def route(self) -> str:
@@ -77,7 +77,8 @@ class ChatRequest:
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(
             raw=raw, body=body, model=model if isinstance(model, str) else "",
-            stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id)
+            stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id,
+            large=_large(raw, body))
 
     @classmethod
     def translated(cls, raw: bytes, body: dict[str, Any], agent_id: str | None,
@@ -95,7 +96,8 @@ class ChatRequest:
         model = chat.get("model")
         return cls(raw=chat_raw, body=chat, model=model if isinstance(model, str)
                    else "", stream=chat.get("stream") is True, include_usage=True,
-                   agent_id=agent_id, dialect=dialect, translation=translation, client_raw=raw)
+                   agent_id=agent_id, dialect=dialect, translation=translation, client_raw=raw,
+                   large=_large(chat_raw, chat))
 
     def outgoing(self, body: bytes) -> bytes:
         """What goes upstream for ``body`` (a body the stages made): the client's own bytes
@@ -118,7 +120,8 @@ class ChatRequest:
         found = _MODEL.search(raw[:65536])
         model = found.group(1).decode("utf-8", "replace") if found else ""
         return cls(raw=raw, body={}, model=model, stream=False, include_usage=False,
-                   agent_id=agent_id, inspected=False, dialect=dialect)
+                   agent_id=agent_id, inspected=False, dialect=dialect,
+                   large=is_large_body(len(raw)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,22 +32,18 @@ class RequestContext:
     signals: RequestSignals
     policy: Policy
     model: ModelFacts
+    # ``model``'s own fields again, read by every stage many times a request (plain fields
+    # cost less than properties there)
+    spec: ModelSpec
+    window: int
+    known_window: int | None
     lineage: Lineage
     tenant: Tenant
     print_: str | None  # the request's fingerprint, when the session was looked up
     error: str | None = None  # identification failed (the request passes through)
-
-    @property
-    def spec(self) -> ModelSpec:
-        return self.model.spec
-
-    @property
-    def window(self) -> int:
-        return self.model.window
-
-    @property
-    def known_window(self) -> int | None:
-        return self.model.known_window
+    # This request recorded its session's first fingerprint: it cannot also be the proof
+    # that it agrees with that session.
+    planted_print: bool = False
 
     @property
     def large(self) -> bool:
@@ -63,7 +59,10 @@ class RequestContext:
         return self.lineage.session_id
 
     def with_model(self, model: ModelFacts) -> RequestContext:
-        return self if model == self.model else replace(self, model=model)
+        if model is self.model:
+            return self
+        return replace(self, model=model, spec=model.spec, window=model.window,
+                       known_window=model.known_window)
 
 
 def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet, *,
@@ -76,7 +75,7 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
     policy = rules.resolve(signals.agent_id, chat.model,
                            signals.session_key or signals.session_id, chat.route)
     lineage, tenant, print_ = Lineage("not_looked_up"), _NOT_LOOKED_UP, None
-    error = None
+    error, planted = None, False
     if signals.is_summarization:
         lineage = Lineage("summarization")
     elif policy.mode != "off" and sessions is not None and isinstance(
@@ -84,11 +83,14 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
         try:
             found = sessions.find(signals, chat.body, rules)
             lineage, tenant, print_ = found.lineage, found.tenant, found.print_
+            planted = found.planted
         except Exception as exc:  # an identification bug costs the floor, never the request
             lineage, error = Lineage("error"), f"{type(exc).__name__}: {exc}"[:200]
+    model = models.facts(rules, chat.model)
     return RequestContext(chat=chat, headers=headers, signals=signals, policy=policy,
-                          model=models.facts(rules, chat.model), lineage=lineage,
-                          tenant=tenant, print_=print_, error=error)
+                          model=model, spec=model.spec, window=model.window,
+                          known_window=model.known_window, lineage=lineage,
+                          tenant=tenant, print_=print_, error=error, planted_print=planted)
 
 
 class ContextBuilder:

@@ -15,7 +15,7 @@ Pure: no I/O, no aiohttp.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from proxy.wire.usage import Usage
 
@@ -47,14 +47,14 @@ class Origin:
 AGENT = Origin("agent")
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One upstream attempt of the request (the first, or the retry after an overflow).
 
     ``started`` and ``latency`` are seconds from the request's arrival and of the attempt
     until its answer head (``status``) or its failure (``error``: tailfloor's error kind,
     such as ``timeout``, ``connect``, ``overflow``); ``first_chunk`` is seconds from the
     request's arrival to the first byte of a streamed answer's body, when it had one.
+    A named tuple: made once per attempt of every request, in one C call.
     """
 
     number: int

@@ -86,15 +86,29 @@ class ProxyProcess:
             text: str = response.read().decode()
             return text
 
-    def sample(self, name: str, **labels: str) -> float:
+    def sample(self, name: str, *, settled: bool = True, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels``: 0 when none of its
         series has those labels yet, an AssertionError when the process exports no metric of
-        that name at all (a renamed or removed metric must not read as a zero)."""
-        return sample_of(self.metrics_text(), name, **labels)
+        that name at all (a renamed or removed metric must not read as a zero). ``settled``:
+        read once no request is in flight (a client can have all of a stream a moment
+        before the proxy has recorded its end)."""
+        return sample_of(settled_metrics(self) if settled else self.metrics_text(), name,
+                         **labels)
 
     def stop(self) -> None:
         stop_process(self.proc)
         self._log.close()
+
+
+def settled_metrics(proxy: Any, bound: float = 10.0) -> str:
+    """The proxy's exposition once it has no request in flight (every request recorded)."""
+    deadline = time.monotonic() + bound
+    while True:
+        text = proxy.metrics_text()
+        if sample_of(text, "tailfloor_in_flight_requests") == 0:
+            return text
+        assert time.monotonic() < deadline, f"requests still in flight after {bound} s"
+        time.sleep(0.005)
 
 
 def sample_of(text: str, name: str, **labels: str) -> float:

@@ -28,7 +28,7 @@ from proxy.server.app import build_admin_app, build_app
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import add_arguments, from_namespace
 from proxy.upstream.http1 import Http1Connection
-from tests.conftest import sample_of
+from tests.conftest import sample_of, settled_metrics
 from tests.fake_upstream import FakeUpstream
 
 _NAMES = itertools.count()
@@ -125,8 +125,10 @@ class InProcessProxy:
     def metrics_text(self) -> str:
         return generate_latest(self.registry).decode()
 
-    def sample(self, name: str, **labels: str) -> float:
-        return sample_of(self.metrics_text(), name, **labels)
+    def sample(self, name: str, *, settled: bool = True, **labels: str) -> float:
+        """As ``ProxyProcess.sample``."""
+        return sample_of(settled_metrics(self) if settled else self.metrics_text(), name,
+                         **labels)
 
     def stop(self) -> None:
         async def down() -> None:

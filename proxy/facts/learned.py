@@ -45,6 +45,7 @@ class BoundedMap(Generic[K, V]):
             raise ValueError("limit must be positive")
         self._limit = limit
         self._items: OrderedDict[K, V] = OrderedDict()
+        self.changes = 0  # how many puts so far: what a reader compares to see any change
 
     def __len__(self) -> int:
         return len(self._items)
@@ -59,6 +60,7 @@ class BoundedMap(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
+        self.changes += 1
         self._items[key] = value
         self._items.move_to_end(key)
         while len(self._items) > self._limit:
@@ -99,6 +101,10 @@ class LearnedWindows:
     def window(self, upstream: str, model: str) -> int | None:
         return self._windows.get((upstream, model))
 
+    @property
+    def changes(self) -> int:
+        return self._windows.changes
+
 
 class TokenRatios:
     """The upstream's prompt tokens per token of our estimate, per upstream and model."""
@@ -137,3 +143,7 @@ class TokenRatios:
 
     def ratio(self, upstream: str, model: str) -> float | None:
         return self._ratios.get((upstream, model))
+
+    @property
+    def changes(self) -> int:
+        return self._ratios.changes

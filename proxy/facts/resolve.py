@@ -17,6 +17,8 @@ from proxy.policy.records import ModelSpec, RuleSet
 
 __all__ = ["ModelFacts", "ModelFactsResolver"]
 
+_KNOWN = 1024  # (rules, model) pairs remembered; model names are the client's: bounded
+
 
 @dataclass(frozen=True, slots=True)
 class ModelFacts:
@@ -30,8 +32,24 @@ class ModelFactsResolver:
         self.windows = windows
         self.ratios = ratios
         self.upstream = upstream
+        # The facts of each (rules, model) as long as nothing was learned since: every
+        # request asks at least twice, and the answer rarely changes.
+        self._known: dict[tuple[int, str], tuple[RuleSet, int, int, ModelFacts]] = {}
 
     def facts(self, rules: RuleSet, model: str) -> ModelFacts:
+        key = (id(rules), model)
+        known = self._known.get(key)
+        windows, ratios = self.windows.changes, self.ratios.changes
+        if known is not None and known[0] is rules and known[1] == windows \
+                and known[2] == ratios:
+            return known[3]
+        found = self._resolve(rules, model)
+        if len(self._known) >= _KNOWN:
+            self._known.clear()
+        self._known[key] = (rules, windows, ratios, found)
+        return found
+
+    def _resolve(self, rules: RuleSet, model: str) -> ModelFacts:
         spec = rules.model(model)
         ratio = self.ratios.ratio(self.upstream, model)
         learned = self.windows.window(self.upstream, model)

@@ -217,6 +217,11 @@ class Floor:
                         lineage.session_id)
         if lineage.session_id is not None and not self._holds_segment(ctx, lineage.session_id):
             return pass_through(chat, "segment_mismatch", lineage.method, lineage.session_id)
+        if not self._agrees(ctx, source.session_id):
+            # A claimed id (or session key) names the lineage; only the request itself can
+            # show it is that lineage's: its system prompt and tools as the session's own
+            # requests had them, or something only the session knows.
+            return pass_through(chat, "unproven", lineage.method, lineage.session_id)
         n, own, first = policy.min_tail_messages, self._own(ctx), self._first(ctx)
         messages = ctx.messages or []
         tail = self.catalog.tail(source.session_id, n + _SLACK, before=source.before)
@@ -260,13 +265,20 @@ class Floor:
         pred = self.catalog.full(record.predecessor) if record.predecessor else None
         if pred is None:
             return None
-        # Content told us the session: its predecessor must also have looked the same.
-        if not lineage.explicit and (ctx.print_ is None
-                                     or self.prints.get(pred.session_id) != ctx.print_):
-            return None
         if pred.agent_id != record.agent_id and pred.source != "pi":
             return None
         return CarrySource(pred.session_id, reset_kind(record.link), summary=summary_of(pred))
+
+    def _agrees(self, ctx: RequestContext, source: str) -> bool:
+        """Whether the request shows it belongs to the lineage it would be given messages of:
+        strong evidence (a tool-call id, the agent's summary), or the fingerprint of its system
+        prompt and tools (dates, ids and OpenClaw's Runtime fields normalised, so a daily
+        reset still agrees) equal to the one the source session's own requests had."""
+        if ctx.lineage.evidence == "strong":
+            return True
+        if ctx.planted_print and source == ctx.lineage.session_id:
+            return False
+        return ctx.print_ is not None and self.prints.get(source) == ctx.print_
 
     # ------------------------------------------------------------------- budget
     def _finish(self, ctx: RequestContext, plan: _Plan) -> Decision:

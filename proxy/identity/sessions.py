@@ -28,6 +28,7 @@ class Found:
     lineage: Lineage
     tenant: Tenant
     print_: str | None  # the request's fingerprint (system prompt and tools)
+    planted: bool = False  # this request recorded its session's first fingerprint
 
 
 class SessionFinder:
@@ -49,13 +50,17 @@ class SessionFinder:
         lineage = find_session(signals, body, self.catalog, prints=self.prints, print_=print_,
                                tenant=tenant)
         sid = lineage.session_id
+        planted = False
         if sid is not None and print_ is not None and not signals.cache_warm and (
                 lineage.evidence == "strong"
-                or (lineage.trusted and tenant.certain and self.prints.get(sid) is None)):
-            # A guessed text or a claimed id never replaces a fingerprint, and plants one only
-            # where the tenant is certain: a later fingerprint carry cannot be steered.
+                or (lineage.evidence == "weak" and lineage.trusted and tenant.certain
+                    and self.prints.get(sid) is None)):
+            # A guessed text never replaces a fingerprint, and plants one only where the
+            # tenant is certain; a claimed id alone plants none: what a carry is checked
+            # against (proxy.floor.stage) is never what the claimant sent.
+            planted = self.prints.get(sid) is None
             self.prints.record(sid, print_)
-        return Found(lineage, tenant, print_)
+        return Found(lineage, tenant, print_, planted)
 
     def _tenant(self, signals: RequestSignals, rules: RuleSet) -> Tenant:
         """The transcript root the request may draw on without strong evidence."""

@@ -77,7 +77,7 @@ class UpstreamAttempts:
             decided = time.perf_counter()
             step = await self._on_error(view, outgoing, UpstreamAnswer(
                 upstream.status, upstream.headers.get("Content-Type"), answer), number)
-            trail.steps.append(step)
+            trail.steps = (*trail.steps, step)
             trail.proxy_seconds += time.perf_counter() - decided
             retry = outgoing.retried(step) if number == 0 else None
             if retry is not None:  # the error answer was read whole: its connection is back
@@ -90,10 +90,9 @@ class UpstreamAttempts:
     def _attempted(self, number: int, began: float, status: int | None, size: int, *,
                    outgoing: Outgoing, error: str | None = None) -> None:
         now = time.perf_counter()
-        self.trail.attempts.append(Attempt(
-            number=number, status=status, started=began - self.trail.started,
-            latency=now - began, error=error, body_bytes=size,
-            compacted=outgoing.compaction is not None))
+        self.trail.attempts = (*self.trail.attempts, Attempt(
+            number, status, began - self.trail.started, now - began, error,
+            body_bytes=size, compacted=outgoing.compaction is not None))
 
     async def _send(self, outgoing: Outgoing) -> tuple[UpstreamResponse, bool, bytes]:
         """Send the attempt (asking a stream for its usage when the client did not); the

@@ -45,7 +45,9 @@ class AnswerDelivery:
         self.state = state
         self.request = request
         self.trail = trail
-        self.answered = answered  # recovery's look at the answer, before the client has it all
+        # recovery's look at a streamed answer, before the client has all of it (a complete
+        # answer's goes out after the exchange returns it: the exchange looks then)
+        self.answered = answered
         self.seen: AnswerSeen | None = None  # an answer recovery may look at afterwards
 
     async def deliver(self, attempted: Attempted) -> Finished:
@@ -62,7 +64,7 @@ class AnswerDelivery:
         upstream = attempted.upstream
         assert upstream is not None
         if attempted.error_answer is not None:
-            return await self._plain(upstream, attempted.error_answer, attempted)
+            return self._plain(upstream, attempted.error_answer, attempted)
         if upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
             return await self._stream(upstream, attempted)
         try:
@@ -77,7 +79,7 @@ class AnswerDelivery:
                 verdict=verdict)
             trail.failure = broke
             return finished
-        return await self._plain(upstream, answer, attempted)
+        return self._plain(upstream, answer, attempted)
 
     def _error(self, exc: ProxyError) -> web.Response:
         return error_response(exc, self.trail.request_id, self.trail.chat.dialect)
@@ -89,8 +91,8 @@ class AnswerDelivery:
             headers["x-tailfloor"] = verdict
         return headers
 
-    async def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted
-                     ) -> Finished:
+    def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted
+               ) -> Finished:
         trail, outgoing = self.trail, attempted.outgoing
         began = time.perf_counter()
         if upstream.status == 200:
@@ -98,7 +100,6 @@ class AnswerDelivery:
                                                            trail.chat.dialect)
             trail.usage, trail.usage_read, trail.finish_reason = usage, True, finish_reason
             self.seen = AnswerSeen(upstream.status, usage, finish_reason, None)
-            await self.answered(self.seen)
         response = web.Response(body=answer, status=upstream.status,
                                 headers=self._headers(upstream, outgoing.verdict))
         trail.proxy_seconds += time.perf_counter() - began

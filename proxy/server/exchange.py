@@ -48,6 +48,7 @@ class ChatExchange:
         self.request = request
         self.target = target
         self.trail = Trail(request_id, chat, started)
+        self._view: RecoveryRequest | None = None
 
     async def run(self) -> Finished:
         trail = self.trail
@@ -63,12 +64,11 @@ class ChatExchange:
             attempted = await UpstreamAttempts(self.state, self.request, self.target,
                                                trail).attempt(view, outgoing)
             self.state.record.sent(trail)
-            async def answered(seen: AnswerSeen) -> None:
-                trail.after = await self._after(view, attempted.outgoing, seen)
-                self.state.record.after_answer(trail)
-
-            delivery = AnswerDelivery(self.state, self.request, trail, answered)
+            self._view = view
+            delivery = AnswerDelivery(self.state, self.request, trail, self._answered)
             finished = await delivery.deliver(attempted)
+            if delivery.seen is not None and trail.after is None:
+                await self._answered(delivery.seen)
             trail.status, trail.client_gone = finished.response.status, finished.client_gone
             return finished
         except (asyncio.CancelledError, ConnectionError):
@@ -148,6 +148,12 @@ class ChatExchange:
             return outgoing
         self.trail.prepared = prepared
         return outgoing.prepared(prepared)
+
+    async def _answered(self, seen: AnswerSeen) -> None:
+        trail = self.trail
+        assert trail.outgoing is not None
+        trail.after = await self._after(self._view, trail.outgoing, seen)
+        self.state.record.after_answer(trail)
 
     async def _after(self, view: RecoveryRequest | None, sent: Outgoing, seen: AnswerSeen
                      ) -> AfterCheck | None:

@@ -75,6 +75,6 @@ def _attempts(trail: Trail) -> tuple[Attempt, ...]:
     attempts = tuple(trail.attempts)
     stream = trail.stream
     if attempts and stream is not None and stream.first_chunk_at is not None:
-        attempts = (*attempts[:-1], replace(attempts[-1],
-                                            first_chunk=stream.first_chunk_at - trail.started))
+        attempts = (*attempts[:-1], attempts[-1]._replace(
+            first_chunk=stream.first_chunk_at - trail.started))
     return attempts

@@ -10,7 +10,6 @@ lines and the ``RequestReport`` the inspector and telemetry read; nothing else r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from proxy.chat import ChatRequest
 from proxy.context import RequestContext
@@ -25,18 +24,16 @@ from proxy.wire.usage import Usage
 __all__ = ["Trail"]
 
 
-@dataclass(slots=True)
 class Trail:
-    request_id: str
-    chat: ChatRequest
-    started: float  # perf_counter() at the request's arrival
-    at: float = field(default_factory=time.time)  # the same moment, wall clock
+    """Built for every request: its defaults live on the class, so making one sets four
+    attributes (a dataclass of this size set thirty, with two lists, on every request)."""
+
     ctx: RequestContext | None = None
     waited: tuple[str, float] | None = None  # for the transcript: (outcome, seconds)
     decision: Decision | None = None
     prepared: Prepared | None = None
-    steps: list[ErrorStep] = field(default_factory=list)
-    attempts: list[Attempt] = field(default_factory=list)
+    steps: tuple[ErrorStep, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
     outgoing: Outgoing | None = None  # what the last attempt sent
     stream_options_refused: bool = False  # the upstream refused the usage request
     failure: ProxyError | None = None  # no answer (an attempt failed, or the answer broke)
@@ -54,6 +51,12 @@ class Trail:
     client_gone: bool = False
     sent_recorded: bool = False  # the recorder has what was decided (``Recorder.sent``)
     after_recorded: bool = False  # ...and recovery's look at the answer
+
+    def __init__(self, request_id: str, chat: ChatRequest, started: float) -> None:
+        self.request_id = request_id
+        self.chat = chat
+        self.started = started  # perf_counter() at the request's arrival
+        self.at = time.time()  # the same moment, wall clock
 
     @property
     def verdict(self) -> str:

@@ -291,11 +291,19 @@ def runtime_request(agent: str, key: str, sid: str, text: str) -> dict[str, Any]
         "tools": []}
 
 
+def own_request(catalog: Catalog, sid: str) -> dict[str, Any]:
+    """What an OpenClaw session's agent itself sent last: its prompt and its transcript."""
+    system = runtime_request("main", "k", sid, "")["messages"][0]
+    return {**request_for(catalog, sid, sys=system), "tools": []}
+
+
 def test_openclaw_new_session_carries_from_its_session_key_only() -> None:
     catalog = Catalog()
     old = openclaw_session(catalog, "jjjj-old", "main", "agent:main:main")
     openclaw_session(catalog, "kkkk-other", "ops", "agent:ops:main")
     rewriter, _ = stage(catalog, n=6)
+    # The old session's own request went through first: its prompt is what a carry checks.
+    assert rewriter.decide(chat(own_request(catalog, old.session_id)), {}).kind == "none"
     decision = rewriter.decide(chat(runtime_request(
         "main", "agent:main:main", "llll-new", "fresh start")), {})
     assert decision.kind == "carry" and decision.source_session == old.session_id
@@ -304,6 +312,22 @@ def test_openclaw_new_session_carries_from_its_session_key_only() -> None:
     assert all("_" not in c["id"] for m in carried for c in m.get("tool_calls") or [])
     users = [t for t in texts(carried) if t.startswith("user:")]
     assert users and all(t.startswith("user:[") and " UTC] " in t for t in users)
+
+
+def test_a_session_key_alone_carries_nothing() -> None:
+    """A claimed session key (and a made-up session id) with a prompt of its own, or before
+    the lineage's own requests were seen: nothing of the lineage goes into it."""
+    catalog = Catalog()
+    old = openclaw_session(catalog, "qqqq-old", "main", "agent:main:main")
+    rewriter, _ = stage(catalog, n=6)
+    claim = runtime_request("main", "agent:main:main", "rrrr-new", "hi")
+    assert rewriter.decide(chat(claim), {}).verdict == "none; reason=unproven"
+    assert rewriter.decide(chat(own_request(catalog, old.session_id)), {}).kind == "none"
+    other = {**claim, "messages": [{"role": "system", "content": "I am someone else."},
+                                   *claim["messages"][1:]]}
+    assert rewriter.decide(chat(other), {}).verdict in ("none; reason=unproven",
+                                                       "none; reason=fingerprint_mismatch")
+    assert rewriter.decide(chat(claim), {}).kind == "carry"
 
 
 def test_two_agents_never_share_a_tail() -> None:
@@ -328,7 +352,14 @@ def test_openclaw_reset_entry_carries_the_closed_segment() -> None:
     t.user("after the reset")
     put(catalog, t, source="openclaw-sqlite", agent_id="main", session_key="agent:main:main")
     body = runtime_request("main", "agent:main:main", t.session_id, "after the reset")
-    decision = stage(catalog, n=6)[0].decide(chat(body), {})
+    rewriter = stage(catalog, n=6)[0]
+    # What OpenClaw sent before the reset (the session's prompt recorded), then after it.
+    before = {**own_request(catalog, t.session_id), "messages": [
+        own_request(catalog, t.session_id)["messages"][0],
+        *(m for r in catalog.tail(t.session_id, 200, before=t.objs[-2]["id"])
+          for m in r.messages)]}
+    rewriter.decide(chat(before), {})
+    decision = rewriter.decide(chat(body), {})
     assert decision.kind == "carry" and decision.details["reset_kind"] == "reset"
     assert decision.source_session == t.session_id
     assert decision.added_raw >= 6

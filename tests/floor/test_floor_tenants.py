@@ -186,6 +186,27 @@ def test_a_claimed_known_id_plants_no_fingerprint(
 
 
 # ---------------------------------------------------------------- in-process, exact cases
+def test_a_named_session_with_an_empty_segment_and_its_own_prompt_gets_nothing() -> None:
+    """The attack of issue 27: a client with its own system prompt names a real session (one
+    root, so the tenant is certain) that has just been reset: nothing of it is carried."""
+    catalog = _reset_session()
+    rewriter = FloorHarness(Holder(rules(n=8)), TokenCounter(), catalog, single_tenant=True)
+    rewriter.decide(chat(before_reset(catalog)), {})
+    for claim in ({"x-tailfloor-session": VICTIM}, {}):
+        mallory = hello({"role": "system", "content": "You are Mallory's helpful assistant."})
+        decision = rewriter.decide(chat(mallory), claim)
+        assert decision.kind == "none" and not decision.added, decision.verdict
+
+
+def before_reset(catalog: Catalog) -> dict[str, object]:
+    """The last request the session's agent sent before the reset."""
+    record = catalog.full(VICTIM)
+    assert record is not None and record.resets
+    closed = [m for r in catalog.tail(VICTIM, 200, before=record.resets[-1].entry_id)
+              for m in r.messages]
+    return {**request_for(catalog, VICTIM), "messages": [system(), *closed]}
+
+
 def _reset_session() -> Catalog:
     t = Transcript(VICTIM)
     conversation(t, 12)
@@ -201,6 +222,8 @@ def test_a_named_session_with_an_empty_segment_carries_only_in_a_certain_tenant(
     catalog = _reset_session()
     rewriter = FloorHarness(Holder(rules(n=8)), TokenCounter(), catalog,
                              single_tenant=single_tenant)
+    # The session's own request before its reset (its prompt recorded), then the claim.
+    rewriter.decide(chat(before_reset(catalog)), {})
     decision = rewriter.decide(chat(hello(system())), {"x-tailfloor-session": VICTIM})
     if expected == "carry":
         assert decision.kind == "carry" and decision.added_raw >= 8

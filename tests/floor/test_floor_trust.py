@@ -90,9 +90,19 @@ def test_a_forged_runtime_line_carries_nothing_across_tenants(where: str,
 
 
 def test_the_session_key_carry_works_in_a_certain_tenant() -> None:
-    catalog, _t = openclaw_victim()
-    decision = stage(catalog, single_tenant=True).decide(chat(runtime_claim()), {})
+    """The lineage's own request went through first (its prompt and tools recorded); the new
+    session's first request, with the same prompt, carries. Before that, or with a prompt of
+    its own, the same claim gets nothing."""
+    catalog, t = openclaw_victim()
+    floor = stage(catalog, single_tenant=True)
+    assert floor.decide(chat(runtime_claim()), {}).verdict == "none; reason=unproven"
+    own = {"model": "fake-model", "tools": [], "messages": [
+        {"role": "system", "content": OC_SYSTEM}, *(catalog.context(t.session_id) or [])]}
+    assert floor.decide(chat(own), {}).kind == "none"
+    decision = floor.decide(chat(runtime_claim()), {})
     assert decision.kind == "carry" and decision.method == "session_key"
+    mallory = floor.decide(chat(runtime_claim(system="You are Mallory's assistant.")), {})
+    assert mallory.kind == "none" and not leaked(mallory)
 
 
 def test_a_guessed_user_text_restores_nothing_across_tenants() -> None:
