@@ -58,6 +58,11 @@ class Settings:
     introspection: bool = True
     access_log: bool = False
     label_cap: int = 64
+    inspect_requests: int = 20
+    inspect_memory_bytes: int = 32 * 1024 * 1024
+    inspect_content: bool = False
+    admin_token_file: Path | None = None
+    replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -111,6 +116,16 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("access_log", "bool", False,
      "log one line per request at INFO (costs ~40 us per request; metrics cover the counts)"),
     ("label_cap", "int", 64, "distinct model/agent label values before 'other'"),
+    ("inspect_requests", "int", 20,
+     "requests kept per session for the inspector pages on the admin listener (0: off)"),
+    ("inspect_memory_bytes", "int", 32 * 1024 * 1024,
+     "memory the inspector's kept requests may use, all sessions together"),
+    ("inspect_content", "bool", False,
+     "let the inspector show message text (off: roles, sizes, tool names and hashes only)"),
+    ("admin_token_file", "path", None,
+     "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
+    ("replica_name", "str", "",
+     "this replica's name on the inspector pages (default: the host name)"),
 )
 
 
@@ -178,6 +193,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
     if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
         problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
+    _check_inspector(values, problems)
     if isinstance(values["min_body_rate"], int) and values["min_body_rate"] <= 0:
         problems.append(f"min-body-rate: must be positive, got {values['min_body_rate']}")
     for name in ("connect_timeout", "read_timeout", "shutdown_grace", "idle_timeout"):
@@ -202,6 +218,25 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         sessions=tuple(Path(p).expanduser() for p in sessions_raw), store=store,
         **values,  # type: ignore[arg-type]
     )
+
+
+def _check_inspector(values: Mapping[str, object], problems: list[str]) -> None:
+    kept, budget = values["inspect_requests"], values["inspect_memory_bytes"]
+    if isinstance(kept, int) and kept < 0:
+        problems.append(f"inspect-requests: must be >= 0, got {kept}")
+    if isinstance(budget, int) and budget <= 0:
+        problems.append(f"inspect-memory-bytes: must be positive, got {budget}")
+    token_file = values["admin_token_file"]
+    if isinstance(token_file, Path) and not _has_token(token_file):
+        problems.append(f"admin-token-file: {str(token_file)!r} is not a readable file "
+                        "holding a token")
+
+
+def _has_token(path: Path) -> bool:
+    try:
+        return bool(path.read_text(encoding="utf-8", errors="replace").strip())
+    except OSError:
+        return False
 
 
 def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> StoreURL | None:

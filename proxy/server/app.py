@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 
 from proxy import logs
@@ -28,6 +29,7 @@ from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.stage import Floor
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
+from proxy.inspector.store import InspectorStore
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
@@ -35,8 +37,9 @@ from proxy.recovery.compaction_store import LocalCompactions
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.replicas.service import SharedStore
-from proxy.server import protocol_errors
+from proxy.server import inspector_routes, protocol_errors
 from proxy.server import routes as handlers
+from proxy.server.admin_token import AdminToken, token_guard
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.offload import WorkerPool
@@ -76,12 +79,15 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     sessions = SessionFinder(transcripts.catalog, prints=prints,
                              single_tenant=len(settings.sessions) <= 1,
                              resolve_root=_resolved_root)
+    inspector = InspectorStore(settings.inspect_requests, settings.inspect_memory_bytes) \
+        if settings.inspect_requests > 0 else None
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics), models=models,
+        record=Recorder(metrics, [inspector] if inspector is not None else []), models=models,
         floor=Floor(transcripts.catalog, tokens, prints),
-        contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions)
+        contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions,
+        inspector=inspector)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
@@ -110,13 +116,20 @@ def _resolved_root(root: str) -> str:
 def build_admin_app(state: ProxyState) -> web.Application:
     """The admin listener: health, readiness, metrics and ``/tailfloor/*`` introspection.
 
-    It shares the proxy's state but none of its life cycle (the proxy app owns that)."""
-    admin = web.Application(client_max_size=64 * 1024, middlewares=[last_guard])
+    It shares the proxy's state but none of its life cycle (the proxy app owns that). With
+    ``--admin-token-file`` every route but the probes asks for the token."""
+    token_file = state.settings.admin_token_file
+    guards: list[Middleware] = [last_guard]
+    if token_file is not None:
+        guards.append(token_guard(AdminToken(token_file)))
+    admin = web.Application(client_max_size=64 * 1024, middlewares=guards)
     admin[STATE_KEY] = state
     router = admin.router
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
+    if state.inspector is not None:
+        inspector_routes.add_routes(router)
     if state.settings.introspection:
         router.add_get("/tailfloor/sessions", handlers.sessions)
     else:

@@ -14,6 +14,7 @@ from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.facts.resolve import ModelFactsResolver
 from proxy.floor.stage import Floor
 from proxy.identity.sessions import SessionFinder
+from proxy.inspector.store import InspectorStore
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
@@ -49,6 +50,7 @@ class ProxyState:
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
     shared: SharedStore | None = None  # --store: what replicas share
+    inspector: InspectorStore | None = None  # the kept requests (--inspect-requests)
     connections: CappedSite | None = None  # the proxy port's listener, once it listens
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False

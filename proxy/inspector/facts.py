@@ -1,0 +1,170 @@
+"""What the inspector shows of kept requests, as plain values: the JSON twin of each page is
+exactly these, and the HTML is rendered from them (``proxy.inspector.pages``).
+
+Worked out when a page asks, never on the request path. Message text goes in only when the
+operator turned content on; without it a message is its role, provenance, size, tool names
+and a short hash. No header or credential is in a report, so none can be shown.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.inspector.store import SessionRecord
+from proxy.report import AGENT, Origin, RequestReport
+
+__all__ = ["PROVENANCES", "request_facts", "session_facts", "session_row"]
+
+PROVENANCES = ("agent", "restored", "carried", "summary", "inserted", "pinned")
+_CHARS_PER_TOKEN = 4  # the estimate tailfloor uses when it has no tokenizer for a model
+
+
+def session_row(record: SessionRecord) -> dict[str, Any]:
+    return {"id": record.session_id, "agent": record.agent, "source": record.source,
+            "last_request": record.last, "requests_kept": len(record.requests),
+            "requests_seen": record.seen, "floors": record.floors, "carries": record.carries,
+            "compactions": record.compactions, "overflows": record.overflows}
+
+
+def session_facts(record: SessionRecord, content: bool) -> dict[str, Any]:
+    """The session and its kept requests, newest first; each request's messages marked
+    ``unchanged`` where the request before it sent the same message."""
+    reports = [kept.report for kept in record.requests]
+    out: list[dict[str, Any]] = []
+    previous: set[str] = set()
+    for report in reports:  # oldest first: each is compared with the one before it
+        facts = request_facts(report, content, previous)
+        previous = {m["hash"] for m in facts["messages"]}
+        out.append(facts)
+    out.reverse()
+    return {**session_row(record), "requests": out}
+
+
+def request_facts(report: RequestReport, content: bool,
+                  previous: Iterable[str] = ()) -> dict[str, Any]:
+    seen = set(previous)
+    messages = _messages(report.messages, report.origins, content, seen)
+    by_provenance = dict.fromkeys(PROVENANCES, 0)
+    for message in messages:
+        by_provenance[message["provenance"]] += message["tokens"]
+    usage = report.usage
+    return {
+        "request_id": report.request_id, "at": report.at, "route": report.route,
+        "model": report.model, "agent": report.agent, "stream": report.stream,
+        "status": report.status, "verdict": report.verdict, "seconds": report.seconds,
+        "proxy_seconds": report.proxy_seconds, "session_id": report.session_id,
+        "method": report.method, "named_session": report.named_session,
+        "floor": {"kind": report.floor_kind, "reason": report.floor_reason,
+                  "restored": report.restored, "carried": report.carried,
+                  "carried_from": report.carried_from, "added_tokens": report.added_tokens,
+                  "capped": report.capped},
+        "recovery": {
+            "compaction": report.compaction, "why": report.compaction_why,
+            "replaced": report.replaced, "tokens_removed": report.tokens_removed,
+            "overflow": report.overflow,
+            "clamp": list(report.clamp) if report.clamp is not None else None,
+            "summary": None if report.summary is None else {
+                "model": report.summary.model, "seconds": report.summary.seconds,
+                "prompt_tokens": report.summary.prompt_tokens,
+                "completion_tokens": report.summary.completion_tokens,
+                "failure": report.summary.failure}},
+        "attempts": [{"number": a.number, "status": a.status, "error": a.error,
+                      "started": a.started, "latency": a.latency,
+                      "first_chunk": a.first_chunk, "compacted": a.compacted}
+                     for a in report.attempts],
+        "usage": None if usage is None else {
+            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens, "cached_tokens": usage.cached_tokens,
+            "reasoning_tokens": usage.reasoning_tokens},
+        "finish_reason": report.finish_reason, "window": report.window,
+        "tokens": {"estimated": sum(by_provenance.values()), "by_provenance": by_provenance},
+        "messages": messages,
+    }
+
+
+def _messages(messages: Sequence[Any] | None, origins: Sequence[Origin] | None,
+              content: bool, previous: set[str]) -> list[dict[str, Any]]:
+    if not messages:
+        return []
+    if origins is not None and len(origins) != len(messages):
+        origins = None  # never a wrong mark: unknown origins read as the agent's own
+    out = []
+    for index, message in enumerate(messages):
+        origin = origins[index] if origins is not None else AGENT
+        encoded = _encoded(message)
+        digest = hashlib.blake2b(encoded, digest_size=5).hexdigest()
+        item: dict[str, Any] = {
+            "index": index, "role": _role(message), "provenance": origin.provenance,
+            "bytes": len(encoded), "tokens": -(-len(encoded) // _CHARS_PER_TOKEN),
+            "tools": _tools(message), "hash": digest, "unchanged": digest in previous}
+        if origin.session is not None:
+            item["session"] = origin.session
+        if origin.provenance == "summary":
+            item["author"] = origin.author
+            item["replaced"] = origin.replaced
+            item["replaced_span"] = list(origin.replaced_span) if origin.replaced_span \
+                else None
+        if content:
+            item["text"] = _clean(_text(message))
+        out.append(item)
+    return out
+
+
+def _encoded(message: Any) -> bytes:
+    try:
+        return orjson.dumps(message)
+    except TypeError:  # a lone surrogate, or a value JSON has no form for
+        return json.dumps(message, ensure_ascii=False, default=repr).encode(
+            "utf-8", "surrogatepass")
+
+
+def _role(message: Any) -> str:
+    role = message.get("role") if isinstance(message, dict) else None
+    return _clean(role) if isinstance(role, str) else "unknown"
+
+
+def _tools(message: Any) -> list[str]:
+    if not isinstance(message, dict):
+        return []
+    names = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str):
+            names.append(_clean(name))
+    name = message.get("name")
+    if message.get("role") == "tool" and isinstance(name, str):
+        names.append(_clean(name))
+    return names
+
+
+def _text(message: Any) -> str:
+    """What a reader needs of a message: its text parts, and its tool calls."""
+    if not isinstance(message, dict):
+        return repr(message)
+    parts: list[str] = []
+    body = message.get("content")
+    if isinstance(body, str):
+        parts.append(body)
+    elif isinstance(body, list):
+        for part in body:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')}]")
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"→ {function.get('name')}({function.get('arguments')})")
+    return "\n".join(str(p) for p in parts)
+
+
+def _clean(text: str) -> str:
+    """Text any encoder takes: a lone surrogate becomes a question mark."""
+    return text.encode("utf-8", "replace").decode("utf-8", "replace")
