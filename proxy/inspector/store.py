@@ -88,7 +88,9 @@ class InspectorStore:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
 
     def keep(self, report: RequestReport) -> None:
-        sid = report.session_id or UNIDENTIFIED
+        # The session tailfloor tied it to, else the one the agent named (a header, a cache
+        # key) even when tailfloor could not tie that name to a transcript.
+        sid = report.session_id or report.named_session or UNIDENTIFIED
         sessions = self._sessions
         record = sessions.get(sid)
         if record is None:

@@ -79,10 +79,10 @@ def token_guard(token: AdminToken) -> Middleware:
         if given is not None and hmac.compare_digest(given.encode(), token.current()):
             rest = request.rel_url.with_query(
                 [(k, v) for k, v in request.query.items() if k != "token"])
-            response = web.HTTPSeeOther(location=str(rest))
+            response = web.Response(status=303, headers={"Location": str(rest),
+                                                         "Referrer-Policy": "no-referrer"})
             response.set_cookie(COOKIE, token.cookie(), httponly=True, samesite="Strict",
                                 path="/")
-            response.headers["Referrer-Policy"] = "no-referrer"
             return response
         return web.Response(
             status=401, text="401: this admin listener asks for its token: "
