@@ -88,3 +88,23 @@ def test_serve_refuses_invalid_rules(tmp_path: Path) -> None:
          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 2
     assert "min_tail_messages" in result.stderr and "mode" in result.stderr
+
+
+def test_the_inspector_settings(tmp_path: Path) -> None:
+    settings = parse([])
+    assert (settings.inspect_requests, settings.inspect_memory_bytes) == (20, 32 * 1024 * 1024)
+    assert settings.inspect_content is False and settings.admin_token_file is None
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    settings = parse(["--inspect-requests", "5", "--inspect-content"],
+                     {"TAILFLOOR_INSPECT_MEMORY_BYTES": "1000",
+                      "TAILFLOOR_ADMIN_TOKEN_FILE": str(token),
+                      "TAILFLOOR_INSPECT_CONTENT": "false"})
+    assert (settings.inspect_requests, settings.inspect_memory_bytes) == (5, 1000)
+    assert settings.inspect_content is True and settings.admin_token_file == token
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(settings_mod.SettingsError) as info:
+        parse(["--inspect-requests", "-1", "--inspect-memory-bytes", "0",
+               "--admin-token-file", str(tmp_path / "empty")])
+    assert [p.split(":", 1)[0] for p in info.value.problems] == [
+        "inspect-requests", "inspect-memory-bytes", "admin-token-file"]
