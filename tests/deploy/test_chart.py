@@ -336,3 +336,25 @@ def test_standalone_replicas_can_keep_sessions_by_client_ip_instead() -> None:
     service = one(render([STANDALONE], sets=["service.sessionAffinity=ClientIP"]), "Service")
     assert service["spec"]["sessionAffinity"] == "ClientIP"
     assert service["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"] == 10800
+
+
+def test_the_inspector_keeps_content_off_and_takes_its_token_from_a_secret() -> None:
+    plain = container(pod_spec(render([STANDALONE])), "tailfloor")
+    env = env_of(plain)
+    assert env["TAILFLOOR_INSPECT_CONTENT"] == "false"
+    assert env["TAILFLOOR_INSPECT_REQUESTS"] == "20"
+    assert "TAILFLOOR_ADMIN_TOKEN_FILE" not in env
+    docs = render([STANDALONE], sets=["tailfloor.adminToken.secret=admin-token",
+                                      "tailfloor.inspector.requests=0",
+                                      "monitoring.serviceMonitor.enabled=true"])
+    spec = pod_spec(docs)
+    tailfloor = container(spec, "tailfloor")
+    env = env_of(tailfloor)
+    assert env["TAILFLOOR_INSPECT_REQUESTS"] == "0"
+    mount = next(m for m in tailfloor["volumeMounts"] if m["name"] == "tailfloor-admin-token")
+    assert env["TAILFLOOR_ADMIN_TOKEN_FILE"] == mount["mountPath"] + "/token"
+    assert mount["readOnly"] is True
+    volume = next(v for v in spec["volumes"] if v["name"] == "tailfloor-admin-token")
+    assert volume["secret"]["secretName"] == "admin-token"
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["authorization"]["credentials"] == {"name": "admin-token", "key": "token"}

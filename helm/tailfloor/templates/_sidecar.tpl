@@ -28,6 +28,10 @@ where $cfg is a dict; only "image" is required:
                   urlSecret + urlKey (a URL with credentials); passwordSecret + passwordKey
                   (mounted as a file, never an env value)
   tmp             dict: sizeLimit of the TMPDIR emptyDir
+  inspector       dict: requests (kept per session, 0 = off), memoryBytes, content (message
+                  text on the pages; default false)
+  adminToken      dict: secret + key, a token the admin port asks for on every route but
+                  the probes (mounted as a file)
   pullPolicy, hostPort, hostIP, logFormat, logLevel, shutdownGrace, extraArgs, env,
   extraVolumeMounts, resources, securityContext, livenessProbe, readinessProbe, startupProbe
 */}}
@@ -39,6 +43,8 @@ where $cfg is a dict; only "image" is required:
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
 {{- $store := default dict $c.store -}}
+{{- $inspector := default dict $c.inspector -}}
+{{- $token := default dict $c.adminToken -}}
 {{- $sessions := $c.sessions -}}
 {{- if and (not $sessions) $t.volume -}}
 {{- $sessions = list (default "/transcripts" $t.mountPath) -}}
@@ -88,6 +94,18 @@ where $cfg is a dict; only "image" is required:
     {{- if $store.passwordSecret }}
     - name: TAILFLOOR_STORE_PASSWORD_FILE
       value: {{ printf "/etc/tailfloor/store/%s" (default "password" $store.passwordKey) | quote }}
+    {{- end }}
+    - name: TAILFLOOR_INSPECT_REQUESTS
+      value: {{ ternary 20 $inspector.requests (kindIs "invalid" $inspector.requests) | quote }}
+    {{- with $inspector.memoryBytes }}
+    - name: TAILFLOOR_INSPECT_MEMORY_BYTES
+      value: {{ . | int64 | quote }}
+    {{- end }}
+    - name: TAILFLOOR_INSPECT_CONTENT
+      value: {{ ternary "true" "false" (eq (toString $inspector.content) "true") | quote }}
+    {{- if $token.secret }}
+    - name: TAILFLOOR_ADMIN_TOKEN_FILE
+      value: {{ printf "/etc/tailfloor/admin/%s" (default "token" $token.key) | quote }}
     {{- end }}
     - name: TMPDIR
       value: /tmp
@@ -145,6 +163,11 @@ where $cfg is a dict; only "image" is required:
       mountPath: /etc/tailfloor/store
       readOnly: true
     {{- end }}
+    {{- if $token.secret }}
+    - name: tailfloor-admin-token
+      mountPath: /etc/tailfloor/admin
+      readOnly: true
+    {{- end }}
     {{- with $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -157,6 +180,7 @@ where $cfg is a dict; only "image" is required:
 {{- $state := default dict $c.state -}}
 {{- $tmp := default dict $c.tmp -}}
 {{- $store := default dict $c.store -}}
+{{- $token := default dict $c.adminToken -}}
 - name: tailfloor-state
   {{- toYaml (default (dict "emptyDir" (dict)) $state.volume) | nindent 2 }}
 - name: tailfloor-tmp
@@ -171,6 +195,15 @@ where $cfg is a dict; only "image" is required:
     items:
       - key: {{ default "password" $store.passwordKey | quote }}
         path: {{ default "password" $store.passwordKey | quote }}
+{{- end }}
+{{- if $token.secret }}
+- name: tailfloor-admin-token
+  secret:
+    secretName: {{ $token.secret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ default "token" $token.key | quote }}
+        path: {{ default "token" $token.key | quote }}
 {{- end }}
 {{- if $rules.enabled }}
 - name: tailfloor-rules
