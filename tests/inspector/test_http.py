@@ -14,7 +14,9 @@ import orjson
 
 from tests.fake_behaviour import SUMMARY_MARKER, AgentBehaviour
 from tests.fake_upstream import FakeUpstream
+from tests.floor.synthetic import system
 from tests.floor.test_floor_e2e import setup as floor_setup
+from tests.floor.test_floor_tenants import VICTIM, hello, rules_dir, send, victim_session
 from tests.inprocess import InProcessProxy, inproc  # noqa: F401  (a fixture)
 from tests.inspector.client import chat, fetch, session_json, session_url
 from tests.recovery.conversation import history
@@ -213,3 +215,35 @@ def test_messages_the_previous_request_sent_are_folded_as_unchanged(
     run = text.split("<details class=\"unchanged\">", 1)[1].split("</details>", 1)[0]
     assert "4 unchanged" in run
     assert run.count("data-provenance=\"agent\" data-role=") == 4
+
+
+def test_carried_messages_name_the_session_they_came_from(clean_fake: FakeUpstream,
+                                                         tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    victim = victim_session(root)
+    proxy = InProcessProxy(clean_fake, "--sessions", str(root), "--rules",
+                           str(rules_dir(tmp_path)))
+    try:
+        send(proxy, victim)
+        raw, verdict = send(proxy, hello(system()))
+        assert verdict.startswith("carry; carried="), verdict
+        carried = int(verdict.split("carried=", 1)[1].split(";")[0].split()[0])
+        sent = orjson.loads(clean_fake.chat_requests()[-1].body)["messages"]
+        own = orjson.loads(raw)["messages"]
+        settled = orjson.loads(fetch(proxy.admin_url + "/tailfloor/ui?format=json")[2])
+        rows = {r["id"]: r for r in settled["sessions"]}
+        new = next(r for sid, r in rows.items() if sid != VICTIM)
+        assert new["carries"] == 1 and rows[VICTIM]["carries"] == 0
+        newest = session_json(proxy, new["id"])["session"]["requests"][0]
+        assert [m["hash"] for m in newest["messages"]] == _hashes(sent)
+        marks = [m["provenance"] for m in newest["messages"]]
+        assert marks.count("carried") == carried == newest["floor"]["carried"]
+        assert newest["floor"]["carried_from"] == VICTIM
+        for message, fact in zip(sent, newest["messages"], strict=True):
+            assert (message in own) == (fact["provenance"] == "agent"), fact
+            if fact["provenance"] == "carried":
+                assert fact["session"] == VICTIM
+        _, _, page = fetch(session_url(proxy, new["id"]))
+        assert page.count(f"from session <code>{VICTIM}</code>".encode()) == carried
+    finally:
+        proxy.stop()
