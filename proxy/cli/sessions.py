@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from proxy.settings import DEFAULT_ADMIN_LISTEN
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.records import SessionRecord
@@ -45,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                               '{"path", "headers", "body"}) would get as a request of SESSION')
     inspect.add_argument("--rules", type=Path, default=None, metavar="DIR",
                          help="with --request: the rules directory (default: built-in rules)")
+    inspect.add_argument("--last-request", action="store_true",
+                         help="instead: the newest request a running tailfloor sent upstream "
+                              "for SESSION (its inspector's facts, from the admin listener)")
+    inspect.add_argument("--admin", default="http://" + DEFAULT_ADMIN_LISTEN, metavar="URL",
+                         help="with --last-request: the admin listener (default "
+                              f"http://{DEFAULT_ADMIN_LISTEN})")
+    inspect.add_argument("--admin-token-file", type=Path, default=None, metavar="FILE",
+                         help="with --last-request: the admin listener's token")
     _common(inspect)
     inspect.set_defaults(run=run_inspect)
 
@@ -132,6 +141,10 @@ def _show(msg: dict[str, Any]) -> str:
 
 def run_inspect(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if ns.last_request:
+        from proxy.cli.last_request import run_last_request
+
+        return run_last_request(ns.session, ns.admin, ns.admin_token_file, ns.json, out)
     loaded = _load(ns)
     if loaded is None:
         return 2

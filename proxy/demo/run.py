@@ -61,9 +61,10 @@ class Step:
 
 
 class Demo:
-    def __init__(self, work: Path, out: TextIO) -> None:
+    def __init__(self, work: Path, out: TextIO, stay: bool = False) -> None:
         self.work = work
         self.out = out
+        self.stay = stay
         self.sessions = work / "sessions"
         self.project = self.sessions / "--home-dev-export--"
         self.started = time.monotonic()
@@ -93,7 +94,8 @@ class Demo:
                              f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
                              "--upstream", f"http://127.0.0.1:{relay.port}",
                              "--sessions", str(self.sessions), "--rules", str(rules),
-                             "--state", str(self.work / "state"), "--log-format", "json"],
+                             "--state", str(self.work / "state"), "--log-format", "json",
+                             "--inspect-content"],
                             self.work / "tailfloor.log")
             proxy.wait_ready(f"http://127.0.0.1:{port}/readyz", seconds=30)
             chat = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -117,6 +119,10 @@ class Demo:
             took = time.monotonic() - self.started
             self.say(f"\ndemo {'finished' if not failed else 'FAILED'} in {took:.0f} s "
                      f"(logs in {self.work})")
+            self.say(f"what the model saw, message by message: "
+                     f"http://127.0.0.1:{admin}/tailfloor/ui")
+            if self.stay:
+                self._stay_up()
             return 1 if failed else 0
         finally:
             for process in (proxy, model):
@@ -124,6 +130,14 @@ class Demo:
                     process.stop()
             if relay is not None:
                 relay.stop()
+
+    def _stay_up(self) -> None:
+        self.say("tailfloor stays up until Ctrl-C")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            self.say()
 
     # ------------------------------------------------------------------ the steps
     def _post(self, url: str, relay: Relay, messages: list[dict[str, Any]]) -> Step:
@@ -208,5 +222,6 @@ def _line(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[:width] + "..."
 
 
-def run_demo(work: Path, out: TextIO = sys.stdout) -> int:
-    return Demo(work, out).run()
+def run_demo(work: Path, out: TextIO = sys.stdout, stay: bool = False) -> int:
+    """``stay``: keep tailfloor and the model up after the steps, until Ctrl-C."""
+    return Demo(work, out, stay).run()

@@ -19,7 +19,8 @@ import orjson
 from proxy.inspector.store import SessionRecord
 from proxy.report import AGENT, Origin, RequestReport
 
-__all__ = ["PROVENANCES", "request_facts", "session_facts", "session_row"]
+__all__ = ["PROVENANCES", "floor_text", "recovery_text", "request_facts", "session_facts",
+           "session_row"]
 
 PROVENANCES = ("agent", "restored", "carried", "summary", "inserted", "pinned")
 _CHARS_PER_TOKEN = 4  # the estimate tailfloor uses when it has no tokenizer for a model
@@ -86,6 +87,40 @@ def request_facts(report: RequestReport, content: bool,
         "tokens": {"estimated": sum(by_provenance.values()), "by_provenance": by_provenance},
         "messages": messages,
     }
+
+
+def floor_text(floor: dict[str, Any]) -> str:
+    """The floor's verdict in a line (plain text: the page escapes it)."""
+    parts = [floor["kind"]]
+    if floor["restored"]:
+        parts.append(f"{floor['restored']} restored")
+    if floor["carried"]:
+        parts.append(f"{floor['carried']} carried from {floor['carried_from']}")
+    if floor["added_tokens"]:
+        parts.append(f"{floor['added_tokens']} tokens added")
+    if floor["capped"]:
+        parts.append("capped")
+    if floor["reason"]:
+        parts.append(f"reason: {floor['reason']}")
+    return ", ".join(parts)
+
+
+def recovery_text(recovery: dict[str, Any]) -> str | None:
+    """What recovery did, in a line; None when it did nothing."""
+    parts = []
+    if recovery["compaction"]:
+        parts.append(f"{recovery['compaction']} ({recovery['why'] or '-'}): "
+                     f"{recovery['replaced']} messages replaced, about "
+                     f"{recovery['tokens_removed']} tokens removed")
+    made = recovery["summary"]
+    if made is not None:
+        parts.append(f"summary by {made['model']} in {made['seconds']:.2f} s"
+                     + (f" failed: {made['failure']}" if made["failure"] else ""))
+    if recovery["clamp"]:
+        parts.append("output limit {} lowered to {}".format(*recovery["clamp"]))
+    if recovery["overflow"]:
+        parts.append(f"overflow: {recovery['overflow']}")
+    return "; ".join(parts) or None
 
 
 def _messages(messages: Sequence[Any] | None, origins: Sequence[Origin] | None,

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from proxy.inspector.facts import PROVENANCES
+from proxy.inspector.facts import PROVENANCES, floor_text, recovery_text
 
 __all__ = ["UI", "not_found_page", "session_page", "sessions_page"]
 
@@ -109,7 +109,7 @@ def _request(r: dict[str, Any], open_: bool) -> str:
         ("request", r["request_id"]), ("route", r["route"]),
         ("stream", "yes" if r["stream"] else "no"), ("session identified by", r["method"]),
         ("session the agent named", r["named_session"]),
-        ("floor", _floor_line(floor)), ("recovery", _recovery_line(recovery)),
+        ("floor", floor_text(floor)), ("recovery", recovery_text(recovery)),
         ("window", r["window"]), ("estimated tokens", r["tokens"]["estimated"]),
         ("usage the upstream reported", _usage_line(r["usage"])),
         ("finish", r["finish_reason"]),
@@ -121,38 +121,6 @@ def _request(r: dict[str, Any], open_: bool) -> str:
             f"{_attempts(r['attempts'])}<h3>Messages as sent ({len(r['messages'])})</h3>"
             "<button type=\"button\" class=\"unfold-all\" hidden>unfold all</button>"
             f"<ol class=\"messages\">{''.join(_messages(r['messages']))}</ol></details>")
-
-
-def _floor_line(floor: dict[str, Any]) -> str:
-    parts = [floor["kind"]]
-    if floor["restored"]:
-        parts.append(f"{floor['restored']} restored")
-    if floor["carried"]:
-        parts.append(f"{floor['carried']} carried from {floor['carried_from']}")
-    if floor["added_tokens"]:
-        parts.append(f"{floor['added_tokens']} tokens added")
-    if floor["capped"]:
-        parts.append("capped")
-    if floor["reason"]:
-        parts.append(f"reason: {floor['reason']}")
-    return ", ".join(parts)
-
-
-def _recovery_line(recovery: dict[str, Any]) -> str | None:
-    parts = []
-    if recovery["compaction"]:
-        parts.append(f"{recovery['compaction']} ({recovery['why'] or '-'}): "
-                     f"{recovery['replaced']} messages replaced, about "
-                     f"{recovery['tokens_removed']} tokens removed")
-    made = recovery["summary"]
-    if made is not None:
-        parts.append(f"summary by {made['model']} in {made['seconds']:.2f} s"
-                     + (f" failed: {made['failure']}" if made["failure"] else ""))
-    if recovery["clamp"]:
-        parts.append("output limit {} lowered to {}".format(*recovery["clamp"]))
-    if recovery["overflow"]:
-        parts.append(f"overflow: {recovery['overflow']}")
-    return "; ".join(parts) or None
 
 
 def _usage_line(usage: dict[str, Any] | None) -> str | None:

@@ -4,6 +4,7 @@ checked against what the fake upstream received."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
 from collections.abc import Callable
@@ -12,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from proxy.cli.main import build_parser
+from proxy.cli.sessions import run_inspect
 from tests.fake_behaviour import SUMMARY_MARKER, AgentBehaviour
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import system
@@ -26,6 +29,13 @@ from tests.recovery.conversation import start as recovery_start
 Make = Callable[..., InProcessProxy]
 CANARY = "canary-7f3a91-never-shown"
 TOOL_CANARY = "canary-args-55c1"
+
+
+def last_request(*args: str) -> tuple[int, str]:
+    """``tailfloor inspect ... --last-request``: its exit status and what it printed."""
+    out = io.StringIO()
+    status = run_inspect(build_parser().parse_args(["inspect", *args, "--last-request"]), out)
+    return status, out.getvalue()
 
 
 def hostile_conversation() -> list[dict[str, Any]]:
@@ -131,6 +141,13 @@ def test_the_token_guards_every_admin_route_but_the_probes(inproc: Make,  # noqa
     assert fetch(ui, {"Authorization": "Bearer first-token-0123"})[0] == 401
     assert fetch(ui, {"Cookie": value})[0] == 401
     assert fetch(ui, {"Authorization": "Bearer second-token-4567"})[0] == 200
+    chat(proxy, [{"role": "user", "content": "hello"}], session="s-token")
+    assert last_request("s-token", "--admin", proxy.admin_url)[0] == 1
+    status, shown = last_request("s-token", "--admin", proxy.admin_url,
+                                 "--admin-token-file", str(token_file))
+    assert status == 0 and "[0] user agent" in shown
+    assert last_request("s-none", "--admin", proxy.admin_url,
+                        "--admin-token-file", str(token_file))[0] == 1
 
 
 def _hashes(messages: list[dict[str, Any]]) -> list[str]:
@@ -245,5 +262,11 @@ def test_carried_messages_name_the_session_they_came_from(clean_fake: FakeUpstre
                 assert fact["session"] == VICTIM
         _, _, page = fetch(session_url(proxy, new["id"]))
         assert page.count(f"from session <code>{VICTIM}</code>".encode()) == carried
+        # the same facts in the terminal
+        status, shown = last_request(new["id"], "--admin", proxy.admin_url)
+        assert status == 0 and f"x-tailfloor: {verdict}" in shown
+        assert sum(line.startswith("[") and f"carried from {VICTIM}," in line
+                   for line in shown.splitlines()) == carried
+        assert "--inspect-content" in shown
     finally:
         proxy.stop()

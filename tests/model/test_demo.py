@@ -50,6 +50,7 @@ def test_the_demo_shows_each_step_and_finishes() -> None:
     assert count(out, "tailfloor_rewrites_total", 'kind="carry"') == 1
     assert count(out, "tailfloor_tail_messages_injected_total", "") > 0
     assert "demo finished in" in out
+    assert re.search(r"http://127.0.0.1:\d+/tailfloor/ui", out)
     # two minutes on a laptop; this bound leaves room for a CI machine shared with others
     assert took < 240
 
