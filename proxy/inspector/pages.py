@@ -148,10 +148,27 @@ def _bar(r: dict[str, Any]) -> str:
                       f"{n}</span>")
         x += width
     against = f"of a {r['window']}-token window" if r["window"] else "(window unknown)"
-    return (f"<figure class=\"bar\"><svg viewBox=\"0 0 1000 12\" preserveAspectRatio=\"none\" "
-            f"role=\"img\" aria-label=\"tokens by provenance\">{''.join(rects)}</svg>"
+    return (f"<figure class=\"bar\">{_svg(rects, 'tokens by provenance against the window')}"
+            f"{_svg(_shares(tokens, total), 'the request by provenance')}"
             f"<figcaption>about {total} tokens {against}: {' '.join(legend)}</figcaption>"
             "</figure>")
+
+
+def _shares(tokens: dict[str, int], total: int) -> list[str]:
+    """The request itself, each provenance's share of it (the window's bar can be a sliver)."""
+    x, rects = 0.0, []
+    for provenance in PROVENANCES:
+        if tokens[provenance]:
+            width = 1000 * tokens[provenance] / max(total, 1)
+            rects.append(f"<rect class=\"p-{provenance}\" x=\"{x:.2f}\" y=\"0\" "
+                         f"width=\"{width:.2f}\" height=\"12\"></rect>")
+            x += width
+    return rects
+
+
+def _svg(rects: list[str], label: str) -> str:
+    return (f"<svg viewBox=\"0 0 1000 12\" preserveAspectRatio=\"none\" role=\"img\" "
+            f"aria-label=\"{label}\">{''.join(rects)}</svg>")
 
 
 def _attempts(attempts: Sequence[dict[str, Any]]) -> str:
@@ -201,7 +218,8 @@ def _message(m: dict[str, Any]) -> str:
     replaced = ""
     if provenance == "summary":
         span = m.get("replaced_span")
-        stands = f"{m['replaced']} messages" if m.get("replaced") is not None else "messages"
+        stands = (f"{m['replaced']} messages" if m.get("replaced") is not None
+                  else "the earlier messages the agent compacted")
         replaced = (f"<p class=\"replaced\">Summary by {_e(m.get('author') or '-')}, standing "
                     f"for {_e(stands)}"
                     + (f" ({_e(span[0])} to {_e(span[1])})" if span else "") + ".</p>")

@@ -5,14 +5,19 @@ widths."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from proxy.report import RequestReport
+from tests.fake_behaviour import AgentBehaviour
+from tests.fake_upstream import FakeUpstream
+from tests.floor.test_floor_e2e import setup as floor_setup
 from tests.inprocess import InProcessProxy, inproc  # noqa: F401  (a fixture)
 from tests.inspector.browser import chrome
 from tests.inspector.client import chat, session_url
@@ -170,3 +175,42 @@ def test_the_page_fits_a_phone_and_a_laptop(inproc: Make, tmp_path: Path  # noqa
                     "return document.documentElement.scrollWidth"
                     " - document.documentElement.clientWidth")
                 assert overflow <= 1, (width, url, overflow)
+
+
+def artifacts(tmp_path: Path) -> Path:
+    """Where screenshots go: TAILFLOOR_ARTIFACTS (CI keeps it), else the test's directory."""
+    where = Path(os.environ.get("TAILFLOOR_ARTIFACTS") or tmp_path)
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def test_a_floor_s_restored_messages_in_the_browser(fake: FakeUpstream,
+                                                   tmp_path: Path) -> None:
+    fake.reset()
+    fake.behaviour = AgentBehaviour()
+    sessions, rules, body = floor_setup(tmp_path, "enforce")
+    proxy = InProcessProxy(fake, "--sessions", str(sessions), "--rules", str(rules),
+                           "--inspect-content")
+    try:
+        verdict = chat(proxy, body["messages"])
+        restored = int(verdict.split("restored=", 1)[1].split(";")[0].split()[0])
+        sent = orjson.loads(fake.chat_requests()[-1].body)["messages"]
+        store = proxy.state.inspector
+        assert store is not None
+        (record,) = store.sessions()
+        with chrome() as driver:
+            driver.get(session_url(proxy, record.session_id))
+            newest = driver.find_element(By.CSS_SELECTOR, "details.request[open]")
+            marks = newest.find_elements(By.CSS_SELECTOR, "li.message")
+            assert len(marks) == len(sent)
+            kinds = [m.get_attribute("data-provenance") for m in marks]
+            assert kinds.count("restored") == restored > 0
+            assert [m.get_attribute("data-role") for m in marks] == [m["role"] for m in sent]
+            first = kinds.index("restored")
+            assert kinds[first:first + restored] == ["restored"] * restored
+            assert newest.find_elements(By.CSS_SELECTOR, "svg rect.p-restored")
+            driver.set_window_size(1280, 1400)
+            driver.save_screenshot(str(artifacts(tmp_path) / "inspector-floor.png"))
+    finally:
+        fake.behaviour = None
+        proxy.stop()
