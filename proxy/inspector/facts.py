@@ -36,7 +36,7 @@ def session_row(record: SessionRecord) -> dict[str, Any]:
 def session_facts(record: SessionRecord, content: bool) -> dict[str, Any]:
     """The session and its kept requests, newest first; each request's messages marked
     ``unchanged`` where the request before it sent the same message."""
-    reports = [kept.report for kept in record.requests]
+    reports = [entry.report() for entry in record.requests]
     out: list[dict[str, Any]] = []
     previous: set[str] = set()
     for report in reports:  # oldest first: each is compared with the one before it

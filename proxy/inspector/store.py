@@ -1,23 +1,24 @@
 """The requests the inspector keeps: the last few of each session, within one memory budget.
 
-``keep`` runs on the event loop for every request, so it only stores the report (by
-reference) with an estimate of the memory it holds, and counts; everything shown is worked out
-when a page asks (``proxy.inspector.facts``). The budget is for all sessions together: past it,
-the oldest requests of the least recently active sessions go first, and a session left with
-none goes with them, so neither a flood of new sessions nor one huge request can grow it.
+``add`` runs on the event loop for every request, so it only stores an ``Entry``: a few
+counts, an estimate of the memory the request holds, and how to make its report, which is
+made, with everything shown, only when a page asks (``proxy.inspector.facts``). The budget
+is for all sessions together: past it, the oldest requests of the least recently active
+sessions go first, and a session left with none goes with them, so neither a flood of new
+sessions nor one huge request can grow it.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from proxy.report import RequestReport
 
-__all__ = ["UNIDENTIFIED", "InspectorStore", "Kept", "SessionRecord", "held_bytes"]
+__all__ = ["UNIDENTIFIED", "Entry", "InspectorStore", "SessionRecord", "entry_of", "held_bytes"]
 
 # Requests tailfloor could not tie to a session are kept together under this name.
 UNIDENTIFIED = "unidentified"
@@ -52,10 +53,28 @@ def _texts(messages: object) -> int:
     return total
 
 
-@dataclass(slots=True)
-class Kept:
-    report: RequestReport
+class Entry(NamedTuple):
+    """One finished request as the store indexes it: what the sessions list counts, the
+    memory it holds, and how to make its report when a page asks (``report``: the request
+    path builds none)."""
+
+    session_id: str
+    at: float
+    agent: str | None
+    method: str | None
+    floor_kind: str
+    compacted: bool  # tailfloor compacted it (reusing a stored summary does not count)
+    overflowed: bool
     bytes: int
+    report: Callable[[], RequestReport]
+
+
+def entry_of(report: RequestReport) -> Entry:
+    """An already made report as an entry."""
+    return Entry(report.session_id or report.named_session or UNIDENTIFIED, report.at,
+                 report.agent, report.method, report.floor_kind,
+                 report.compaction is not None and not report.compaction.startswith("reused"),
+                 report.overflow is not None, held_bytes(report), lambda: report)
 
 
 @dataclass(slots=True)
@@ -64,7 +83,7 @@ class SessionRecord:
     tailfloor kept it."""
 
     session_id: str
-    requests: deque[Kept] = field(default_factory=deque)
+    requests: deque[Entry] = field(default_factory=deque)
     agent: str | None = None
     source: str | None = None  # how the session was identified (the last request's method)
     last: float = 0.0  # wall-clock time of the last request
@@ -76,21 +95,20 @@ class SessionRecord:
 
 
 class InspectorStore:
-    """A ``ReportSink``: the recorder hands it every finished request."""
+    """The kept requests; also a ``ReportSink`` (``keep``) for reports already made."""
 
-    def __init__(self, per_session: int, budget: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, per_session: int, budget: int) -> None:
         self.per_session = per_session
         self.budget = budget
         self.held = 0  # the estimate of every kept report together
-        self.clock = clock
         # Least recently active first: a session moves to the end with each request.
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
 
     def keep(self, report: RequestReport) -> None:
-        # The session tailfloor tied it to, else the one the agent named (a header, a cache
-        # key) even when tailfloor could not tie that name to a transcript.
-        sid = report.session_id or report.named_session or UNIDENTIFIED
+        self.add(entry_of(report))
+
+    def add(self, entry: Entry) -> None:
+        sid = entry.session_id
         sessions = self._sessions
         record = sessions.get(sid)
         if record is None:
@@ -98,23 +116,25 @@ class InspectorStore:
         else:
             sessions.move_to_end(sid)
         record.seen += 1
-        record.last = report.at
-        record.agent = report.agent or record.agent
-        record.source = report.method or record.source
-        kind = report.floor_kind
+        record.last = entry.at
+        if entry.agent is not None:
+            record.agent = entry.agent
+        if entry.method is not None:
+            record.source = entry.method
+        kind = entry.floor_kind
         if kind == "floor":
             record.floors += 1
         elif kind == "carry":
             record.carries += 1
-        if report.compaction is not None and report.compaction != "reused":
+        if entry.compacted:
             record.compactions += 1
-        if report.overflow is not None:
+        if entry.overflowed:
             record.overflows += 1
-        size = held_bytes(report)
-        record.requests.append(Kept(report, size))
-        self.held += size
-        if len(record.requests) > self.per_session:
-            self.held -= record.requests.popleft().bytes
+        requests = record.requests
+        requests.append(entry)
+        self.held += entry.bytes
+        if len(requests) > self.per_session:
+            self.held -= requests.popleft().bytes
         if self.held > self.budget:
             self._shed()
 

@@ -42,6 +42,7 @@ from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
+from proxy.server.inspector_sink import InspectorSink
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.server.state import STATE_KEY, ProxyState
@@ -84,7 +85,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics, [inspector] if inspector is not None else []), models=models,
+        record=Recorder(metrics, trail_sinks=[] if inspector is None
+                        else [InspectorSink(inspector)]), models=models,
         floor=Floor(transcripts.catalog, tokens, prints),
         contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions,
         inspector=inspector)

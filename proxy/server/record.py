@@ -24,7 +24,7 @@ from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.wire.usage import Usage
 
-__all__ = ["Recorder", "ReportSink"]
+__all__ = ["Recorder", "ReportSink", "TrailSink"]
 
 log = logging.getLogger("tailfloor")
 floor_log = logging.getLogger("tailfloor.floor")
@@ -38,10 +38,19 @@ class ReportSink(Protocol):
     def keep(self, report: RequestReport) -> None: ...
 
 
+class TrailSink(Protocol):
+    """A consumer that keeps the trail itself and makes its report only when it needs it
+    (the inspector: most kept requests are never looked at)."""
+
+    def keep_trail(self, trail: Trail) -> None: ...
+
+
 class Recorder:
-    def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = ()) -> None:
+    def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = (),
+                 trail_sinks: Sequence[TrailSink] = ()) -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
+        self.trail_sinks = list(trail_sinks)
         self._failures: set[str] = set()
         self._store_failing = False
         # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
@@ -86,6 +95,11 @@ class Recorder:
                     sink.keep(report)
                 except Exception:  # a consumer's bug costs its view, never the request
                     log.exception("a report consumer failed; the request is not affected")
+        for trail_sink in self.trail_sinks:
+            try:
+                trail_sink.keep_trail(trail)
+            except Exception:
+                log.exception("a report consumer failed; the request is not affected")
 
     def after_answer(self, trail: Trail) -> None:
         """Recovery's look at the answer, once (as soon as it is made, before the client has

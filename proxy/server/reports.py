@@ -16,13 +16,14 @@ from proxy.server.trail import Trail
 __all__ = ["report_of"]
 
 
-def report_of(trail: Trail) -> RequestReport:
+def report_of(trail: Trail, seconds: float | None = None) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later)."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
     report = RequestReport(
         request_id=trail.request_id, at=trail.at, route=chat.route, model=chat.model,
         agent=ctx.signals.agent_id if ctx is not None else chat.agent_id, stream=chat.stream,
         status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
-        seconds=_now(trail), proxy_seconds=trail.proxy_seconds,
+        seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
         attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason)
     if ctx is not None:
         # A header, the prompt cache key or OpenClaw's Runtime line: the agent named it.

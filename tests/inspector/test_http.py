@@ -270,3 +270,19 @@ def test_carried_messages_name_the_session_they_came_from(clean_fake: FakeUpstre
         assert "--inspect-content" in shown
     finally:
         proxy.stop()
+
+
+def test_large_requests_through_the_proxy_stay_within_the_budget(inproc: Make  # noqa: F811
+                                                                ) -> None:
+    budget = 4 * 1024 * 1024
+    proxy = inproc("--inspect-memory-bytes", str(budget))
+    big = "B" * (256 * 1024)
+    for n in range(40):
+        chat(proxy, [{"role": "user", "content": f"{n} {big}"}], session=f"s-big-{n}")
+    store = proxy.state.inspector
+    assert store is not None
+    assert store.held <= budget
+    kept = [s.session_id for s in store.sessions()]
+    assert 0 < len(kept) < 40 and kept[0] == "s-big-39"
+    # each kept request is counted at least as the client's body, parsed and sent
+    assert all(e.bytes >= 3 * len(big) for s in store.sessions() for e in s.requests)

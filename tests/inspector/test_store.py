@@ -30,7 +30,7 @@ def test_each_session_keeps_its_last_requests_most_recent_first() -> None:
                       overflow="recovered"))
     a = store.session("a")
     assert a is not None
-    assert [k.report.request_id for k in a.requests] == ["r-a-3", "r-a-4", "r-a-5"]
+    assert [k.report().request_id for k in a.requests] == ["r-a-3", "r-a-4", "r-a-5"]
     assert (a.seen, a.floors, a.compactions, a.overflows) == (6, 1, 1, 1)
     assert [s.session_id for s in store.sessions()] == ["a", UNIDENTIFIED, "b"]
     assert store.held == sum(k.bytes for s in store.sessions() for k in s.requests)
@@ -44,7 +44,7 @@ def test_the_budget_sheds_the_least_recently_active_sessions_first() -> None:
         store.keep(report(session, 1, 10_000))
     store.keep(report("a", 2, 10_000))  # a is the most recent now: b goes first
     b = store.session("b")
-    assert b is not None and [k.report.request_id for k in b.requests] == ["r-b-1"]
+    assert b is not None and [k.report().request_id for k in b.requests] == ["r-b-1"]
     store.keep(report("a", 3, 10_000))
     assert store.held <= store.budget
     assert store.session("b") is None

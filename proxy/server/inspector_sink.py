@@ -1,0 +1,61 @@
+"""The recorder's hand-off to the inspector: a finished request's trail, kept by reference.
+
+The request path pays for a few attribute reads and an estimate of the memory the trail
+holds; its ``RequestReport`` is made from the trail only when a page shows it.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from proxy.inspector.store import UNIDENTIFIED, Entry, InspectorStore
+from proxy.server.reports import report_of
+from proxy.server.trail import Trail
+
+__all__ = ["InspectorSink"]
+
+# Beside the bodies: the trail, its context, decision and attempts, the report made from it.
+_TRAIL_BYTES = 8192
+_MESSAGE_BYTES = 512  # a parsed message's dict and small values, beside its text
+
+
+class InspectorSink:
+    """A ``TrailSink`` in front of the inspector's store."""
+
+    def __init__(self, store: InspectorStore) -> None:
+        self.store = store
+
+    def keep_trail(self, trail: Trail) -> None:
+        seconds = time.perf_counter() - trail.started
+        chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
+        sid = method = None
+        agent = chat.agent_id
+        if ctx is not None:
+            signals = ctx.signals
+            sid, method, agent = ctx.lineage.session_id, ctx.lineage.method, signals.agent_id
+            if sid is None and signals.session_source is not None:
+                sid = signals.session_id  # named by the agent, not tied to a transcript
+        if sid is None and decision is not None:
+            sid = decision.session_id
+        compaction = outgoing.compaction if outgoing is not None else None
+        after = trail.after
+        overflowed = any(step.overflow for step in trail.steps) or (
+            after is not None and bool(after.overflow or after.recovered or after.clamped))
+        self.store.add(Entry(
+            sid or UNIDENTIFIED, trail.at, agent, method,
+            decision.kind if decision is not None else "none",
+            compaction is not None and not compaction.label.startswith("reused"),
+            overflowed, _held(trail), partial(report_of, trail, seconds)))
+
+
+def _held(trail: Trail) -> int:
+    """An upper estimate of the memory a kept trail holds: the client's body, its parsed
+    form (the text again, and the objects around it), and a rewritten body beside it."""
+    chat, outgoing = trail.chat, trail.outgoing
+    raw = len(chat.raw) + len(chat.client_raw)
+    sent = outgoing.body if outgoing is not None else None
+    rewritten = len(sent) if sent is not None and sent is not chat.raw else 0
+    messages = chat.body.get("messages")
+    count = len(messages) if isinstance(messages, list) else 0
+    return _TRAIL_BYTES + 3 * raw + 2 * rewritten + count * _MESSAGE_BYTES
