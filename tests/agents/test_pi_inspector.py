@@ -99,7 +99,10 @@ def test_pi_s_compaction_and_new_session_on_the_session_pages(
     fake.behaviour = AgentBehaviour()
     pi = PiAgent(tmp_path / "pi", proxy.url + "/v1",
                  context_window=pi_prompt(version).tokens + ROOM_TOKENS,
-                 reserve_tokens=RESERVE, keep_recent_tokens=800, pi=release(version))
+                 reserve_tokens=RESERVE, keep_recent_tokens=800, pi=release(version),
+                 # the new session names itself: its requests are filed under its own id
+                 # (without, tailfloor ties them to no session until it has read its file)
+                 affinity_headers=True)
     pi.sessions = root / "run"
     pi.sessions.mkdir()
     rpc = PiRpc(pi)
