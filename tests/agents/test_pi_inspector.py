@@ -3,14 +3,13 @@ received (never against the inspector's own data): after Pi compacts, the newest
 shows Pi's summary and exactly as many ``restored`` messages as tailfloor's verdict said, in
 the transcript's order; after ``new_session`` the new session's page shows the ``carried``
 messages with the old session's id; an overflow tailfloor recovers shows two attempts and a
-``summary`` by tailfloor. A screenshot of each session page goes to TAILFLOOR_ARTIFACTS.
+``summary`` by tailfloor. A screenshot of each session page is kept with the artifacts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from tests.agents.test_pi_live_floor import (
 )
 from tests.agents.test_pi_overflow import ROOM_CHARS
 from tests.conftest import ProxyProcess
-from tests.evidence import Evidence
+from tests.evidence import Evidence, artifacts_root
 from tests.fake_behaviour import SUMMARY_MARKER, AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
 from tests.inspector.browser import chrome
@@ -66,11 +65,10 @@ def count_in(verdict: str, word: str) -> int:
     return int(found.group(1))
 
 
-def screenshot(proxy: ProxyProcess, session: str, name: str, tmp_path: Path,
-               provenance: str) -> int:
+def screenshot(proxy: ProxyProcess, session: str, name: str, provenance: str) -> int:
     """The session page in Chromium: how many messages of its newest request carry
     ``provenance``; the page saved as ``name``."""
-    where = Path(os.environ.get("TAILFLOOR_ARTIFACTS") or tmp_path)
+    where = artifacts_root() / "inspector"
     where.mkdir(parents=True, exist_ok=True)
     with chrome() as driver:
         driver.set_window_size(1280, 1400)
@@ -134,8 +132,7 @@ def test_pi_s_compaction_and_new_session_on_the_session_pages(
         back = pi_request_raw(after[2:2 + restored])
         start = theirs.index(back[0])
         assert theirs[start:start + restored] == back  # the transcript's order
-        assert screenshot(proxy, old, f"pi{version}-floor.png", tmp_path,
-                          "restored") == restored
+        assert screenshot(proxy, old, f"pi{version}-floor.png", "restored") == restored
 
         # after new_session: the old session's messages, carried, naming it
         shown = request_ending(proxy, new, NEW_SESSION[0])
@@ -147,8 +144,7 @@ def test_pi_s_compaction_and_new_session_on_the_session_pages(
         assert {m["session"] for m in moved} == {old}
         ours = pi_request_raw([fresh[m["index"]] for m in moved])
         assert ours == theirs[len(theirs) - len(ours):]  # the old session's end
-        assert screenshot(proxy, new, f"pi{version}-carry.png", tmp_path,
-                          "carried") == carried
+        assert screenshot(proxy, new, f"pi{version}-carry.png", "carried") == carried
     finally:
         fake.behaviour = None
         proxy.stop()
@@ -177,7 +173,7 @@ def test_an_overflow_recovered_for_pi_on_its_session_page(
         assert [m["author"] for m in summaries] == ["tailfloor"]
         assert SUMMARY_MARKER in json.dumps(retry[summaries[0]["index"]])
         assert summaries[0]["replaced"] > 0
-        assert screenshot(proxy, row["id"], "pi-overflow.png", tmp_path, "summary") == 1
+        assert screenshot(proxy, row["id"], "pi-overflow.png", "summary") == 1
     finally:
         clean_fake.behaviour = None
         proxy.stop()

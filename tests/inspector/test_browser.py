@@ -5,7 +5,6 @@ widths."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from proxy.report import RequestReport
+from tests.evidence import artifacts_root
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
 from tests.floor.test_floor_e2e import setup as floor_setup
@@ -101,7 +101,7 @@ def test_hostile_content_renders_as_text(inproc: Make, tmp_path: Path) -> None: 
         marks = newest.find_elements(By.CSS_SELECTOR, "li.message")
         assert len(marks) == 2 * len(HOSTILE) + 2
         assert {m.get_attribute("data-provenance") for m in marks} == {"agent"}
-        driver.save_screenshot(str(tmp_path / "hostile.png"))
+        driver.save_screenshot(str(artifacts() / "hostile.png"))
 
         # the request before sent the first five: folded as a run, still in the page
         run = newest.find_element(By.CSS_SELECTOR, "details.unchanged")
@@ -177,9 +177,9 @@ def test_the_page_fits_a_phone_and_a_laptop(inproc: Make, tmp_path: Path  # noqa
                 assert overflow <= 1, (width, url, overflow)
 
 
-def artifacts(tmp_path: Path) -> Path:
-    """Where screenshots go: TAILFLOOR_ARTIFACTS (CI keeps it), else the test's directory."""
-    where = Path(os.environ.get("TAILFLOOR_ARTIFACTS") or tmp_path)
+def artifacts() -> Path:
+    """Where screenshots go: the artifacts CI keeps (``tests.evidence``)."""
+    where = artifacts_root() / "inspector"
     where.mkdir(parents=True, exist_ok=True)
     return where
 
@@ -210,7 +210,7 @@ def test_a_floor_s_restored_messages_in_the_browser(fake: FakeUpstream,
             assert kinds[first:first + restored] == ["restored"] * restored
             assert newest.find_elements(By.CSS_SELECTOR, "svg rect.p-restored")
             driver.set_window_size(1280, 1400)
-            driver.save_screenshot(str(artifacts(tmp_path) / "inspector-floor.png"))
+            driver.save_screenshot(str(artifacts() / "inspector-floor.png"))
     finally:
         fake.behaviour = None
         proxy.stop()
