@@ -112,7 +112,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "ask streaming upstreams for usage even when the client did not, and hide it again"),
     ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
     ("introspection", "bool", True,
-     "serve /tailfloor/* (session ids, keys, paths) on the admin listener"),
+     "serve /tailfloor/sessions (session ids, keys, paths) on the admin listener (the "
+     "inspector's /tailfloor/ui has its own switch: --inspect-requests 0)"),
     ("access_log", "bool", False,
      "log one line per request at INFO (costs ~40 us per request; metrics cover the counts)"),
     ("label_cap", "int", 64, "distinct model/agent label values before 'other'"),

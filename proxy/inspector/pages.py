@@ -33,6 +33,11 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def _path(session_id: str) -> str:
+    """A session id as a URL path segment (whatever it holds)."""
+    return quote(session_id.encode("utf-8", "replace"), safe="")
+
+
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + " UTC"
 
@@ -56,7 +61,7 @@ def sessions_page(facts: dict[str, Any]) -> str:
         rows.append(
             f"<tr data-session=\"{_e(s['id'])}\" data-search=\"{search}\">"
             f"<td>{_e(s['agent'] or '-')}</td><td>{_e(s['source'] or '-')}</td>"
-            f"<td class=\"id\"><a href=\"{UI}/sessions/{quote(s['id'], safe='')}\">"
+            f"<td class=\"id\"><a href=\"{UI}/sessions/{_path(s['id'])}\">"
             f"{_e(s['id'])}</a></td><td>{_when(s['last_request'])}</td>"
             f"<td>{s['requests_kept']}</td><td>{s['floors']}</td><td>{s['carries']}</td>"
             f"<td>{s['compactions']}</td><td>{s['overflows']}</td></tr>")
