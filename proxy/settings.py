@@ -54,7 +54,7 @@ class Settings:
     keepalive_interval: float = 15.0
     shutdown_grace: float = 30.0
     inject_stream_usage: bool = True
-    tailfloor_header: bool = True
+    tailfloor_header: str = "on"  # on | detailed | off
     introspection: bool = True
     access_log: bool = False
     label_cap: int = 64
@@ -68,6 +68,8 @@ class Settings:
     def admin_listen(self) -> str:
         return f"{self.admin_host}:{self.admin_port}"
 
+
+_HEADER_MODES = ("on", "detailed", "off")
 
 # name, type, default, help. The flag is --name with '_' -> '-'; the variable TAILFLOOR_NAME.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
@@ -105,7 +107,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("shutdown_grace", "float", 30.0, "seconds in-flight requests may finish after SIGTERM"),
     ("inject_stream_usage", "bool", True,
      "ask streaming upstreams for usage even when the client did not, and hide it again"),
-    ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
+    ("tailfloor_header", "header", "on",
+     "the x-tailfloor response header: on (what was done, without the reasons that tell a "
+     "client whether its text matched a session), detailed (with them) or off"),
     ("introspection", "bool", True,
      "serve /tailfloor/* (session ids, keys, paths) on the admin listener"),
     ("access_log", "bool", False,
@@ -123,6 +127,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if kind == "bool":
             parser.add_argument(flag, dest=name, default=None,
                                 action=argparse.BooleanOptionalAction, help=shown)
+        elif kind == "header":
+            parser.add_argument(flag, dest=name, default=None, nargs="?", const="on",
+                                choices=_HEADER_MODES, metavar="on|detailed|off", help=shown)
+            parser.add_argument("--no-" + flag[2:], dest=name, action="store_const",
+                                const="off", help=f"the same as {flag} off")
         else:
             choices = kind.split(":", 1)[1].split(",") if kind.startswith("choice:") else None
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(),
@@ -239,6 +248,15 @@ def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]
             problems.append(f"{source}: {text!r} is not a boolean (true/false)")
             return False
         return parsed
+    if kind == "header":
+        lowered = text.strip().lower()
+        flag = _as_bool(lowered) if lowered not in _HEADER_MODES else None
+        if flag is not None:  # true/false, as when the option was a switch
+            return "on" if flag else "off"
+        if lowered not in _HEADER_MODES:
+            problems.append(f"{source}: {text!r} is not one of {', '.join(_HEADER_MODES)}")
+            return "on"
+        return lowered
     if kind == "path":
         return Path(text).expanduser()
     if kind.startswith("choice:"):

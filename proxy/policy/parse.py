@@ -193,7 +193,14 @@ def _absolute_path(value: object) -> str:
     return value
 
 
-_AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path}
+def _key_file(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(("/", "~")):
+        raise _Bad("expected the absolute path of a file holding the agent's key")
+    return value
+
+
+_AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path,
+                                                  "key_file": _key_file}
 _RULE_MATCH: Mapping[str, Callable[[object], Any]] = {
     "name": _text, "agent": _glob, "model": _glob, "session_key": _glob, "dialect": _glob}
 
@@ -282,7 +289,7 @@ def _agents(c: _Collector, file: str, raw: object) -> list[AgentRoot]:
         if isinstance(entry, dict) and not {"id", "root"} <= entry.keys():
             c.problems.append(f"{file}: agents[{i}]: needs both 'id' and 'root'")
         elif values.keys() >= {"id", "root"}:
-            bound.append(AgentRoot(values["id"], values["root"]))
+            bound.append(AgentRoot(values["id"], values["root"], values.get("key_file")))
     return bound
 
 

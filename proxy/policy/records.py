@@ -142,6 +142,9 @@ class AgentRoot:
 
     agent_id: str
     root: str
+    # A file holding the agent's key: requests through its prefix must carry it in
+    # ``x-tailfloor-agent-key`` to be given anything of a session (the rules hold no secret).
+    key_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

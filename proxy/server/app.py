@@ -29,6 +29,7 @@ from proxy.floor.stage import Floor
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
+from proxy.policy.agent_keys import AgentKeys
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
 from proxy.recovery.compaction_store import LocalCompactions
@@ -81,7 +82,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
         record=Recorder(metrics), models=models,
         floor=Floor(transcripts.catalog, tokens, prints),
-        contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions)
+        contexts=ContextBuilder(models, sessions, AgentKeys()), transcripts=transcripts,
+        sessions=sessions)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
@@ -90,6 +92,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     app[STATE_KEY] = state
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
+    app.cleanup_ctx.append(_agent_keys_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_recovery_ctx)
     router = app.router
@@ -97,8 +100,10 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
-    router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
-    router.add_route("*", "/{tail:.*}", handlers.route)
+    # [\s\S]: a decoded path may hold a newline, which '.' would leave to aiohttp's own
+    # plain-text 404.
+    router.add_route("*", r"/tailfloor/{tail:[\s\S]*}", handlers.not_here)
+    router.add_route("*", r"/{tail:[\s\S]*}", handlers.route)
     return app
 
 
@@ -120,7 +125,7 @@ def build_admin_app(state: ProxyState) -> web.Application:
     if state.settings.introspection:
         router.add_get("/tailfloor/sessions", handlers.sessions)
     else:
-        router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
+        router.add_route("*", r"/tailfloor/{tail:[\s\S]*}", handlers.not_here)
     return admin
 
 
@@ -191,6 +196,31 @@ async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     if service is not None:
         await service.stop()
+
+
+KEYS_REFRESH = 2.0  # seconds between looks at the agents' key files
+
+
+async def _agent_keys_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The agents' key files, read before the first request and kept current: a rotated or
+    new key file applies within seconds, off the event loop."""
+    state = app[STATE_KEY]
+    keys = state.contexts.keys
+
+    async def follow() -> None:
+        while True:
+            await asyncio.sleep(KEYS_REFRESH)
+            try:
+                await state.offload(keys.refresh, state.rules.rules)
+            except Exception:  # a bug here must not stop the keys being followed
+                log.exception("reading the agents' key files failed; trying again")
+
+    await state.offload(keys.refresh, state.rules.rules)
+    task = asyncio.create_task(follow(), name="agent-keys")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:

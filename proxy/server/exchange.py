@@ -128,7 +128,8 @@ class ChatExchange:
     async def _recovery_view(self, ctx: RequestContext, outgoing: Outgoing
                              ) -> RecoveryRequest | None:
         chat = ctx.chat
-        if not chat.inspected or chat.pass_reason is not None:
+        if not chat.inspected or chat.pass_reason is not None \
+                or ctx.lineage.method == "unauthenticated":  # untouched, by the agent's key
             return None
         recovery = self.state.recovery
         return (await self.state.offload(recovery.view, ctx, outgoing.draft) if ctx.large
