@@ -138,8 +138,9 @@ class Metrics:
         self.store_errors = Counter(
             "tailfloor_store_errors_total",
             "Store operations that failed (store: sqlite, the local compaction store; redis, the "
-            "shared store); the request went on.",
-            ["store"], registry=r)
+            "shared store; kind: failed, or forged for a shared value whose signature does not "
+            "check); the request went on.",
+            ["store", "kind"], registry=r)
         self.internal_errors = Counter(
             "tailfloor_internal_errors_total",
             "Requests answered 500 because of an error nothing else expected (logged).",

@@ -8,6 +8,7 @@ fixes a broken deployment in one round trip.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxy.replicas.config import StoreURL, parse_store_url
+from proxy.replicas.signing import read_key
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"
@@ -218,9 +220,15 @@ def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> Stor
         return None
     password_file = environ.get(ENV_PREFIX + "STORE_PASSWORD_FILE")
     ca_file = environ.get(ENV_PREFIX + "STORE_CA_FILE")
+    key_files = [environ.get(ENV_PREFIX + name) for name in ("STORE_KEY_FILE",
+                                                              "STORE_PREVIOUS_KEY_FILE")]
     try:
-        return parse_store_url(str(raw), Path(password_file) if password_file else None,
-                               Path(ca_file) if ca_file else None)
+        url = parse_store_url(str(raw), Path(password_file) if password_file else None,
+                              Path(ca_file) if ca_file else None)
+        if key_files[1] and not key_files[0]:
+            raise ValueError("TAILFLOOR_STORE_PREVIOUS_KEY_FILE needs TAILFLOOR_STORE_KEY_FILE")
+        keys = tuple(read_key(Path(f)) for f in key_files if f)
+        return dataclasses.replace(url, keys=keys)
     except ValueError as exc:
         problems.append(f"store: {exc}")
         return None

@@ -33,6 +33,7 @@ from proxy.policy.agent_keys import AgentKeys
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
 from proxy.recovery.compaction_store import LocalCompactions
+from proxy.recovery.credential import scope_keys
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.replicas.service import SharedStore
@@ -156,6 +157,9 @@ async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
         log.info("no --state directory: compactions are kept in %s until tailfloor stops",
                  scratch.name)
         await state.offload(state.recovery.open, Path(scratch.name))
+    store = state.settings.store
+    state.recovery.scope_keys = await state.offload(
+        scope_keys, store.keys if store is not None else None, directory if opened else None)
     shared = await _shared_store(state)
     yield
     if shared is not None:
@@ -176,12 +180,17 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
     if not isinstance(local, LocalCompactions):
         log.error("--store %s is not used: the local compaction store did not open", url)
         return None
-    errors = state.metrics.store_errors.labels(store="redis")
+    errors = state.metrics.store_errors.labels(store="redis", kind="failed")
+    forged = state.metrics.store_errors.labels(store="redis", kind="forged")
     assert state.sessions is not None
+    if not url.keys:
+        log.warning("--store %s: no TAILFLOOR_STORE_KEY_FILE, so what the shared store holds "
+                    "is trusted as it is (anyone who can write to it can plant summaries, "
+                    "windows and fingerprints)", url)
     shared = SharedStore(url, local=local, offload=state.offload, windows=state.windows,
                          ratios=state.ratios,
                          stream_options=state.stream_options, prints=state.sessions.prints,
-                         on_error=errors.inc,
+                         on_error=errors.inc, on_forged=forged.inc,
                          max_per_session=state.rules.rules.store.max_entries_per_session)
     state.recovery.use(shared.compactions, shared.lock)
     await shared.start()

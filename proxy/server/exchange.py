@@ -93,6 +93,12 @@ class ChatExchange:
             await state.offload(build.identify, chat, headers, rules) if chat.large else None)
         ctx = build.build(chat, headers, rules, signals)
         shared = state.shared
+        models = state.models
+        if shared is not None and models.windows.window(models.upstream, chat.model) is None \
+                and not ctx.signals.is_summarization \
+                and await shared.facts.pull_window(models.upstream, chat.model):
+            # Another replica met this model's window (an overflow) since the last round.
+            ctx = build.build(chat, headers, rules, ctx.signals)
         if shared is not None and state.transcripts is not None and \
                 len(state.transcripts.catalog) > 0 and ctx.print_ is not None and \
                 first_of_session(ctx) and await shared.facts.pull_print(ctx.print_):

@@ -182,7 +182,7 @@ class Recorder:
         if compaction.summary is not None:
             self._summary(compaction.summary, compaction)
         if compaction.store_error is not None:
-            m.store_errors.labels(store="sqlite").inc()
+            m.store_errors.labels(store="sqlite", kind="failed").inc()
             if not self._store_failing:  # once per episode: until a summary is stored again
                 self._store_failing = True
                 recovery_log.warning("the summary was used but could not be stored (%s); "

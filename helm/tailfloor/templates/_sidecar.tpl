@@ -25,7 +25,8 @@ where $cfg is a dict; only "image" is required:
   rules           dict: enabled, configMap (name), mountPath (default /etc/tailfloor/rules)
   state           dict: mountPath, volume (a volume source; default emptyDir)
   store           dict: the shared store for several replicas (Redis): url, or
-                  urlSecret + urlKey (a URL with credentials); passwordSecret + passwordKey
+                  urlSecret + urlKey (a URL with credentials); keySecret + keyKey (+
+                  previousKeyKey while rotating): the key that signs shared values; passwordSecret + passwordKey
                   (mounted as a file, never an env value)
   tmp             dict: sizeLimit of the TMPDIR emptyDir
   pullPolicy, hostPort, hostIP, logFormat, logLevel, shutdownGrace, extraArgs, env,
@@ -89,6 +90,14 @@ where $cfg is a dict; only "image" is required:
     - name: TAILFLOOR_STORE_PASSWORD_FILE
       value: {{ printf "/etc/tailfloor/store/%s" (default "password" $store.passwordKey) | quote }}
     {{- end }}
+    {{- if $store.keySecret }}
+    - name: TAILFLOOR_STORE_KEY_FILE
+      value: {{ printf "/etc/tailfloor/store-key/%s" (default "key" $store.keyKey) | quote }}
+    {{- if $store.previousKeyKey }}
+    - name: TAILFLOOR_STORE_PREVIOUS_KEY_FILE
+      value: {{ printf "/etc/tailfloor/store-key/%s" $store.previousKeyKey | quote }}
+    {{- end }}
+    {{- end }}
     - name: TMPDIR
       value: /tmp
     {{- with $c.env }}
@@ -145,6 +154,11 @@ where $cfg is a dict; only "image" is required:
       mountPath: /etc/tailfloor/store
       readOnly: true
     {{- end }}
+    {{- if $store.keySecret }}
+    - name: tailfloor-store-key
+      mountPath: /etc/tailfloor/store-key
+      readOnly: true
+    {{- end }}
     {{- with $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -171,6 +185,19 @@ where $cfg is a dict; only "image" is required:
     items:
       - key: {{ default "password" $store.passwordKey | quote }}
         path: {{ default "password" $store.passwordKey | quote }}
+{{- end }}
+{{- if $store.keySecret }}
+- name: tailfloor-store-key
+  secret:
+    secretName: {{ $store.keySecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ default "key" $store.keyKey | quote }}
+        path: {{ default "key" $store.keyKey | quote }}
+      {{- if $store.previousKeyKey }}
+      - key: {{ $store.previousKeyKey | quote }}
+        path: {{ $store.previousKeyKey | quote }}
+      {{- end }}
 {{- end }}
 {{- if $rules.enabled }}
 - name: tailfloor-rules
