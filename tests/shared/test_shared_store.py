@@ -105,7 +105,7 @@ def test_a_summary_made_on_one_replica_is_reused_on_the_other(
         status, answer, head = post(a, chat(messages), headers)
         assert status == 200 and head["x-tailfloor"] == "compacted:overflow", head
         assert kinds(clean_fake) == ["chat", "summary", "chat"]
-        time.sleep(SYNC * 1.5)  # the agent reads the answer before its next turn
+        # At once: the other replica asks the store for the window it has not learned.
         clean_fake.received.clear()
         messages += [answer["choices"][0]["message"], {"role": "user", "content": "and then?"}]
         status, _answer, head = post(b, chat(messages), headers)
