@@ -1,0 +1,1 @@
+"""Traces and metrics over OTLP/HTTP (the optional ``otel`` extra)."""
