@@ -24,7 +24,7 @@ from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.wire.usage import Usage
 
-__all__ = ["Recorder", "ReportSink"]
+__all__ = ["Recorder", "ReportSink", "ReportSinkWithShutdown"]
 
 log = logging.getLogger("tailfloor")
 floor_log = logging.getLogger("tailfloor.floor")
@@ -36,6 +36,12 @@ class ReportSink(Protocol):
     """A consumer of finished requests (the inspector, telemetry)."""
 
     def keep(self, report: RequestReport) -> None: ...
+
+
+class ReportSinkWithShutdown(ReportSink, Protocol):
+    """A consumer holding work to finish when the application stops (queued exports)."""
+
+    def shutdown(self) -> None: ...
 
 
 class Recorder:
