@@ -101,6 +101,18 @@ class OtlpReceiver:
                             found.extend(getattr(metric, kind).data_points)
         return found
 
+    def total(self, name: str) -> float:
+        """A cumulative counter's total: its points in the latest export that has it."""
+        with self._lock:
+            requests = list(self.metrics)
+        for request in reversed(requests):
+            points = [point for resource in request.resource_metrics
+                      for scope in resource.scope_metrics for metric in scope.metrics
+                      if metric.name == name for point in metric.sum.data_points]
+            if points:
+                return sum(point.as_int or point.as_double for point in points)
+        return 0
+
     def wait(self, what: Callable[[], Any], bound: float = 15.0) -> Any:
         deadline = time.monotonic() + bound
         while not (found := what()):
