@@ -31,6 +31,7 @@ from proxy.identity.sessions import SessionFinder
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
+from proxy.policy.prices import PriceList
 from proxy.recovery.compaction_store import LocalCompactions
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
@@ -77,12 +78,15 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     sessions = SessionFinder(transcripts.catalog, prints=prints,
                              single_tenant=len(settings.sessions) <= 1,
                              resolve_root=_resolved_root)
-    sink = telemetry.start(settings.telemetry, metrics, settings.upstream) \
+    def prices() -> PriceList:
+        return rules.rules.prices
+
+    sink = telemetry.start(settings.telemetry, metrics, settings.upstream, prices) \
         if settings.telemetry is not None else None
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics, [sink] if sink is not None else []), models=models,
+        record=Recorder(metrics, [sink] if sink is not None else [], prices), models=models,
         floor=Floor(transcripts.catalog, tokens, prints),
         contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 from proxy.telemetry.config import TelemetryConfig, asked_for, telemetry_config
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from proxy.metrics import Metrics
+    from proxy.policy.prices import PriceList
     from proxy.telemetry.sink import TelemetrySink
 
 __all__ = ["TelemetryConfig", "asked_for", "start", "telemetry_config"]
@@ -21,8 +24,8 @@ __all__ = ["TelemetryConfig", "asked_for", "start", "telemetry_config"]
 log = logging.getLogger("tailfloor.telemetry")
 
 
-def start(config: TelemetryConfig, metrics: Metrics, upstream_url: str
-          ) -> TelemetrySink | None:
+def start(config: TelemetryConfig, metrics: Metrics, upstream_url: str,
+          prices: Callable[[], PriceList]) -> TelemetrySink | None:
     """The sink exporting what ``config`` asks for; None (said in one line) when the
     ``otel`` extra is not installed."""
     try:
@@ -33,4 +36,4 @@ def start(config: TelemetryConfig, metrics: Metrics, upstream_url: str
         return None
     for note in config.notes:
         log.warning("%s", note)
-    return TelemetrySink(config, metrics, upstream_url)
+    return TelemetrySink(config, metrics, upstream_url, prices)

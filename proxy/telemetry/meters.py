@@ -3,8 +3,12 @@ each finished request's report with the counts Prometheus is given for the same 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry.metrics import Meter
 
+from proxy.cost import costs_of
+from proxy.policy.prices import PriceList
 from proxy.report import RequestReport
 from proxy.telemetry.attributes import Label, Upstream
 
@@ -18,8 +22,9 @@ _CHUNK_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
 
 class Instruments:
     def __init__(self, meter: Meter, upstream: Upstream, label: Label,
-                 agent_label: Label) -> None:
+                 agent_label: Label, prices: Callable[[], PriceList]) -> None:
         self._upstream, self._label, self._agent_label = upstream, label, agent_label
+        self._prices = prices
         token = "{token}"
         self.input_tokens = meter.create_counter(
             "gen_ai.client.inference.usage.input_tokens", token,
@@ -45,6 +50,9 @@ class Instruments:
             "tailfloor.restored.messages", "{message}", "Messages the floor restored")
         self.overflows = meter.create_counter(
             "tailfloor.overflows", "{request}", "Context overflows by outcome")
+        self.cost = meter.create_counter(
+            "tailfloor.cost", "USD", "Dollars by the rules' [[prices]], by kind (request, "
+            "floor, summary, saved), as tailfloor_cost_usd_total")
         self.compactions = meter.create_counter(
             "tailfloor.compactions", "{request}", "Requests sent compacted, by label")
 
@@ -85,3 +93,10 @@ class Instruments:
             self.overflows.add(1, {**own, "tailfloor.overflow": report.overflow})
         if report.compaction is not None:
             self.compactions.add(1, {**own, "tailfloor.compaction": report.compaction})
+        prices = self._prices()
+        costs = costs_of(report, prices) if prices else None
+        if costs is not None:
+            for kind, dollars in costs.items():
+                if dollars:
+                    self.cost.add(dollars, {**own, "gen_ai.request.model": model,
+                                            "tailfloor.cost.kind": kind})

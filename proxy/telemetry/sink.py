@@ -9,6 +9,8 @@ and counted: ``exporting.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -29,6 +31,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
 from proxy.metrics import Metrics
+from proxy.policy.prices import PriceList
 from proxy.report import RequestReport
 from proxy.telemetry.attributes import SpanPlan, Upstream, plan_spans
 from proxy.telemetry.config import Sampler as SamplerConfig
@@ -67,7 +70,8 @@ class PresetIds(IdGenerator):
 
 
 class TelemetrySink:
-    def __init__(self, config: TelemetryConfig, metrics: Metrics, upstream_url: str) -> None:
+    def __init__(self, config: TelemetryConfig, metrics: Metrics, upstream_url: str,
+                 prices: Callable[[], PriceList]) -> None:
         quieten_sdk()
         self._upstream = Upstream.of(upstream_url)
         self._label, self._agent_label = metrics.model_label, metrics.agent_label
@@ -102,7 +106,7 @@ class TelemetrySink:
             self._meters = MeterProvider(metric_readers=[reader], resource=resource,
                                          shutdown_on_exit=False)
             self._instruments = Instruments(self._meters.get_meter(_SCOPE), self._upstream,
-                                            self._label, self._agent_label)
+                                            self._label, self._agent_label, prices)
 
     @property
     def traces(self) -> bool:

@@ -225,8 +225,9 @@ def test_a_collector_slow_then_down_never_slows_a_request(
 def test_an_overflow_recovered_is_two_attempts_a_summarizer_call_and_compacted(
         clean_fake: FakeUpstream, receiver: OtlpReceiver, tmp_path: Path) -> None:
     clean_fake.behaviour = AgentBehaviour(max_chars=9000)
-    proxy = InProcessProxy(clean_fake, "--rules", str(rules_dir(tmp_path)), "--state",
-                           str(tmp_path / "state"), env=otel_env(receiver))
+    prices = '[[prices]]\nmodel = "fake-*"\ninput = 2\noutput = 8\ncache_read = 1\n'
+    proxy = InProcessProxy(clean_fake, "--rules", str(rules_dir(tmp_path, models=prices)),
+                           "--state", str(tmp_path / "state"), env=otel_env(receiver))
     try:
         messages = [*history("a", 8, 700), {"role": "user", "content": "what now?"}]
         status, _, headers = post(proxy, "/v1/chat/completions", {
@@ -259,5 +260,22 @@ def test_an_overflow_recovered_is_two_attempts_a_summarizer_call_and_compacted(
         assert all(s.parent_span_id == server.span_id for s in found if s.kind == CLIENT)
         receiver.wait(lambda: receiver.total("tailfloor.overflows") == 1)
         receiver.wait(lambda: receiver.total("tailfloor.compactions") == 1)
+        # Dollars: the summarizer's call and what compaction took out, priced by the row,
+        # the same on /metrics and over OTLP.
+        summary = proxy.sample("tailfloor_cost_usd_total", kind="summary")
+        assert summary == pytest.approx((summarizer[0]["gen_ai.usage.input_tokens"] * 2
+                                         + summarizer[0]["gen_ai.usage.output_tokens"] * 8)
+                                        / 1e6)
+        saved = proxy.sample("tailfloor_cost_usd_total", kind="saved")
+        assert saved == pytest.approx(on_server["tailfloor.compaction.tokens_removed"] * 2 / 1e6)
+        request = proxy.sample("tailfloor_cost_usd_total", kind="request", model="fake-model")
+        assert request > 0
+        total = summary + saved + request
+        receiver.wait(lambda: receiver.total("tailfloor.cost") == pytest.approx(total))
+        assert proxy.sample("tailfloor_cost_unpriced_total") == 0
+        clean_fake.behaviour = None
+        post(proxy, "/v1/chat/completions", {"model": "unpriced-model", "messages": [
+            {"role": "user", "content": "hi"}]})
+        assert proxy.sample("tailfloor_cost_unpriced_total", model="unpriced-model") == 1
     finally:
         proxy.stop()
