@@ -39,6 +39,7 @@ where $cfg is a dict; only "image" is required:
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
 {{- $store := default dict $c.store -}}
+{{- $otel := default dict $c.otel -}}
 {{- $sessions := $c.sessions -}}
 {{- if and (not $sessions) $t.volume -}}
 {{- $sessions = list (default "/transcripts" $t.mountPath) -}}
@@ -88,6 +89,19 @@ where $cfg is a dict; only "image" is required:
     {{- if $store.passwordSecret }}
     - name: TAILFLOOR_STORE_PASSWORD_FILE
       value: {{ printf "/etc/tailfloor/store/%s" (default "password" $store.passwordKey) | quote }}
+    {{- end }}
+    {{- if $otel.endpoint }}
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ $otel.endpoint | quote }}
+    - name: OTEL_SERVICE_NAME
+      value: {{ default "tailfloor" $otel.serviceName | quote }}
+    {{- if $otel.headersSecret }}
+    - name: OTEL_EXPORTER_OTLP_HEADERS
+      valueFrom:
+        secretKeyRef:
+          name: {{ $otel.headersSecret | quote }}
+          key: {{ default "headers" $otel.headersKey | quote }}
+    {{- end }}
     {{- end }}
     - name: TMPDIR
       value: /tmp
