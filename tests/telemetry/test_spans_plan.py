@@ -9,6 +9,7 @@ import pytest
 
 from proxy import telemetry
 from proxy.metrics import BoundedLabel, Metrics
+from proxy.policy.prices import PriceList
 from proxy.report import Attempt, RequestReport, SummaryMade
 from proxy.telemetry.attributes import SpanPlan, Upstream, plan_spans
 from proxy.telemetry.config import telemetry_config
@@ -82,6 +83,6 @@ def test_without_the_extra_serve_says_so_once(monkeypatch: pytest.MonkeyPatch,
     config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert config is not None
     with caplog.at_level(logging.INFO, "tailfloor.telemetry"):
-        assert telemetry.start(config, Metrics(), "http://u") is None
+        assert telemetry.start(config, Metrics(), "http://u", PriceList) is None
     lines = [r for r in caplog.records if r.name == "tailfloor.telemetry"]
     assert len(lines) == 1 and "tailfloor[otel]" in lines[0].getMessage()
