@@ -224,8 +224,9 @@ class Metrics:
         # OTLP export (proxy/telemetry/) and dollars (the rules' [[prices]]).
         self.otlp_dropped = Counter(
             "tailfloor_otlp_dropped_total",
-            "What an OTLP collector did not take, dropped (signal: traces counts spans, "
-            "metrics counts exports).", ["signal"], registry=r)
+            "OTLP export dropped (signal: traces counts spans and metrics exports a collector "
+            "did not take; reports counts requests not described, the queue being full).",
+            ["signal"], registry=r)
         self.cost = Counter(
             "tailfloor_cost_usd_total",
             "Dollars by the rules' [[prices]] (kind: request = the agent's own tokens, floor = "

@@ -1,15 +1,21 @@
 """The report sink that exports over OTLP/HTTP: spans made after the fact from each finished
 request's report, with the times and ids the request path recorded, and the metrics.
 
-Nothing here runs on the request path but ``keep``, which only builds spans in memory and
-hands them to the batch processor's bounded queue; export runs on the SDK's own threads, so
-a collector that is down or slow costs requests nothing (what cannot be sent is dropped
+Nothing here runs on the request path but ``keep``, which queues the report (without its
+body and messages: no content reaches this module, and a queued report holds no request's
+memory) for a thread of its own: building spans through the SDK costs more than a request's
+own work, so it is done in batches off the event loop. Export runs on the SDK's threads,
+so a collector that is down or slow costs requests nothing (what cannot be sent is dropped
 and counted: ``exporting.py``).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -48,12 +54,15 @@ from proxy.telemetry.tracecontext import ids_of, parse_traceparent
 __all__ = ["TelemetrySink"]
 
 _QUEUE = 2048  # spans held while a collector does not answer; more are dropped
+_PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
+_POLL = 0.1  # seconds between the thread's looks at the queue
+log = logging.getLogger("tailfloor.telemetry")
 _SCOPE = "tailfloor"
 
 
 class PresetIds(IdGenerator):
     """Random ids, except the one the sink sets just before starting a span: the ids the
-    request path already sent upstream. Used from the event loop's thread only (``keep``)."""
+    request path already sent upstream. Used from the telemetry thread only."""
 
     def __init__(self) -> None:
         self._random = RandomIdGenerator()
@@ -76,6 +85,7 @@ class TelemetrySink:
         self._upstream = Upstream.of(upstream_url)
         self._label, self._agent_label = metrics.model_label, metrics.agent_label
         dropped = metrics.otlp_dropped
+        self._reports_dropped = dropped.labels(signal="reports")
         self.episodes = Episodes(lambda signal, n: dropped.labels(signal=signal).inc(n))
         resource = Resource({"service.name": config.service_name, **dict(config.resource)})
         headers = dict(config.headers)
@@ -107,6 +117,11 @@ class TelemetrySink:
                                          shutdown_on_exit=False)
             self._instruments = Instruments(self._meters.get_meter(_SCOPE), self._upstream,
                                             self._label, self._agent_label, prices)
+        self._pending: deque[RequestReport] = deque()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="tailfloor-telemetry",
+                                        daemon=True)
+        self._thread.start()
 
     @property
     def traces(self) -> bool:
@@ -114,6 +129,28 @@ class TelemetrySink:
         return self._tracer is not None
 
     def keep(self, report: RequestReport) -> None:
+        if len(self._pending) >= _PENDING:
+            self._reports_dropped.inc()
+            return
+        self._pending.append(replace(report, body=None, messages=None, origins=None))
+
+    def _work(self) -> None:
+        failed = False
+        while True:
+            stopping = self._stopping.wait(_POLL)
+            while self._pending:
+                report = self._pending.popleft()
+                try:
+                    self._export(report)
+                except Exception:  # a bug here costs telemetry, never a request
+                    if not failed:
+                        failed = True
+                        log.exception("telemetry could not describe a request; further "
+                                      "failures like it are not logged")
+            if stopping:
+                return
+
+    def _export(self, report: RequestReport) -> None:
         if self._instruments is not None:
             self._instruments.record(report)
         if self._tracer is not None:
@@ -140,6 +177,8 @@ class TelemetrySink:
 
     def shutdown(self) -> None:
         """Flush what is queued (bounded by the export timeout) and stop the threads."""
+        self._stopping.set()
+        self._thread.join()
         if self._traces is not None:
             self._traces.shutdown()
         if self._meters is not None:
