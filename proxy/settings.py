@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from proxy.replicas.config import StoreURL, parse_store_url
 from proxy.replicas.signing import read_key
+from proxy.telemetry.config import TelemetryConfig, telemetry_config
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"
@@ -61,6 +62,8 @@ class Settings:
     access_log: bool = False
     label_cap: int = 64
     extra: Mapping[str, str] = field(default_factory=dict)
+    # The OTLP export the standard OTEL_* variables ask for (proxy/telemetry/config.py)
+    telemetry: TelemetryConfig | None = None
 
     @property
     def listen(self) -> str:
@@ -211,6 +214,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     return Settings(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         sessions=tuple(Path(p).expanduser() for p in sessions_raw), store=store,
+        telemetry=telemetry_config(environ),
         **values,  # type: ignore[arg-type]
     )
 

@@ -33,6 +33,7 @@ PURE = [
     "transcripts/index.py", "transcripts/records.py", "transcripts/render.py",
     "transcripts/state.py", "transcripts/ordering.py", "replicas/health.py",
     "context.py", "chat.py", "answer.py", "report.py", "errors.py",
+    "telemetry/config.py", "telemetry/tracecontext.py", "telemetry/attributes.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",
                     "pathlib", "sqlite3", "shutil", "tempfile", "socket", "subprocess",

@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy import logs
+from proxy import logs, telemetry
 from proxy.context import ContextBuilder
 from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.facts.resolve import ModelFactsResolver
@@ -32,6 +32,7 @@ from proxy.metrics import Metrics
 from proxy.policy.agent_keys import AgentKeys
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
+from proxy.policy.prices import PriceList
 from proxy.recovery.compaction_store import LocalCompactions
 from proxy.recovery.credential import scope_keys
 from proxy.recovery.stage import Recovery
@@ -42,7 +43,7 @@ from proxy.server import routes as handlers
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.offload import WorkerPool
-from proxy.server.record import Recorder
+from proxy.server.record import Recorder, ReportSinkWithShutdown
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
 from proxy.tokens import Encodings, TokenCounter
@@ -51,6 +52,7 @@ from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Opener, Upstream
 
 log = logging.getLogger("tailfloor")
+TELEMETRY_KEY = web.AppKey("tailfloor_telemetry", ReportSinkWithShutdown)
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
@@ -78,10 +80,15 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     sessions = SessionFinder(transcripts.catalog, prints=prints,
                              single_tenant=len(settings.sessions) <= 1,
                              resolve_root=_resolved_root)
+    def prices() -> PriceList:
+        return rules.rules.prices
+
+    sink = telemetry.start(settings.telemetry, metrics, settings.upstream, prices) \
+        if settings.telemetry is not None else None
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics), models=models,
+        record=Recorder(metrics, [sink] if sink is not None else [], prices), models=models,
         floor=Floor(transcripts.catalog, tokens, prints),
         contexts=ContextBuilder(models, sessions, AgentKeys()), transcripts=transcripts,
         sessions=sessions)
@@ -91,6 +98,10 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
                           handler_args={"auto_decompress": False}, middlewares=[last_guard])
     state.bodies.total = settings.max_buffered_bytes
     app[STATE_KEY] = state
+    if sink is not None:
+        state.traces = sink.traces
+        app[TELEMETRY_KEY] = sink
+        app.cleanup_ctx.append(_telemetry_ctx)
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
     app.cleanup_ctx.append(_agent_keys_ctx)
@@ -106,6 +117,13 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     router.add_route("*", r"/tailfloor/{tail:[\s\S]*}", handlers.not_here)
     router.add_route("*", r"/{tail:[\s\S]*}", handlers.route)
     return app
+
+
+async def _telemetry_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    # Flushes what is queued, bounded by OTEL_EXPORTER_OTLP_TIMEOUT: off the loop, so the
+    # other cleanups go on meanwhile.
+    await asyncio.to_thread(app[TELEMETRY_KEY].shutdown)
 
 
 def _resolved_root(root: str) -> str:

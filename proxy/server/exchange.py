@@ -34,6 +34,7 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.state import ProxyState
 from proxy.server.target import Target
 from proxy.server.trail import Trail
+from proxy.telemetry.tracecontext import TraceContext, parse_traceparent
 
 __all__ = ["ChatExchange"]
 
@@ -49,6 +50,11 @@ class ChatExchange:
         self.target = target
         self.trail = Trail(request_id, chat, started)
         self._view: RecoveryRequest | None = None
+        if state.traces:
+            sent = request.headers.get("traceparent")
+            client = parse_traceparent(sent)
+            self.trail.trace = client or TraceContext.new()
+            self.trail.client_traceparent = sent if client is not None else None
 
     async def run(self) -> Finished:
         trail = self.trail

@@ -11,12 +11,14 @@ what happened to the request. The same trail becomes the ``RequestReport`` each 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from proxy.cost import costs_of
 from proxy.errors import ProxyError
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
+from proxy.policy.prices import PriceList
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
@@ -24,7 +26,7 @@ from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.wire.usage import Usage
 
-__all__ = ["Recorder", "ReportSink"]
+__all__ = ["Recorder", "ReportSink", "ReportSinkWithShutdown"]
 
 log = logging.getLogger("tailfloor")
 floor_log = logging.getLogger("tailfloor.floor")
@@ -38,10 +40,18 @@ class ReportSink(Protocol):
     def keep(self, report: RequestReport) -> None: ...
 
 
+class ReportSinkWithShutdown(ReportSink, Protocol):
+    """A consumer holding work to finish when the application stops (queued exports)."""
+
+    def shutdown(self) -> None: ...
+
+
 class Recorder:
-    def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = ()) -> None:
+    def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = (),
+                 prices: Callable[[], PriceList] | None = None) -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
+        self.prices = prices  # the rules' [[prices]] in force (they reload)
         self._failures: set[str] = set()
         self._store_failing = False
         # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
@@ -79,13 +89,29 @@ class Recorder:
         self.after_answer(trail)
         if trail.overhead_seen:
             self.overhead(chat.route, trail.proxy_seconds)
-        if self.sinks:
+        prices = self.prices() if self.prices is not None else None
+        if self.sinks or prices:
             report = report_of(trail)
+            if prices:
+                self.cost(report, prices)
             for sink in self.sinks:
                 try:
                     sink.keep(report)
                 except Exception:  # a consumer's bug costs its view, never the request
                     log.exception("a report consumer failed; the request is not affected")
+
+    def cost(self, report: RequestReport, prices: PriceList) -> None:
+        m = self.metrics
+        model = m.model_label(report.model)
+        costs = costs_of(report, prices)
+        if costs is None:
+            if report.usage is not None:
+                m.cost_unpriced.labels(model=model).inc()
+            return
+        agent = m.agent_label(report.agent or "none")
+        for kind, dollars in costs.items():
+            if dollars:
+                m.cost.labels(agent=agent, model=model, kind=kind).inc(dollars)
 
     def after_answer(self, trail: Trail) -> None:
         """Recovery's look at the answer, once (as soon as it is made, before the client has

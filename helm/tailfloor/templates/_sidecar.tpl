@@ -40,6 +40,7 @@ where $cfg is a dict; only "image" is required:
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
 {{- $store := default dict $c.store -}}
+{{- $otel := default dict $c.otel -}}
 {{- $sessions := $c.sessions -}}
 {{- if and (not $sessions) $t.volume -}}
 {{- $sessions = list (default "/transcripts" $t.mountPath) -}}
@@ -96,6 +97,19 @@ where $cfg is a dict; only "image" is required:
     {{- if $store.previousKeyKey }}
     - name: TAILFLOOR_STORE_PREVIOUS_KEY_FILE
       value: {{ printf "/etc/tailfloor/store-key/%s" $store.previousKeyKey | quote }}
+    {{- end }}
+    {{- end }}
+    {{- if $otel.endpoint }}
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ $otel.endpoint | quote }}
+    - name: OTEL_SERVICE_NAME
+      value: {{ default "tailfloor" $otel.serviceName | quote }}
+    {{- if $otel.headersSecret }}
+    - name: OTEL_EXPORTER_OTLP_HEADERS
+      valueFrom:
+        secretKeyRef:
+          name: {{ $otel.headersSecret | quote }}
+          key: {{ default "headers" $otel.headersKey | quote }}
     {{- end }}
     {{- end }}
     - name: TMPDIR
