@@ -1,7 +1,7 @@
 """A daily reset still carries: the agents' real system prompts a day apart (only the date
 differs) agree with the fingerprint the session's own requests recorded, and a stranger's
 prompt does not. The prompts are real requests of Pi 0.73.1 and OpenClaw 2026.9.6
-(tests/fixtures/floor/prompts-2026-11-30.json); the next day's is made by the test.
+(tests/fixtures/prompts/a-day-apart-2026-11-30.json); the next day's is made by the test.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from proxy.transcripts.catalog import Catalog
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, Transcript, chat, conversation, put, request_for, rules
 
-PROMPTS = json.loads((Path(__file__).parents[1] / "fixtures" / "floor"
-                      / "prompts-2026-11-30.json").read_text())
+PROMPTS = json.loads((Path(__file__).parents[1] / "fixtures" / "prompts"
+                      / "a-day-apart-2026-11-30.json").read_text())
 SESSION = "01a22a55-0000-7000-8000-0000000000dd"
 AGENTS = ["pi-0.73.1", "openclaw-2026.9.6"]
 
