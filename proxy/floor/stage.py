@@ -80,6 +80,8 @@ class Floor:
             return pass_through(chat, "too_large", "too_large")
         if chat.pass_reason is not None:  # a dialect request the server holds the state of
             return pass_through(chat, chat.pass_reason, "unidentified")
+        if lineage.method == "unauthenticated":
+            return pass_through(chat, "unauthenticated", "unauthenticated")
         if ctx.signals.is_summarization:
             return pass_through(chat, "summarization", "summarization")
         if policy.mode == "off":
@@ -93,6 +95,8 @@ class Floor:
             return pass_through(chat, lineage.method, lineage.method)
         if not lineage.trusted:
             return pass_through(chat, "untrusted", "untrusted", lineage.session_id)
+        if ctx.guarded and self._guarded(ctx):
+            return pass_through(chat, "unauthenticated", "unauthenticated")
         if ctx.signals.raw_after_summary >= policy.min_tail_messages:
             return pass_through(chat, "floor_holds", lineage.method, lineage.session_id)
         if ctx.signals.summary_index is not None and lineage.session_id is None:
@@ -268,6 +272,16 @@ class Floor:
         if pred.agent_id != record.agent_id and pred.source != "pi":
             return None
         return CarrySource(pred.session_id, reset_kind(record.link), summary=summary_of(pred))
+
+    def _guarded(self, ctx: RequestContext) -> bool:
+        """The request's session (or predecessor) lies under a keyed agent's root whose key
+        it did not carry."""
+        assert self.catalog is not None
+        for sid in (ctx.lineage.session_id, ctx.lineage.predecessor):
+            record = self.catalog.get(sid) if sid is not None else None
+            if record is not None and record.info.root in ctx.guarded:
+                return True
+        return False
 
     def _agrees(self, ctx: RequestContext, source: str) -> bool:
         """Whether the request shows it belongs to the lineage it would be given messages of:

@@ -62,14 +62,18 @@ class SessionFinder:
             self.prints.record(sid, print_)
         return Found(lineage, tenant, print_, planted)
 
+    def resolved(self, root: str) -> str:
+        """A root named in the rules, in the form the tracker records (resolved once)."""
+        found = self._bound.get(root)
+        if found is None:
+            found = self._bound[root] = self._resolve_root(root)
+        return found
+
     def _tenant(self, signals: RequestSignals, rules: RuleSet) -> Tenant:
         """The transcript root the request may draw on without strong evidence."""
         bound = rules.agent_root(signals.agent_id) if signals.agent_source == "path" else None
         if bound is not None:
-            resolved = self._bound.get(bound)
-            if resolved is None:
-                resolved = self._bound[bound] = self._resolve_root(bound)
-            return Tenant(True, resolved)
+            return Tenant(True, self.resolved(bound))
         return ONE_TENANT if self.single_tenant else Tenant(False)
 
     def _fingerprint(self, body: Mapping[str, Any]) -> str | None:

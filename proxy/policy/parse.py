@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proxy.policy.prices import Price, PriceList
 from proxy.policy.records import (
     CARRY_PLACEHOLDERS,
     MODES,
@@ -41,7 +42,7 @@ from proxy.tokens import ENCODINGS
 __all__ = ["POLICY_FIELDS", "RulesError", "parse_rules"]
 
 _TOP_LEVEL = ("defaults", "rules", "models", "unknown_model", "identification", "store",
-              "agents")
+              "agents", "prices")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _MATCH_KEYS = ("agent", "model", "session_key")
 
@@ -193,7 +194,14 @@ def _absolute_path(value: object) -> str:
     return value
 
 
-_AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path}
+def _key_file(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith(("/", "~")):
+        raise _Bad("expected the absolute path of a file holding the agent's key")
+    return value
+
+
+_AGENTS: Mapping[str, Callable[[object], Any]] = {"id": _agent_id, "root": _absolute_path,
+                                                  "key_file": _key_file}
 _RULE_MATCH: Mapping[str, Callable[[object], Any]] = {
     "name": _text, "agent": _glob, "model": _glob, "session_key": _glob, "dialect": _glob}
 
@@ -232,6 +240,7 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
     raw_rules: list[tuple[str, int, dict[str, Any]]] = []
     models: list[ModelSpec] = []
     agents: list[AgentRoot] = []
+    prices: list[Price] = []
     for file, text in sources:
         try:
             doc = tomllib.loads(text)
@@ -252,6 +261,7 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
                 merged[section].update(c.table(f"{file}: [{section}]", doc[section], schema))
         models.extend(_models(c, file, doc.get("models", [])))
         agents.extend(_agents(c, file, doc.get("agents", [])))
+        prices.extend(_prices(c, file, doc.get("prices", [])))
         rules = doc.get("rules", [])
         if not isinstance(rules, list):
             c.problems.append(f"{file}: rules must be an array of tables ([[rules]])")
@@ -269,7 +279,37 @@ def parse_rules(sources: Sequence[tuple[str, str]]) -> RuleSet:
         unknown_model=unknown_spec,
         identification=dataclasses.replace(Identification(), **merged["identification"]),
         store=dataclasses.replace(StoreLimits(), **merged["store"]),
-        agents=tuple(agents), files=tuple(file for file, _ in sources))
+        agents=tuple(agents), files=tuple(file for file, _ in sources),
+        prices=PriceList(tuple(prices)))
+
+
+def _price(value: object) -> float:
+    """Dollars per million tokens: a number, zero allowed (a free or local model)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _Bad("must be a number >= 0 (USD per million tokens)")
+    return float(value)
+
+
+_PRICE: Mapping[str, Callable[[object], Any]] = {
+    "model": _text, "input": _price, "output": _price, "cache_read": _price,
+    "cache_write": _price}
+
+
+def _prices(c: _Collector, file: str, raw: object) -> list[Price]:
+    if not isinstance(raw, list):
+        c.problems.append(f"{file}: prices must be an array of tables ([[prices]])")
+        return []
+    rows = []
+    for i, entry in enumerate(raw):
+        values = c.table(f"{file}: prices[{i}]", entry, _PRICE)
+        missing = [k for k in ("model", "input", "output")
+                   if isinstance(entry, dict) and k not in entry]
+        if missing:
+            c.problems.append(f"{file}: prices[{i}]: missing field {missing[0]!r}")
+        elif values.keys() >= {"model", "input", "output"}:
+            rows.append(Price(values["model"], values["input"], values["output"],
+                              values.get("cache_read"), values.get("cache_write")))
+    return rows
 
 
 def _agents(c: _Collector, file: str, raw: object) -> list[AgentRoot]:
@@ -282,7 +322,7 @@ def _agents(c: _Collector, file: str, raw: object) -> list[AgentRoot]:
         if isinstance(entry, dict) and not {"id", "root"} <= entry.keys():
             c.problems.append(f"{file}: agents[{i}]: needs both 'id' and 'root'")
         elif values.keys() >= {"id", "root"}:
-            bound.append(AgentRoot(values["id"], values["root"]))
+            bound.append(AgentRoot(values["id"], values["root"], values.get("key_file")))
     return bound
 
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from proxy.policy.prices import PriceList
 
 __all__ = [
     "CARRY_PLACEHOLDERS",
@@ -142,6 +145,9 @@ class AgentRoot:
 
     agent_id: str
     root: str
+    # A file holding the agent's key: requests through its prefix must carry it in
+    # ``x-tailfloor-agent-key`` to be given anything of a session (the rules hold no secret).
+    key_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +197,13 @@ _BUILTIN_MODELS: Final = (
 _BUILTIN_UNKNOWN: Final = ModelSpec("*", 128000, "o200k_base", 0.2)
 
 
+def _no_prices() -> PriceList:
+    # Imported here: prices.py uses this module's Pattern.
+    from proxy.policy.prices import PriceList
+
+    return PriceList()
+
+
 @dataclass(frozen=True, slots=True)
 class RuleSet:
     defaults: Policy = field(default_factory=Policy)
@@ -201,6 +214,7 @@ class RuleSet:
     store: StoreLimits = field(default_factory=StoreLimits)
     agents: tuple[AgentRoot, ...] = ()
     files: tuple[str, ...] = ()
+    prices: PriceList = field(default_factory=_no_prices)
     # Derived state, never passed in (so dataclasses.replace cannot share a cache).
     _model_patterns: tuple[Pattern, ...] = field(init=False, compare=False, repr=False)
     _policies: dict[tuple[str | None, str | None, str | None, str | None], Match] = field(

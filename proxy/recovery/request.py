@@ -14,6 +14,7 @@ from typing import Any
 from proxy.chat import ChatRequest, Draft
 from proxy.context import RequestContext
 from proxy.policy.records import ModelSpec, Policy
+from proxy.recovery.credential import credential_scope
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
@@ -53,13 +54,17 @@ class RecoveryRequest:
 
     ctx: RequestContext
     draft: Draft
-    session: str
+    session: str  # the session, as logs and reports name it
     head: list[Message]  # leading system/developer messages
     conversation: list[Message]  # the rest
+    # What the store, the locks and the overflow marks know it by: the session and a keyed
+    # hash of its credential (proxy/recovery/credential.py).
+    key: str
+    older_keys: tuple[str, ...] = ()  # the same, under a shared store's previous key
 
     @classmethod
-    def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None
-           ) -> RecoveryRequest | None:
+    def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None,
+           scope_keys: tuple[bytes, ...] = ()) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
         messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -71,7 +76,9 @@ class RecoveryRequest:
         # session's slots and push its summaries out, on every replica sharing the store.
         named = ctx.session if ctx.lineage.trusted else None
         session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
-        return cls(ctx, draft, session, head, conversation)
+        scopes = [credential_scope(ctx.headers, k) for k in scope_keys]
+        keys = [session if s is None else f"{session}~{s}" for s in scopes] or [session]
+        return cls(ctx, draft, session, head, conversation, keys[0], tuple(keys[1:]))
 
     @property
     def chat(self) -> ChatRequest:

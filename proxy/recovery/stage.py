@@ -89,6 +89,9 @@ class Recovery:
         self._store: Compactions | None = None
         self._shared_lock: SummaryLock | None = None
         self._kept = KeptFingerprints()  # the system prompts of derived session keys
+        # Credential hashes of store keys are made with the first; the others (a shared
+        # store's key being rotated out) still find what was stored with them.
+        self.scope_keys: tuple[bytes, ...] = ()
 
     # -- life cycle (blocking: the application runs these in a worker thread) -----------
 
@@ -120,7 +123,7 @@ class Recovery:
         an agent's own summarization call, no usable messages)."""
         if self._store is None or ctx.signals.is_summarization:
             return None
-        return RecoveryRequest.of(ctx, draft, self._kept)
+        return RecoveryRequest.of(ctx, draft, self._kept, self.scope_keys)
 
     async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):
@@ -130,7 +133,7 @@ class Recovery:
         # A cache warm never starts a summary: it repeats a request that fitted, or reuses
         # what that request was given.
         warm = request.ctx.signals.cache_warm
-        marked = None if warm else self._marked.pop(request.session)
+        marked = None if warm else self._marked.pop(request.key)
         why, by_output = should_compact(request, prompt, marked=marked)
         if why is not None:
             compacted = await self._compact(request, prior, trigger="preflight", why=why)
@@ -217,7 +220,7 @@ class Recovery:
         request = self._current(request)  # a window learned meanwhile, here or elsewhere
         if seen.stream_error is not None and self._detector(
                 request.policy).classify_stream_event({"error": seen.stream_error}).is_overflow:
-            self._marked.put(request.session, "mid_stream")
+            self._marked.put(request.key, "mid_stream")
             return AfterCheck(overflow="mid_stream")
         answered = seen.status < 400
         recovered = answered and sent is not None and sent.retry
@@ -241,7 +244,7 @@ class Recovery:
                 and prompt <= (window or 0) and self._ratio_worthy(request, body):
             ratio = self._models.learn_ratio(request.chat.model, prompt, ours)
         if silent is not None:
-            self._marked.put(request.session, silent.kind)
+            self._marked.put(request.key, silent.kind)
             return AfterCheck(overflow="silent", silent=silent, recovered=recovered,
                               clamped=clamped, learned_ratio=ratio)
         return AfterCheck(recovered=recovered, clamped=clamped, learned_ratio=ratio)
@@ -253,8 +256,8 @@ class Recovery:
         budget in tokens: a text token covers at least one byte, so the request cannot need
         compacting, and a small request costs a few microseconds. Images and audio cost
         tokens their bytes do not show, so those requests take the full path."""
-        if request.session in self._marked or (
-                self._store is not None and self._store.may_hold(request.session)):
+        if request.key in self._marked or (
+                self._store is not None and self._store.may_hold(request.key)):
             return False
         body = request.draft.body
         if b'"image_url"' in body or b'"input_audio"' in body:
@@ -285,10 +288,14 @@ class Recovery:
         """A stored compaction of the longest prefix of the request, if any. ``ask``: even
         when the store is not known to hold the session (another holder just stored it). A
         shared store is always asked: another replica may have stored one a moment ago."""
-        if self._store is None or not (ask or self._store.shared
-                                       or self._store.may_hold(request.session)):
+        if self._store is None:
             return None
-        return await self._store.find_for(request.conversation, request.session)
+        for key in (request.key, *request.older_keys):
+            if ask or self._store.shared or self._store.may_hold(key):
+                found = await self._store.find_for(request.conversation, key)
+                if found is not None:
+                    return found
+        return None
 
     def _ratio_worthy(self, request: RecoveryRequest, body: bytes) -> bool:
         """A request whose count tells the upstream's tokenizer apart from ours: counted by
@@ -334,7 +341,7 @@ class Recovery:
         cut, costs = await self._offload(self._cut, request, prior, scale)
         if cut.keep <= prior.covered:
             return None
-        async with self._locks.hold(request.session) as contended, \
+        async with self._locks.hold(request.key) as contended, \
                 self._held_across(request) as elsewhere:
             # a concurrent request of the session (here or in another process sharing the
             # store) may have summarized this prefix meanwhile
@@ -353,7 +360,7 @@ class Recovery:
                 return await self._offload(dropped, request, self._tokens, prior, cut, costs,
                                            trigger=trigger, why=why, attempt=attempt)
             stored = "no store" if self._store is None else await self._store.put(
-                request.session, request.conversation[:cut.keep], summary,
+                request.key, request.conversation[:cut.keep], summary,
                 sum(costs[:cut.keep]))
         label = "reused" if trigger == "reused" else f"compacted:{trigger}"
         return await self._offload(summarized, request, self._tokens, summary, cut.keep,
@@ -365,7 +372,7 @@ class Recovery:
         if self._shared_lock is None:
             return contextlib.nullcontext(False)
         # Another replica's summary takes at most its summarizer timeout: wait that long.
-        return self._shared_lock.hold(request.session,
+        return self._shared_lock.hold(request.key,
                                       wait=request.policy.summarizer_timeout + 1.0)
 
     def _current(self, request: RecoveryRequest) -> RecoveryRequest:

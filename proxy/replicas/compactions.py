@@ -29,6 +29,7 @@ from proxy.recovery.compaction_store import LocalCompactions, Offload
 from proxy.recovery.message_chain import prefix_chain
 from proxy.recovery.sqlite_store import StoredCompaction
 from proxy.replicas.client import KEY_PREFIX, SharedClient, StoreUnavailable
+from proxy.replicas.signing import Signer
 
 __all__ = ["KNOWN_KEY", "SharedCompactions"]
 
@@ -42,6 +43,11 @@ def _entries(session: str) -> str:
     return f"{KEY_PREFIX}c:{session}"
 
 
+def _entry(session: str, chain: str) -> str:
+    """What one entry's seal covers: its hash and its field."""
+    return f"{_entries(session)}\x00{chain}"
+
+
 def _used(session: str) -> str:
     return f"{KEY_PREFIX}u:{session}"
 
@@ -52,8 +58,10 @@ class SharedCompactions:
 
     def __init__(self, client: SharedClient, local: LocalCompactions, offload: Offload, *,
                  ttl: float = 7 * 86400, max_per_session: int = 16,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, signer: Signer | None = None
+                 ) -> None:
         self._client = client
+        self._signer = signer if signer is not None else Signer()
         self.local = local
         self._offload = offload
         self._ttl = max(int(ttl), 1)
@@ -86,10 +94,11 @@ class SharedCompactions:
         except StoreUnavailable:
             return await self.local.find_for(messages, session)
         for position in range(len(chains), 0, -1):
-            raw = values[position - 1]
+            chain = chains[position - 1]
+            raw = self._signer.unseal(_entry(session, chain), values[position - 1])
             if raw is None:
                 continue
-            found = _decode(session, chains[position - 1], raw)
+            found = _decode(session, chain, raw)
             if found is not None and found.message_count == position:
                 return found
         # Stored here while the shared store was away, if anything.
@@ -128,7 +137,8 @@ class SharedCompactions:
             return f"summary over {_MAX_SUMMARY_BYTES} bytes"
         chains: list[str] = await self._offload(prefix_chain, summarized)
         chain, now = chains[-1], self._clock()
-        value = orjson.dumps([len(summarized), int(tokens_replaced), now, summary])
+        value = self._signer.seal(_entry(session, chain), orjson.dumps(
+            [len(summarized), int(tokens_replaced), now, summary]))
 
         async def store(redis: aioredis.Redis) -> None:
             async with redis.pipeline(transaction=True) as pipe:

@@ -28,6 +28,9 @@ class StoreURL:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     ca_file: Path | None = None  # rediss://: CA certificates to trust (default: the system's)
+    # The keys that seal what is written (the first) and are accepted when read (all):
+    # TAILFLOOR_STORE_KEY_FILE, then TAILFLOOR_STORE_PREVIOUS_KEY_FILE (proxy/replicas/signing.py).
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
 
     def __str__(self) -> str:
         """The URL without its credentials: the form every log line uses."""

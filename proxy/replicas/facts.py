@@ -32,6 +32,7 @@ from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.replicas.client import KEY_PREFIX, SharedClient, StoreUnavailable
 from proxy.replicas.compactions import KNOWN_KEY
+from proxy.replicas.signing import Signer
 from proxy.upstream.stream_options import REMEMBER_SECONDS, StreamOptionsMemory
 
 __all__ = ["PER_PRINT", "SharedFacts"]
@@ -58,8 +59,10 @@ class SharedFacts:
                  stream_options: StreamOptionsMemory, prints: Fingerprints,
                  compactions: KnownSessions, ratios: TokenRatios | None = None,
                  ttl: float = 7 * 86400,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, signer: Signer | None = None
+                 ) -> None:
         self._client = client
+        self._signer = signer if signer is not None else Signer()
         self._windows = windows
         self._ratios = ratios if ratios is not None else TokenRatios()
         self._stream_options = stream_options
@@ -95,18 +98,18 @@ class SharedFacts:
         except StoreUnavailable:
             return
         if isinstance(windows, dict):
-            for field, value in windows.items():
+            for field, value in self._verified(WINDOWS_KEY, windows):
                 upstream_model, window = _decode_pair(field, value, int)
                 if upstream_model is not None:
                     self._windows.merge(*upstream_model, window)
         if isinstance(ratios, dict):
-            for field, value in ratios.items():
+            for field, value in self._verified(RATIOS_KEY, ratios):
                 upstream_model, ratio = _decode_pair(field, value, float)
                 if upstream_model is not None:
                     self._ratios.merge(*upstream_model, ratio)
         if isinstance(refusals, dict):
             now = self._clock()
-            for upstream, until in refusals.items():
+            for upstream, until in self._verified(REFUSALS_KEY, refusals):
                 left = _float(until) - now
                 if left > 0:
                     self._stream_options.merge(_text(upstream), min(left, REMEMBER_SECONDS))
@@ -127,23 +130,28 @@ class SharedFacts:
             return
         now = self._clock()
 
+        seal = self._sealed
+
         async def write(redis: aioredis.Redis) -> None:
             async with redis.pipeline(transaction=False) as pipe:
                 for upstream, model, window in windows:
-                    pipe.hset(WINDOWS_KEY, orjson.dumps([upstream, model]), window)
+                    field = orjson.dumps([upstream, model])
+                    pipe.hset(WINDOWS_KEY, field, seal(WINDOWS_KEY, field, window))
                 if windows:
                     pipe.expire(WINDOWS_KEY, self._ttl)
                 for upstream, model, ratio in ratios:
-                    pipe.hset(RATIOS_KEY, orjson.dumps([upstream, model]), ratio)
+                    field = orjson.dumps([upstream, model])
+                    pipe.hset(RATIOS_KEY, field, seal(RATIOS_KEY, field, ratio))
                 if ratios:
                     pipe.expire(RATIOS_KEY, self._ttl)
                 for upstream in refusals:
-                    pipe.hset(REFUSALS_KEY, upstream, now + REMEMBER_SECONDS)
+                    pipe.hset(REFUSALS_KEY, upstream, seal(REFUSALS_KEY, upstream.encode(),
+                                                           now + REMEMBER_SECONDS))
                 if refusals:
                     pipe.expire(REFUSALS_KEY, self._ttl)
                 for session, print_ in prints:
                     key = _print_key(print_)
-                    pipe.zadd(key, {session: now})
+                    pipe.zadd(key, {self._signer.seal(key, session.encode()): now})
                     pipe.zremrangebyrank(key, 0, -PER_PRINT - 1)
                     pipe.expire(key, self._ttl)
                 await pipe.execute()
@@ -157,6 +165,36 @@ class SharedFacts:
             self._stream_options.refusals.extend(refusals)
             self._prints.recorded.extend(prints)
 
+    def _sealed(self, key: str, field: bytes, value: float) -> bytes:
+        return self._signer.seal(f"{key}\x00{_text(field)}", repr(value).encode())
+
+    def _verified(self, key: str, values: dict[object, object]
+                  ) -> list[tuple[object, bytes]]:
+        """A hash's fields whose values carry a valid seal, with the values unsealed."""
+        out: list[tuple[object, bytes]] = []
+        for field, value in values.items():
+            raw = value if isinstance(value, bytes | str) else str(value)
+            unsealed = self._signer.unseal(f"{key}\x00{_text(field)}", raw)
+            if unsealed is not None:
+                out.append((field, unsealed))
+        return out
+
+    async def pull_window(self, upstream: str, model: str) -> bool:
+        """Read the window another replica learned for ``model``; True when one was new.
+        Asked before a request of a model this process knows no window of is decided: the
+        replica that just met the overflow has pushed it, and the next round may be up to a
+        second away."""
+        field = orjson.dumps([upstream, model])
+        try:
+            raw = await self._client.run(lambda r: r.hget(WINDOWS_KEY, field), "read window")
+        except StoreUnavailable:
+            return False
+        value = self._signer.unseal(f"{WINDOWS_KEY}\x00{_text(field)}", raw)
+        if value is None:
+            return False
+        _pair, window = _decode_pair(field, value, int)
+        return self._windows.merge(upstream, model, window)
+
     async def pull_print(self, print_: str) -> bool:
         """Read the sessions another replica saw sending ``print_``; True when one was new."""
         try:
@@ -165,7 +203,11 @@ class SharedFacts:
         except StoreUnavailable:
             return False
         fresh = False
-        for raw in sessions[-PER_PRINT:]:
+        for sealed in sessions[-PER_PRINT:]:
+            raw = self._signer.unseal(_print_key(print_),
+                                      sealed if isinstance(sealed, bytes | str) else None)
+            if raw is None:
+                continue
             session = _text(raw)
             # What this process recorded itself wins: the listing may be older than a
             # session's newer fingerprint.

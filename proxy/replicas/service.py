@@ -20,6 +20,7 @@ from proxy.replicas.compactions import SharedCompactions
 from proxy.replicas.config import StoreURL
 from proxy.replicas.facts import SharedFacts
 from proxy.replicas.lock import SharedSummaryLock
+from proxy.replicas.signing import Signer
 from proxy.upstream.stream_options import StreamOptionsMemory
 
 __all__ = ["SharedStore"]
@@ -33,14 +34,16 @@ class SharedStore:
                  windows: LearnedWindows, ratios: TokenRatios,
                  stream_options: StreamOptionsMemory,
                  prints: Fingerprints, on_error: Callable[[], None] = lambda: None,
+                 on_forged: Callable[[], None] = lambda: None,
                  max_per_session: int = 16) -> None:
         self.client = SharedClient(url, on_error=on_error)
+        signer = Signer(url.keys, on_forged)
         self.compactions = SharedCompactions(self.client, local, offload,
-                                             max_per_session=max_per_session)
+                                             max_per_session=max_per_session, signer=signer)
         self.lock = SharedSummaryLock(self.client)
         self.facts = SharedFacts(self.client, windows=windows, ratios=ratios,
                                  stream_options=stream_options, prints=prints,
-                                 compactions=self.compactions)
+                                 compactions=self.compactions, signer=signer)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # What this process learns is pushed at once, without waiting for the next round:

@@ -9,6 +9,7 @@ and duration series: written once, here.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from aiohttp import web
@@ -19,13 +20,30 @@ from proxy.server.state import ProxyState
 __all__ = ["CLIENT_CLOSED", "Accounting"]
 
 ACCESS_LOG = logging.getLogger("tailfloor.access")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 CLIENT_CLOSED = 499
 
 
 def request_id(state: ProxyState, request: web.Request) -> str:
-    found = request.headers.get("x-request-id") or state.next_request_id()
+    """The client's ``x-request-id`` when it is a plain id (it goes into every log line and
+    answer header of the request), else ours."""
+    offered = request.headers.get("x-request-id")
+    found = offered if offered is not None and _PLAIN_ID.fullmatch(offered) \
+        else state.next_request_id()
     REQUEST_ID.set(found)
     return found
+
+
+def refused(request: web.Request, status: int, reason: str, rid: str) -> None:
+    """The access line of a request refused before it was routed (one line per request,
+    whatever its target holds: the formatter escapes it)."""
+    if ACCESS_LOG.isEnabledFor(logging.INFO):
+        token = REQUEST_ID.set(rid)
+        try:
+            ACCESS_LOG.info("%s %s %d refused; reason=%s", request.method, request.path,
+                            status, reason, extra={"status": status, "route": "other"})
+        finally:
+            REQUEST_ID.reset(token)
 
 
 class Accounting:

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry
 
-from proxy import logs
+from proxy import logs, telemetry
 from proxy.context import ContextBuilder
 from proxy.facts.learned import LearnedWindows, TokenRatios
 from proxy.facts.resolve import ModelFactsResolver
@@ -31,9 +31,12 @@ from proxy.identity.prompt_prints import Fingerprints
 from proxy.identity.sessions import SessionFinder
 from proxy.inspector.store import InspectorStore
 from proxy.metrics import Metrics
+from proxy.policy.agent_keys import AgentKeys
 from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
+from proxy.policy.prices import PriceList
 from proxy.recovery.compaction_store import LocalCompactions
+from proxy.recovery.credential import scope_keys
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.replicas.service import SharedStore
@@ -44,7 +47,7 @@ from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.inspector_sink import InspectorSink
 from proxy.server.offload import WorkerPool
-from proxy.server.record import Recorder
+from proxy.server.record import Recorder, ReportSinkWithShutdown
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
 from proxy.tokens import Encodings, TokenCounter
@@ -53,6 +56,7 @@ from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Opener, Upstream
 
 log = logging.getLogger("tailfloor")
+TELEMETRY_KEY = web.AppKey("tailfloor_telemetry", ReportSinkWithShutdown)
 
 
 def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
@@ -80,24 +84,34 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     sessions = SessionFinder(transcripts.catalog, prints=prints,
                              single_tenant=len(settings.sessions) <= 1,
                              resolve_root=_resolved_root)
+    def prices() -> PriceList:
+        return rules.rules.prices
+
+    sink = telemetry.start(settings.telemetry, metrics, settings.upstream, prices) \
+        if settings.telemetry is not None else None
     inspector = InspectorStore(settings.inspect_requests, settings.inspect_memory_bytes) \
         if settings.inspect_requests > 0 else None
     state = ProxyState(
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
-        record=Recorder(metrics, trail_sinks=[] if inspector is None
-                        else [InspectorSink(inspector)]), models=models,
-        floor=Floor(transcripts.catalog, tokens, prints),
-        contexts=ContextBuilder(models, sessions), transcripts=transcripts, sessions=sessions,
-        inspector=inspector)
+        record=Recorder(metrics, [sink] if sink is not None else [], prices,
+                        trail_sinks=[] if inspector is None else [InspectorSink(inspector)]),
+        models=models, floor=Floor(transcripts.catalog, tokens, prints),
+        contexts=ContextBuilder(models, sessions, AgentKeys()), transcripts=transcripts,
+        sessions=sessions, inspector=inspector)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,
                           handler_args={"auto_decompress": False}, middlewares=[last_guard])
     state.bodies.total = settings.max_buffered_bytes
     app[STATE_KEY] = state
+    if sink is not None:
+        state.traces = sink.traces
+        app[TELEMETRY_KEY] = sink
+        app.cleanup_ctx.append(_telemetry_ctx)
     app.cleanup_ctx.append(_transcripts_ctx)
     app.cleanup_ctx.append(_rules_ctx)
+    app.cleanup_ctx.append(_agent_keys_ctx)
     app.cleanup_ctx.append(_upstream_ctx)
     app.cleanup_ctx.append(_recovery_ctx)
     router = app.router
@@ -105,9 +119,18 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     router.add_get("/healthz", handlers.healthz)
     router.add_get("/readyz", handlers.readyz)
     router.add_get("/metrics", handlers.metrics)
-    router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
-    router.add_route("*", "/{tail:.*}", handlers.route)
+    # [\s\S]: a decoded path may hold a newline, which '.' would leave to aiohttp's own
+    # plain-text 404.
+    router.add_route("*", r"/tailfloor/{tail:[\s\S]*}", handlers.not_here)
+    router.add_route("*", r"/{tail:[\s\S]*}", handlers.route)
     return app
+
+
+async def _telemetry_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    # Flushes what is queued, bounded by OTEL_EXPORTER_OTLP_TIMEOUT: off the loop, so the
+    # other cleanups go on meanwhile.
+    await asyncio.to_thread(app[TELEMETRY_KEY].shutdown)
 
 
 def _resolved_root(root: str) -> str:
@@ -135,7 +158,7 @@ def build_admin_app(state: ProxyState) -> web.Application:
     if state.settings.introspection:
         router.add_get("/tailfloor/sessions", handlers.sessions)
     else:
-        router.add_route("*", "/tailfloor/{tail:.*}", handlers.not_here)
+        router.add_route("*", r"/tailfloor/{tail:[\s\S]*}", handlers.not_here)
     return admin
 
 
@@ -166,6 +189,9 @@ async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
         log.info("no --state directory: compactions are kept in %s until tailfloor stops",
                  scratch.name)
         await state.offload(state.recovery.open, Path(scratch.name))
+    store = state.settings.store
+    state.recovery.scope_keys = await state.offload(
+        scope_keys, store.keys if store is not None else None, directory if opened else None)
     shared = await _shared_store(state)
     yield
     if shared is not None:
@@ -186,12 +212,17 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
     if not isinstance(local, LocalCompactions):
         log.error("--store %s is not used: the local compaction store did not open", url)
         return None
-    errors = state.metrics.store_errors.labels(store="redis")
+    errors = state.metrics.store_errors.labels(store="redis", kind="failed")
+    forged = state.metrics.store_errors.labels(store="redis", kind="forged")
     assert state.sessions is not None
+    if not url.keys:
+        log.warning("--store %s: no TAILFLOOR_STORE_KEY_FILE, so what the shared store holds "
+                    "is trusted as it is (anyone who can write to it can plant summaries, "
+                    "windows and fingerprints)", url)
     shared = SharedStore(url, local=local, offload=state.offload, windows=state.windows,
                          ratios=state.ratios,
                          stream_options=state.stream_options, prints=state.sessions.prints,
-                         on_error=errors.inc,
+                         on_error=errors.inc, on_forged=forged.inc,
                          max_per_session=state.rules.rules.store.max_entries_per_session)
     state.recovery.use(shared.compactions, shared.lock)
     await shared.start()
@@ -206,6 +237,31 @@ async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     if service is not None:
         await service.stop()
+
+
+KEYS_REFRESH = 2.0  # seconds between looks at the agents' key files
+
+
+async def _agent_keys_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The agents' key files, read before the first request and kept current: a rotated or
+    new key file applies within seconds, off the event loop."""
+    state = app[STATE_KEY]
+    keys = state.contexts.keys
+
+    async def follow() -> None:
+        while True:
+            await asyncio.sleep(KEYS_REFRESH)
+            try:
+                await state.offload(keys.refresh, state.rules.rules)
+            except Exception:  # a bug here must not stop the keys being followed
+                log.exception("reading the agents' key files failed; trying again")
+
+    await state.offload(keys.refresh, state.rules.rules)
+    task = asyncio.create_task(follow(), name="agent-keys")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _rules_ctx(app: web.Application) -> AsyncIterator[None]:

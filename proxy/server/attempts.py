@@ -24,6 +24,7 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.state import ProxyState
 from proxy.server.target import Target
 from proxy.server.trail import Trail
+from proxy.telemetry.tracecontext import new_span_id
 from proxy.upstream.headers import forward_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
 from proxy.upstream.stream_options import names_stream_options
@@ -56,6 +57,7 @@ class UpstreamAttempts:
         self.request = request
         self.target = target
         self.trail = trail
+        self._traceparent: str | None = None
 
     async def attempt(self, view: RecoveryRequest | None, outgoing: Outgoing) -> Attempted:
         trail = self.trail
@@ -63,6 +65,10 @@ class UpstreamAttempts:
         while True:
             trail.outgoing = outgoing
             began = time.perf_counter()
+            # This attempt's span, the parent of the upstream's own (telemetry builds it
+            # from the report with this id).
+            self._traceparent = trail.trace.traceparent(new_span_id()) \
+                if trail.trace is not None else None
             try:
                 upstream, injected, body = await self._send(outgoing)
                 self._attempted(number, began, upstream.status, len(body), outgoing=outgoing)
@@ -92,7 +98,8 @@ class UpstreamAttempts:
         now = time.perf_counter()
         self.trail.attempts = (*self.trail.attempts, Attempt(
             number, status, began - self.trail.started, now - began, error,
-            body_bytes=size, compacted=outgoing.compaction is not None))
+            body_bytes=size, compacted=outgoing.compaction is not None,
+            traceparent=self._traceparent))
 
     async def _send(self, outgoing: Outgoing) -> tuple[UpstreamResponse, bool, bytes]:
         """Send the attempt (asking a stream for its usage when the client did not); the
@@ -110,6 +117,10 @@ class UpstreamAttempts:
         # The body goes upstream decoded (proxy/server/body.py), never with the client's coding.
         headers = forward_headers(self.request.headers, identity_encoding=True,
                                   decoded_body=True)
+        if self._traceparent is not None:
+            headers["traceparent"] = self._traceparent
+            if self.trail.client_traceparent is None:
+                headers.popall("tracestate", None)  # it belonged to a context not kept
         path, query = self.target.path, self.target.query
         upstream = await state.upstream.send("POST", path, query, headers, body)
         if not injected or upstream.status != 400:

@@ -17,6 +17,7 @@ from multidict import CIMultiDict
 
 from proxy.answer import AnswerSeen
 from proxy.errors import ProxyError
+from proxy.floor.decision import public_verdict
 from proxy.server.answers import JSON, Finished, error_response, pass_large
 from proxy.server.attempts import Attempted
 from proxy.server.guard import start_answer
@@ -87,8 +88,9 @@ class AnswerDelivery:
     def _headers(self, upstream: UpstreamResponse, verdict: str) -> CIMultiDict[str]:
         headers = response_headers(upstream.headers, keep_length=False)
         headers["x-tailfloor-request-id"] = self.trail.request_id
-        if self.state.settings.tailfloor_header:
-            headers["x-tailfloor"] = verdict
+        mode = self.state.settings.tailfloor_header
+        if mode != "off":
+            headers["x-tailfloor"] = verdict if mode == "detailed" else public_verdict(verdict)
         return headers
 
     def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted

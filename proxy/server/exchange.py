@@ -34,6 +34,7 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.state import ProxyState
 from proxy.server.target import Target
 from proxy.server.trail import Trail
+from proxy.telemetry.tracecontext import TraceContext, parse_traceparent
 
 __all__ = ["ChatExchange"]
 
@@ -49,6 +50,11 @@ class ChatExchange:
         self.target = target
         self.trail = Trail(request_id, chat, started)
         self._view: RecoveryRequest | None = None
+        if state.traces:
+            sent = request.headers.get("traceparent")
+            client = parse_traceparent(sent)
+            self.trail.trace = client or TraceContext.new()
+            self.trail.client_traceparent = sent if client is not None else None
 
     async def run(self) -> Finished:
         trail = self.trail
@@ -93,6 +99,12 @@ class ChatExchange:
             await state.offload(build.identify, chat, headers, rules) if chat.large else None)
         ctx = build.build(chat, headers, rules, signals)
         shared = state.shared
+        models = state.models
+        if shared is not None and models.windows.window(models.upstream, chat.model) is None \
+                and not ctx.signals.is_summarization \
+                and await shared.facts.pull_window(models.upstream, chat.model):
+            # Another replica met this model's window (an overflow) since the last round.
+            ctx = build.build(chat, headers, rules, ctx.signals)
         if shared is not None and state.transcripts is not None and \
                 len(state.transcripts.catalog) > 0 and ctx.print_ is not None and \
                 first_of_session(ctx) and await shared.facts.pull_print(ctx.print_):
@@ -128,7 +140,8 @@ class ChatExchange:
     async def _recovery_view(self, ctx: RequestContext, outgoing: Outgoing
                              ) -> RecoveryRequest | None:
         chat = ctx.chat
-        if not chat.inspected or chat.pass_reason is not None:
+        if not chat.inspected or chat.pass_reason is not None \
+                or ctx.lineage.method == "unauthenticated":  # untouched, by the agent's key
             return None
         recovery = self.state.recovery
         return (await self.state.offload(recovery.view, ctx, outgoing.draft) if ctx.large

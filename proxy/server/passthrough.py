@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected
+from proxy.floor.decision import public_verdict
 from proxy.server.accounting import Accounting
 from proxy.server.answers import error_response
 from proxy.server.body import body_encoding, decodable, decode_stream
@@ -107,8 +108,9 @@ async def forward(state: ProxyState, request: web.Request, target: Target,
     before = time.perf_counter()
     out_headers = response_headers(upstream.headers, keep_length=True)
     out_headers["x-tailfloor-request-id"] = acct.request_id
-    if verdict is not None and state.settings.tailfloor_header:
-        out_headers["x-tailfloor"] = verdict
+    mode = state.settings.tailfloor_header
+    if verdict is not None and mode != "off":
+        out_headers["x-tailfloor"] = verdict if mode == "detailed" else public_verdict(verdict)
     response = web.StreamResponse(status=upstream.status, headers=out_headers)
     await start_answer(response, request, upstream.close)
     overhead += time.perf_counter() - before

@@ -11,12 +11,14 @@ what happened to the request. The same trail becomes the ``RequestReport`` each 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from proxy.cost import costs_of
 from proxy.errors import ProxyError
 from proxy.floor.decision import Decision
 from proxy.metrics import Metrics
+from proxy.policy.prices import PriceList
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
@@ -24,7 +26,7 @@ from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.wire.usage import Usage
 
-__all__ = ["Recorder", "ReportSink", "TrailSink"]
+__all__ = ["Recorder", "ReportSink", "ReportSinkWithShutdown", "TrailSink"]
 
 log = logging.getLogger("tailfloor")
 floor_log = logging.getLogger("tailfloor.floor")
@@ -45,11 +47,19 @@ class TrailSink(Protocol):
     def keep_trail(self, trail: Trail) -> None: ...
 
 
+class ReportSinkWithShutdown(ReportSink, Protocol):
+    """A consumer holding work to finish when the application stops (queued exports)."""
+
+    def shutdown(self) -> None: ...
+
+
 class Recorder:
     def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = (),
+                 prices: Callable[[], PriceList] | None = None,
                  trail_sinks: Sequence[TrailSink] = ()) -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
+        self.prices = prices  # the rules' [[prices]] in force (they reload)
         self.trail_sinks = list(trail_sinks)
         self._failures: set[str] = set()
         self._store_failing = False
@@ -88,8 +98,11 @@ class Recorder:
         self.after_answer(trail)
         if trail.overhead_seen:
             self.overhead(chat.route, trail.proxy_seconds)
-        if self.sinks:
+        prices = self.prices() if self.prices is not None else None
+        if self.sinks or prices:
             report = report_of(trail)
+            if prices:
+                self.cost(report, prices)
             for sink in self.sinks:
                 try:
                     sink.keep(report)
@@ -100,6 +113,19 @@ class Recorder:
                 trail_sink.keep_trail(trail)
             except Exception:
                 log.exception("a report consumer failed; the request is not affected")
+
+    def cost(self, report: RequestReport, prices: PriceList) -> None:
+        m = self.metrics
+        model = m.model_label(report.model)
+        costs = costs_of(report, prices)
+        if costs is None:
+            if report.usage is not None:
+                m.cost_unpriced.labels(model=model).inc()
+            return
+        agent = m.agent_label(report.agent or "none")
+        for kind, dollars in costs.items():
+            if dollars:
+                m.cost.labels(agent=agent, model=model, kind=kind).inc(dollars)
 
     def after_answer(self, trail: Trail) -> None:
         """Recovery's look at the answer, once (as soon as it is made, before the client has
@@ -196,7 +222,7 @@ class Recorder:
         if compaction.summary is not None:
             self._summary(compaction.summary, compaction)
         if compaction.store_error is not None:
-            m.store_errors.labels(store="sqlite").inc()
+            m.store_errors.labels(store="sqlite", kind="failed").inc()
             if not self._store_failing:  # once per episode: until a summary is stored again
                 self._store_failing = True
                 recovery_log.warning("the summary was used but could not be stored (%s); "

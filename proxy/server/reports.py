@@ -24,7 +24,8 @@ def report_of(trail: Trail, seconds: float | None = None) -> RequestReport:
         agent=ctx.signals.agent_id if ctx is not None else chat.agent_id, stream=chat.stream,
         status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
         seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
-        attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason)
+        attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason,
+        traceparent=trail.client_traceparent)
     if ctx is not None:
         # A header, the prompt cache key or OpenClaw's Runtime line: the agent named it.
         named = ctx.signals.session_id if ctx.signals.session_source is not None else None

@@ -27,7 +27,7 @@ from proxy.errors import (
 )
 from proxy.floor.decision import pass_through
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.server.accounting import Accounting, request_id
+from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding, decodable, decode
 from proxy.server.exchange import ChatExchange
@@ -55,6 +55,9 @@ _DECODE_INLINE = 256 * 1024
 async def route(request: web.Request) -> web.StreamResponse:
     """Every request that is not one of tailfloor's own routes."""
     state = request.app[STATE_KEY]
+    # The error shape follows the path from the start: an Anthropic client gets Anthropic's
+    # errors even for what is refused before its request is read.
+    shape = _dialect_of(request.raw_path) if request.method == "POST" else None
     try:
         target = parse_target(request.raw_path)
         coding = request.headers.get("Transfer-Encoding")
@@ -64,9 +67,11 @@ async def route(request: web.Request) -> web.StreamResponse:
     except Rejected as exc:
         state.record.rejected(exc.reason)
         state.metrics.requests_by("other", "none", str(exc.status)).inc()
-        return error_response(exc, request_id(state, request))
+        rid = request_id(state, request)
+        refused(request, exc.status, exc.reason, rid)
+        return error_response(exc, rid, shape)
     if state.draining:
-        return _draining(request_id(state, request))
+        return _draining(request_id(state, request), shape)
     if request.method == "POST":
         path = route_path(target.path)
         if path in CHAT_PATHS:
@@ -199,10 +204,18 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _draining(request_id: str) -> web.Response:
+def _dialect_of(raw_path: str) -> Dialect | None:
+    """The dialect a request target's path ends in, read before the target is parsed (for
+    errors tailfloor gives before it knows the route)."""
+    path = route_path(raw_path.split("?", 1)[0].split("#", 1)[0])
+    return next((d for suffix, d in DIALECT_PATHS.items() if path.endswith(suffix)), None)
+
+
+def _draining(request_id: str, dialect: Dialect | None = None) -> web.Response:
+    body = error_body("tailfloor is shutting down; retry on another instance",
+                      "server_error", "shutting_down")
     return web.Response(
-        body=error_body("tailfloor is shutting down; retry on another instance",
-                        "server_error", "shutting_down"),
+        body=body if dialect is None else dialect.error_body(body),
         status=503, content_type=JSON,
         headers={"Connection": "close", "x-tailfloor-request-id": request_id})
 

@@ -54,6 +54,7 @@ class ProxyState:
     connections: CappedSite | None = None  # the proxy port's listener, once it listens
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
+    traces: bool = False  # spans are exported: each attempt sends its own traceparent
     ready: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())

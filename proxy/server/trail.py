@@ -19,6 +19,7 @@ from proxy.recovery.outcome import AfterCheck, ErrorStep, Prepared
 from proxy.report import Attempt
 from proxy.server.outgoing import Outgoing
 from proxy.server.relay import StreamOutcome
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.wire.usage import Usage
 
 __all__ = ["Trail"]
@@ -51,6 +52,10 @@ class Trail:
     client_gone: bool = False
     sent_recorded: bool = False  # the recorder has what was decided (``Recorder.sent``)
     after_recorded: bool = False  # ...and recovery's look at the answer
+    # Spans are exported: the trace the attempts' traceparent joins (the client's, or one
+    # tailfloor started), and the client's traceparent when it was valid.
+    trace: TraceContext | None = None
+    client_traceparent: str | None = None
 
     def __init__(self, request_id: str, chat: ChatRequest, started: float) -> None:
         self.request_id = request_id

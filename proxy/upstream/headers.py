@@ -10,13 +10,16 @@ from multidict import CIMultiDict
 
 from proxy.errors import InvalidHeader, InvalidTarget
 
-__all__ = ["HOP_BY_HOP", "build_head", "forward_headers", "response_headers"]
+__all__ = ["AGENT_KEY_HEADER", "HOP_BY_HOP", "build_head", "forward_headers",
+           "response_headers"]
 
 # RFC 9110 section 7.6.1 connection-specific fields, plus the framing fields aiohttp recomputes.
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
     "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length",
 })
+# tailfloor's own credential: proves the agent to tailfloor, never goes further.
+AGENT_KEY_HEADER = "x-tailfloor-agent-key"
 
 
 # What must never reach an upstream head: a line break would end the head or start another
@@ -84,7 +87,8 @@ def forward_headers(
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
         lowered = name.lower()
-        if lowered in HOP_BY_HOP or lowered in named_in_connection:
+        if lowered in HOP_BY_HOP or lowered in named_in_connection \
+                or lowered == AGENT_KEY_HEADER:
             continue
         out.add(name, value)
     if identity_encoding:

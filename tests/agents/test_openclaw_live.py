@@ -38,7 +38,7 @@ import pytest
 import zstandard
 
 from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway, workspace_files
-from tests.agents.test_pi_live_floor import check_carry, entry_raw, pairs_intact
+from tests.agents.test_pi_live_floor import check_carry, claim_both, entry_raw, pairs_intact
 from tests.conftest import ProxyProcess
 from tests.evidence import Evidence
 from tests.fake_behaviour import (
@@ -303,6 +303,13 @@ def test_openclaw_live_floor_carry_rollover_and_overflow(
         report.setdefault(run.agent.id, []).append(check_run(gateway.state, traffic, run))
     overflows = sum("overflow" in run.notes for run in runs)
     assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == overflows
+    # Another client on the same port names each session the agents used, by header, on
+    # /v1 and under each agent's own prefix: it gets nothing of them.
+    for agent in AGENTS:
+        sessions = sorted({sid for run in runs if run.agent.id == agent.id
+                           for _item, sid in traffic.of(run.key) if sid})
+        for prefix in ("", f"/agents/{agent.id}"):
+            claim_both(proxy, fake, sessions, f"OpenClaw {agent.id}", prefix)
     print(f"\nOpenClaw {OPENCLAW_VERSION} live, per agent, per run: {report}")
 
 

@@ -81,6 +81,12 @@ pattern = "fake*"
 context_window = 200000
 encoding = "estimate"
 margin = 0.0
+
+[[prices]]
+model = "fake*"
+input = 3
+output = 15
+cache_read = 0.3
 """
 
 

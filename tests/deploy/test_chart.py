@@ -358,3 +358,17 @@ def test_the_inspector_keeps_content_off_and_takes_its_token_from_a_secret() -> 
     assert volume["secret"]["secretName"] == "admin-token"
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["authorization"]["credentials"] == {"name": "admin-token", "key": "token"}
+
+
+def test_otel_export_is_set_by_the_chart_with_its_headers_from_a_secret() -> None:
+    plain = container(pod_spec(render([STANDALONE])), "tailfloor")
+    assert not any(name.startswith("OTEL_") for name in env_of(plain))  # the default: off
+    tailfloor = container(pod_spec(render([STANDALONE], sets=[
+        "otel.endpoint=http://otel-collector.monitoring:4318",
+        "otel.headersSecret=collector-key"])), "tailfloor")
+    env = env_of(tailfloor)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4318"
+    assert env["OTEL_SERVICE_NAME"] == "tailfloor"
+    headers = next(e for e in tailfloor["env"] if e["name"] == "OTEL_EXPORTER_OTLP_HEADERS")
+    assert headers["valueFrom"]["secretKeyRef"] == {"name": "collector-key", "key": "headers"}
+    assert helm_template(sets=["otel.endpoint=collector:4318"], check=False).returncode != 0

@@ -33,7 +33,7 @@ REQUIRED_TOPICS = [
     "Tokens per minute by model", "Tokens per minute by agent", "Time to first token",
     "Proxy overhead", "Rewrites by kind", "Messages restored and tails carried",
     "Overflow outcomes", "Compactions", "Summarizer latency", "Summarizer tokens per minute",
-    "Transcript lag", "Transcript lines and errors", "Sessions tracked",
+    "Transcript lag", "Transcript lines and errors", "Sessions tracked", "Floor cost vs saved",
 ]
 
 

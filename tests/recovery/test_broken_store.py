@@ -80,7 +80,7 @@ def test_a_summary_that_cannot_be_stored_is_used_and_the_failure_counted_once(
             assert transport.calls > calls  # summarized, and that summary is what is sent
             record.compaction(step.compaction)
         errors = metrics.registry.get_sample_value("tailfloor_store_errors_total",
-                                                   {"store": "sqlite"})
+                                                   {"store": "sqlite", "kind": "failed"})
         assert errors == 3
         warned = [r for r in caplog.records if "could not be stored" in r.getMessage()]
         assert len(warned) == 1

@@ -91,7 +91,7 @@ def test_streaming_overflow_with_the_openai_sdk(clean_fake: FakeUpstream, tmp_pa
     messages = [*history("s", 8, 700), {"role": "user", "content": "stream please"}]
     proxy = start(clean_fake, tmp_path)
     try:
-        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-sdk-key", max_retries=0,
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=AUTH.split()[1], max_retries=0,
                                timeout=30)
         stream = client.chat.completions.create(
             model="fake-model", messages=messages, stream=True,  # type: ignore[arg-type]
@@ -215,7 +215,7 @@ def test_overflow_inside_a_stream_is_passed_on_and_counted(clean_fake: FakeUpstr
     messages = history("m", 6)
     proxy = start(clean_fake, tmp_path)
     try:
-        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-sdk-key", max_retries=0,
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key=AUTH.split()[1], max_retries=0,
                                timeout=30)
         received = []
         # the SDK raises the error event: it reached the client

@@ -25,7 +25,8 @@ where $cfg is a dict; only "image" is required:
   rules           dict: enabled, configMap (name), mountPath (default /etc/tailfloor/rules)
   state           dict: mountPath, volume (a volume source; default emptyDir)
   store           dict: the shared store for several replicas (Redis): url, or
-                  urlSecret + urlKey (a URL with credentials); passwordSecret + passwordKey
+                  urlSecret + urlKey (a URL with credentials); keySecret + keyKey (+
+                  previousKeyKey while rotating): the key that signs shared values; passwordSecret + passwordKey
                   (mounted as a file, never an env value)
   tmp             dict: sizeLimit of the TMPDIR emptyDir
   inspector       dict: requests (kept per session, 0 = off), memoryBytes, content (message
@@ -45,6 +46,7 @@ where $cfg is a dict; only "image" is required:
 {{- $store := default dict $c.store -}}
 {{- $inspector := default dict $c.inspector -}}
 {{- $token := default dict $c.adminToken -}}
+{{- $otel := default dict $c.otel -}}
 {{- $sessions := $c.sessions -}}
 {{- if and (not $sessions) $t.volume -}}
 {{- $sessions = list (default "/transcripts" $t.mountPath) -}}
@@ -107,6 +109,27 @@ where $cfg is a dict; only "image" is required:
     - name: TAILFLOOR_ADMIN_TOKEN_FILE
       value: {{ printf "/etc/tailfloor/admin/%s" (default "token" $token.key) | quote }}
     {{- end }}
+    {{- if $store.keySecret }}
+    - name: TAILFLOOR_STORE_KEY_FILE
+      value: {{ printf "/etc/tailfloor/store-key/%s" (default "key" $store.keyKey) | quote }}
+    {{- if $store.previousKeyKey }}
+    - name: TAILFLOOR_STORE_PREVIOUS_KEY_FILE
+      value: {{ printf "/etc/tailfloor/store-key/%s" $store.previousKeyKey | quote }}
+    {{- end }}
+    {{- end }}
+    {{- if $otel.endpoint }}
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ $otel.endpoint | quote }}
+    - name: OTEL_SERVICE_NAME
+      value: {{ default "tailfloor" $otel.serviceName | quote }}
+    {{- if $otel.headersSecret }}
+    - name: OTEL_EXPORTER_OTLP_HEADERS
+      valueFrom:
+        secretKeyRef:
+          name: {{ $otel.headersSecret | quote }}
+          key: {{ default "headers" $otel.headersKey | quote }}
+    {{- end }}
+    {{- end }}
     - name: TMPDIR
       value: /tmp
     {{- with $c.env }}
@@ -168,6 +191,11 @@ where $cfg is a dict; only "image" is required:
       mountPath: /etc/tailfloor/admin
       readOnly: true
     {{- end }}
+    {{- if $store.keySecret }}
+    - name: tailfloor-store-key
+      mountPath: /etc/tailfloor/store-key
+      readOnly: true
+    {{- end }}
     {{- with $c.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -204,6 +232,19 @@ where $cfg is a dict; only "image" is required:
     items:
       - key: {{ default "token" $token.key | quote }}
         path: {{ default "token" $token.key | quote }}
+{{- end }}
+{{- if $store.keySecret }}
+- name: tailfloor-store-key
+  secret:
+    secretName: {{ $store.keySecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ default "key" $store.keyKey | quote }}
+        path: {{ default "key" $store.keyKey | quote }}
+      {{- if $store.previousKeyKey }}
+      - key: {{ $store.previousKeyKey | quote }}
+        path: {{ $store.previousKeyKey | quote }}
+      {{- end }}
 {{- end }}
 {{- if $rules.enabled }}
 - name: tailfloor-rules

@@ -1,0 +1,88 @@
+"""The spans a report becomes, and the trace context the request path sends upstream."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from proxy import telemetry
+from proxy.metrics import BoundedLabel, Metrics
+from proxy.policy.prices import PriceList
+from proxy.report import Attempt, RequestReport, SummaryMade
+from proxy.telemetry.attributes import SpanPlan, Upstream, plan_spans
+from proxy.telemetry.config import telemetry_config
+from proxy.telemetry.tracecontext import TraceContext, ids_of, new_span_id, parse_traceparent
+from proxy.wire.usage import Usage
+
+UPSTREAM = Upstream.of("https://api.openai.com/v1")
+
+
+def report(**changes: object) -> RequestReport:
+    values: dict[str, object] = dict(
+        request_id="r", at=1000.0, route="chat_completions", model="gpt-x", agent="pi",
+        stream=False, status=200, verdict="floor; session=s1", seconds=2.0,
+        proxy_seconds=0.01, attempts=(Attempt(0, 200, 0.01, 0.5),),
+        usage=Usage(20, 5, 25, 4), finish_reason="stop")
+    values.update(changes)
+    return RequestReport(**values)  # type: ignore[arg-type]
+
+
+def plan(r: RequestReport, label: BoundedLabel | None = None) -> list[SpanPlan]:
+    labels = label or BoundedLabel(8)
+    return plan_spans(r, UPSTREAM, labels, BoundedLabel(8), lambda tp: ids_of(tp)[1])
+
+
+def test_the_conversation_id_is_the_agents_own_name_only() -> None:
+    _, attempt = plan(report(session_id="derived-lineage-id"))
+    assert "gen_ai.conversation.id" not in attempt.attributes
+    _, attempt = plan(report(session_id="x", named_session="agent-said-this"))
+    assert attempt.attributes["gen_ai.conversation.id"] == "agent-said-this"
+
+
+def test_attempts_times_usage_provider_and_an_unvetted_model() -> None:
+    sent = TraceContext.new().traceparent(new_span_id())
+    r = report(attempts=(Attempt(0, 400, 0.01, 0.2, traceparent=sent),
+                         Attempt(1, 200, 0.5, 0.3, compacted=True)),
+               summary=SummaryMade("gpt-x", 0.25, 0.2, 100, 10))
+    server, first, retry, summary = plan(r, BoundedLabel(8, vetted=True))
+    assert first.span_id == ids_of(sent)[1]
+    assert first.attributes["error.type"] == "400"
+    assert first.end == pytest.approx(1000.21)
+    assert retry.end == pytest.approx(1002.0)
+    assert retry.attributes["gen_ai.conversation.compacted"] is True
+    assert retry.attributes["gen_ai.usage.input_tokens"] == 20
+    assert "gen_ai.usage.input_tokens" not in first.attributes
+    # A model no upstream answered for is never a label: "other", as on /metrics.
+    assert retry.name == "chat other"
+    assert retry.attributes["gen_ai.provider.name"] == "openai"
+    assert summary.attributes["tailfloor.summarizer"] is True
+    assert summary.start == pytest.approx(1000.25)
+    assert server.attributes["tailfloor.verdict"] == "floor"
+
+
+def test_traceparent_parsing() -> None:
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    parsed = parse_traceparent(good)
+    assert parsed == TraceContext("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "01")
+    assert parsed.traceparent("1111111111111111") == \
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
+    for bad in (None, "", "00-zz", good.upper(), good + "-extra",
+                "ff" + good[2:], "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16 + "-01"):
+        assert parse_traceparent(bad) is None, bad
+    later = parse_traceparent("01" + good[2:] + "-more")  # a later version: its first fields
+    assert later is not None and later.flags == "01"
+    assert parse_traceparent(good[:-2] + "03").flags == "01"  # type: ignore[union-attr]
+
+
+def test_without_the_extra_serve_says_so_once(monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "proxy.telemetry.sink", None)  # import fails
+    config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    assert config is not None
+    with caplog.at_level(logging.INFO, "tailfloor.telemetry"):
+        assert telemetry.start(config, Metrics(), "http://u", PriceList) is None
+    lines = [r for r in caplog.records if r.name == "tailfloor.telemetry"]
+    assert len(lines) == 1 and "tailfloor[otel]" in lines[0].getMessage()
