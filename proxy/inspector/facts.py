@@ -9,13 +9,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
-
+from proxy.inspector.digest import MessageDigest, clean, encoded, role_of, short_hash, tools_of
 from proxy.inspector.store import SessionRecord
 from proxy.report import AGENT, Origin, RequestReport
 
@@ -132,12 +129,17 @@ def _messages(messages: Sequence[Any] | None, origins: Sequence[Origin] | None,
     out = []
     for index, message in enumerate(messages):
         origin = origins[index] if origins is not None else AGENT
-        encoded = _encoded(message)
-        digest = hashlib.blake2b(encoded, digest_size=5).hexdigest()
+        if isinstance(message, MessageDigest):  # settled without its text
+            role, size, digest, tools = message.role, message.size, message.hash, \
+                list(message.tools)
+        else:
+            data = encoded(message)
+            role, size, digest, tools = role_of(message), len(data), short_hash(data), \
+                tools_of(message)
         item: dict[str, Any] = {
-            "index": index, "role": _role(message), "provenance": origin.provenance,
-            "bytes": len(encoded), "tokens": -(-len(encoded) // _CHARS_PER_TOKEN),
-            "tools": _tools(message), "hash": digest, "unchanged": digest in previous}
+            "index": index, "role": role, "provenance": origin.provenance,
+            "bytes": size, "tokens": -(-size // _CHARS_PER_TOKEN),
+            "tools": tools, "hash": digest, "unchanged": digest in previous}
         if origin.session is not None:
             item["session"] = origin.session
         if origin.provenance == "summary":
@@ -145,38 +147,10 @@ def _messages(messages: Sequence[Any] | None, origins: Sequence[Origin] | None,
             item["replaced"] = origin.replaced
             item["replaced_span"] = list(origin.replaced_span) if origin.replaced_span \
                 else None
-        if content:
-            item["text"] = _clean(_text(message))
+        if content and not isinstance(message, MessageDigest):
+            item["text"] = clean(_text(message))
         out.append(item)
     return out
-
-
-def _encoded(message: Any) -> bytes:
-    try:
-        return orjson.dumps(message)
-    except TypeError:  # a lone surrogate, or a value JSON has no form for
-        return json.dumps(message, ensure_ascii=False, default=repr).encode(
-            "utf-8", "surrogatepass")
-
-
-def _role(message: Any) -> str:
-    role = message.get("role") if isinstance(message, dict) else None
-    return _clean(role) if isinstance(role, str) else "unknown"
-
-
-def _tools(message: Any) -> list[str]:
-    if not isinstance(message, dict):
-        return []
-    names = []
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str):
-            names.append(_clean(name))
-    name = message.get("name")
-    if message.get("role") == "tool" and isinstance(name, str):
-        names.append(_clean(name))
-    return names
 
 
 def _text(message: Any) -> str:
@@ -198,8 +172,3 @@ def _text(message: Any) -> str:
         if isinstance(function, dict):
             parts.append(f"→ {function.get('name')}({function.get('arguments')})")
     return "\n".join(str(p) for p in parts)
-
-
-def _clean(text: str) -> str:
-    """Text any encoder takes: a lone surrogate becomes a question mark."""
-    return text.encode("utf-8", "replace").decode("utf-8", "replace")

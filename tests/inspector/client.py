@@ -32,9 +32,9 @@ def fetch(url: str, headers: dict[str, str] | None = None
 
 
 def chat(proxy: Any, messages: list[dict[str, Any]], session: str | None = None,
-         **extra: Any) -> str:
+         headers: dict[str, str] | None = None, **extra: Any) -> str:
     """One non-streamed chat request; the x-tailfloor verdict."""
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     if session is not None:
         headers["x-tailfloor-session"] = session
     body = orjson.dumps({"model": "fake-model", "messages": messages, "stream": False,
