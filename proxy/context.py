@@ -115,7 +115,9 @@ class ContextBuilder:
         self._keyed: tuple[RuleSet | None, dict[str, str]] = (None, {})
 
     def build(self, chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
-              signals: RequestSignals | None = None) -> RequestContext:
+              signals: RequestSignals | None = None, *, look_up: bool = True
+              ) -> RequestContext:
+        """``look_up=False``: the session is not looked for (lineage ``not_looked_up``)."""
         key = self.keys.verdict(chat.agent_id, headers)
         guarded: frozenset[str] = frozenset()
         if rules.agents:
@@ -123,7 +125,8 @@ class ContextBuilder:
             if roots:
                 mine = roots.get(chat.agent_id or "") if key == "ok" else None
                 guarded = frozenset(r for r in roots.values() if r != mine)
-        return build_context(chat, headers, rules, models=self.models, sessions=self.sessions,
+        return build_context(chat, headers, rules, models=self.models,
+                             sessions=self.sessions if look_up else None,
                              signals=signals, key=key, guarded=guarded)
 
     def _keyed_roots(self, rules: RuleSet) -> dict[str, str]:

@@ -54,8 +54,13 @@ class _ThreadLog(logging.Handler):
 
 
 class InProcessProxy:
-    def __init__(self, fake: FakeUpstream, *extra: str, env: dict[str, str] | None = None
-                 ) -> None:
+    def __init__(self, fake: FakeUpstream, *extra: str, env: dict[str, str] | None = None,
+                 before_start: Callable[[ProxyState], None] | None = None,
+                 wait_indexed: bool = True, start_within: float = 20.0) -> None:
+        """``before_start``: called with the state before the app starts (to hold a stage);
+        ``wait_indexed``: whether the start waits for the first transcript scan."""
+        self._before_start = before_start
+        self._wait_indexed = wait_indexed
         parser = argparse.ArgumentParser()
         add_arguments(parser)
         work = Path(tempfile.mkdtemp(prefix="tailfloor-inproc-"))
@@ -83,7 +88,7 @@ class InProcessProxy:
         self._thread = threading.Thread(target=self._run, args=(ready,), name=self.name,
                                         daemon=True)
         self._thread.start()
-        if not ready.wait(20) or self._failure is not None:
+        if not ready.wait(start_within) or self._failure is not None:
             raise RuntimeError(f"the in-process proxy did not start: {self._failure}")
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_url = f"http://127.0.0.1:{self.admin_port}"
@@ -108,6 +113,8 @@ class InProcessProxy:
         app = build_app(self.settings, self.registry, upstream_opener=self._open,
                         name=self.name)
         self.state: ProxyState = app[STATE_KEY]
+        if self._before_start is not None:
+            self._before_start(self.state)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
                                      shutdown_timeout=self.settings.shutdown_grace)
         self._admin = web.AppRunner(build_admin_app(self.state), access_log=None)
@@ -119,6 +126,9 @@ class InProcessProxy:
         await admin.start()
         self.port = self._runner.addresses[0][1]
         self.admin_port = self._admin.addresses[0][1]
+        if self.state.transcripts is not None and self._wait_indexed:
+            # As a subprocess is started (until /readyz): the sessions already on disk known.
+            await self.state.transcripts.wait_indexed()
 
     def logs(self) -> str:
         return "".join(line + "\n" for line in list(self._log.lines))

@@ -232,9 +232,11 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
 
 
 async def _transcripts_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Indexing runs in the background: the listeners open at once (probes answer, requests
+    pass through, counted as ``indexing``) and ``/readyz`` waits for the first scan."""
     service = app[STATE_KEY].transcripts
     if service is not None:
-        await service.start()
+        service.begin()
     yield
     if service is not None:
         await service.stop()
@@ -340,13 +342,23 @@ async def _serve(settings: Settings) -> int:
              settings.upstream, _bound(admin, settings.admin_listen),
              extra={"listen": settings.listen, "upstream": settings.upstream,
                     "admin": _bound(admin, settings.admin_listen)})
+    frozen = asyncio.create_task(_freeze_when_indexed(state))
     await stop.wait()
+    frozen.cancel()
     state.draining = True
     log.info("draining: in-flight requests have %.0f s to finish", settings.shutdown_grace)
     await runner.cleanup()
     await admin.cleanup()
     log.info("stopped")
     return 0
+
+
+async def _freeze_when_indexed(state: ProxyState) -> None:
+    """The catalog the first scan built lives as long as the process: out of full
+    collections too, as what start-up made."""
+    if state.transcripts is not None:
+        await state.transcripts.wait_indexed()
+        gc.freeze()
 
 
 def _bound(runner: web.AppRunner, configured: str) -> str:

@@ -23,7 +23,7 @@ from aiohttp import web
 from proxy.answer import AnswerSeen
 from proxy.chat import ChatRequest
 from proxy.context import RequestContext, first_of_session, runs_ahead
-from proxy.floor.decision import Decision
+from proxy.floor.decision import Decision, pass_through
 from proxy.identity.identify import RequestSignals
 from proxy.recovery.outcome import AfterCheck
 from proxy.recovery.request import RecoveryRequest
@@ -50,6 +50,9 @@ class ChatExchange:
         self.target = target
         self.trail = Trail(request_id, chat, started)
         self._view: RecoveryRequest | None = None
+        # While the first scan runs the catalog is incomplete, and looking in it would wait
+        # on the scan: the request goes upstream as it came, at once.
+        self._indexing = state.transcripts is not None and not state.transcripts.indexed
         if state.traces:
             sent = request.headers.get("traceparent")
             client = parse_traceparent(sent)
@@ -130,6 +133,8 @@ class ChatExchange:
         return ctx
 
     async def _floor(self, ctx: RequestContext) -> Decision:
+        if self._indexing:
+            return pass_through(ctx.chat, "indexing", None)
         floor = self.state.floor
         settled = floor.settle(ctx)
         if settled is not None:
@@ -140,7 +145,7 @@ class ChatExchange:
     async def _recovery_view(self, ctx: RequestContext, outgoing: Outgoing
                              ) -> RecoveryRequest | None:
         chat = ctx.chat
-        if not chat.inspected or chat.pass_reason is not None \
+        if self._indexing or not chat.inspected or chat.pass_reason is not None \
                 or ctx.lineage.method == "unauthenticated":  # untouched, by the agent's key
             return None
         recovery = self.state.recovery

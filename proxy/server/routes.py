@@ -236,6 +236,10 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     if state.draining or not state.ready:
         return web.Response(text="not ready\n", status=503)
+    if state.transcripts is not None and not state.transcripts.indexed:
+        # Requests are served meanwhile, passed through: a replica that has its sessions
+        # indexed should take them, and a rollout should wait for this one.
+        return web.Response(text="not ready: indexing transcripts\n", status=503)
     if state.transcripts is not None and not state.transcripts.watcher_ok():
         return web.Response(text="not ready: the transcript watcher is down\n", status=503)
     if state.connections is not None and state.connections.near_limit():

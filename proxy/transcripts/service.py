@@ -4,7 +4,7 @@ Wiring (aiohttp)::
 
     service = TranscriptService(settings.sessions or default_roots(os.environ, Path.home()),
                                 metrics)
-    await service.start()   # scan, then watch
+    await service.start()   # scan, then watch (or: service.begin(), then serve at once)
     ...                     # service.catalog, service.sessions_summary()
     await service.stop()
 
@@ -105,6 +105,8 @@ class TranscriptService:
         self._step = step_ms
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._indexing: asyncio.Task[None] | None = None
+        self._indexed = asyncio.Event()
         # One reader thread: batches are applied in order, and never on the event loop.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailfloor-reader")
         self._scanned = False
@@ -116,27 +118,57 @@ class TranscriptService:
         self._waiters: list[asyncio.Future[None]] = []
 
     async def start(self) -> None:
-        """Start watching, scan the roots (in a worker thread), then apply what changed
-        during the scan. Nothing written after the watch began is missed."""
-        # Directories are watched, never single files: a file root is watched through
-        # its directory (renames and replacements are seen that way).
-        found = await self._read(self._watched)
-        log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots],
-                 [w for w, _identity in found])
-        began = time.monotonic()
-        self._task = asyncio.create_task(self._follow(found), name="tailfloor-transcripts")
-        for _ in range(3):  # let the task install its directory watches before the scan
-            await asyncio.sleep(0)
-        await self._read(self._tracker.scan)
-        self._scanned = True
-        early, self._early = self._early, set()
-        await self._apply(sorted(early))
-        self._publish()
-        log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
-                 time.monotonic() - began)
+        """``begin``, then wait until the first scan is done."""
+        self.begin()
+        await self.wait_indexed()
+
+    def begin(self) -> None:
+        """Start watching and indexing in the background and return at once: the server
+        listens meanwhile (``indexed`` says when the first scan is done)."""
+        if self._indexing is None:
+            self._indexing = asyncio.create_task(self._index(), name="tailfloor-index")
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the first scan of the roots is done (and what changed during it applied)."""
+        return self._indexed.is_set()
+
+    async def wait_indexed(self) -> None:
+        await self._indexed.wait()
+        if self._indexing is not None and self._indexing.done():
+            self._indexing.result()  # a failed start raises here, as it did before
+
+    async def _index(self) -> None:
+        """Watch, scan the roots (in the reader thread), then apply what changed during the
+        scan. Nothing written after the watch began is missed."""
+        try:
+            # Directories are watched, never single files: a file root is watched through
+            # its directory (renames and replacements are seen that way).
+            found = await self._read(self._watched)
+            log.info("transcript roots: %s (existing: %s)", [str(r) for r in self.roots],
+                     [w for w, _identity in found])
+            began = time.monotonic()
+            self._task = asyncio.create_task(self._follow(found),
+                                             name="tailfloor-transcripts")
+            for _ in range(3):  # let the task install its directory watches before the scan
+                await asyncio.sleep(0)
+            await self._read(self._tracker.scan)
+            self._scanned = True
+            early, self._early = self._early, set()
+            await self._apply(sorted(early))
+            self._publish()
+            log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
+                     time.monotonic() - began)
+        finally:
+            self._indexed.set()
 
     async def stop(self) -> None:
         self._stop.set()
+        if self._indexing is not None and not self._indexing.done():
+            # The scan in the reader thread runs to its end; what follows it need not.
+            self._indexing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._indexing
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), 2.0)

@@ -1,0 +1,180 @@
+"""Cold start and idle cost: ``tailfloor serve`` over a sessions root full of Pi transcripts.
+
+    python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30]
+
+Writes ``dirs`` x ``per_dir`` Pi sessions (~20 messages, ~19 KB each, as a year of an agent's
+work looks) into a temporary root, then starts ``python -m proxy serve`` on it and reports:
+
+- ``first_health_s``: from the process start to the first answer of the admin ``/healthz``;
+- ``health_max_ms`` / ``health_p99_ms``: its latency, polled every 10 ms, until ready;
+- ``ready_s``: until ``/readyz`` answers 200 (the first transcript scan done);
+- ``chat_during_indexing``: chat requests sent while not ready: their latency and verdict;
+- ``rss_ready_mb``; ``idle_cpu_ms_per_s``: CPU of the process (every thread) over ``idle``
+  seconds once ready, with nothing happening.
+
+The baseline, in the same run: the same process over an empty root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.bench.bench_transcripts import session_text
+from tests.bench.procs import rss_mb, tree_cpu_ns
+
+SESSION_BYTES = 19_000  # ~20 messages in session_text's shape
+POLL = 0.01  # seconds between /healthz probes
+CHAT = {"model": "gpt-5-mini", "stream": False,
+        "messages": [{"role": "user", "content": "hello during the scan"}]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def generate(root: Path, dirs: int, per_dir: int) -> int:
+    """``dirs`` x ``per_dir`` Pi session files under ``root``; their bytes in all."""
+    rng = random.Random(28)
+    total = 0
+    for d in range(dirs):
+        folder = root / f"--home-user-project{d}--"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_dir):
+            sid, text = session_text(d * per_dir + i, SESSION_BYTES, rng)
+            (folder / f"2026-01-01T00-00-00-000Z_{sid}.jsonl").write_text(text)
+            total += len(text)
+    return total
+
+
+async def _probe(http: aiohttp.ClientSession, url: str) -> tuple[int, float] | None:
+    began = time.perf_counter()
+    try:
+        async with http.get(url) as resp:
+            await resp.read()
+            return resp.status, time.perf_counter() - began
+    except aiohttp.ClientError:
+        return None
+
+
+async def _chat(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
+    began = time.perf_counter()
+    async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT) as resp:
+        await resp.read()
+        return {"status": resp.status, "ms": round((time.perf_counter() - began) * 1000, 1),
+                "x_tailfloor": resp.headers.get("x-tailfloor")}
+
+
+async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, admin: int,
+                      give_up: float = 300.0) -> dict[str, Any]:
+    """Poll the probes from the process start until ready; a chat request every 0.5 s
+    while not ready (once the proxy answers)."""
+    health = f"http://127.0.0.1:{admin}/healthz"
+    ready = f"http://127.0.0.1:{admin}/readyz"
+    first: float | None = None
+    latencies: list[float] = []
+    chats: list[dict[str, Any]] = []
+    next_chat = 0.0
+    timeouts = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeouts) as http:
+        while time.monotonic() - started < give_up:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tailfloor exited with {proc.returncode}")
+            got = await _probe(http, health)
+            if got is None:
+                await asyncio.sleep(POLL)
+                continue
+            first = first if first is not None else time.monotonic() - started
+            latencies.append(got[1])
+            answered = await _probe(http, ready)
+            if answered is not None and answered[0] == 200:
+                break
+            if time.monotonic() >= next_chat:
+                chats.append(await _chat(http, port))
+                next_chat = time.monotonic() + 0.5
+            await asyncio.sleep(POLL)
+        else:
+            raise RuntimeError("tailfloor was not ready in time")
+    latencies.sort()
+    return {"first_health_s": round(first or 0.0, 3),
+            "ready_s": round(time.monotonic() - started, 3),
+            "health_probes": len(latencies),
+            "health_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+            "health_max_ms": round(latencies[-1] * 1000, 2),
+            "chat_during_indexing": {
+                "count": len(chats),
+                "max_ms": max((c["ms"] for c in chats), default=None),
+                "verdicts": sorted({str(c["x_tailfloor"]) for c in chats}),
+                "statuses": sorted({c["status"] for c in chats})}}
+
+
+def idle_cpu(pid: int, seconds: float) -> float:
+    """CPU milliseconds per second the process used over ``seconds`` of doing nothing."""
+    time.sleep(2.0)  # what readiness set going (gauges, the first timers) settles
+    before = tree_cpu_ns(pid)
+    time.sleep(seconds)
+    return (tree_cpu_ns(pid) - before) / 1e6 / seconds
+
+
+def run_one(root: Path, upstream: int, idle: float) -> dict[str, Any]:
+    port, admin = free_port(), free_port()
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+         "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
+         "--sessions", str(root), "--log-level", "WARNING", "--tailfloor-header", "detailed"])
+    try:
+        out = asyncio.run(watch_start(proc, started, port, admin))
+        out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
+        if idle > 0:
+            out["idle_cpu_ms_per_s"] = round(idle_cpu(proc.pid, idle), 2)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dirs", type=int, default=100)
+    parser.add_argument("--per-dir", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measure")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tailfloor-cold-"))
+    upstream_port = free_port()
+    upstream = subprocess.Popen([sys.executable, "tests/fake_upstream.py",
+                                 "--port", str(upstream_port)], stdout=subprocess.DEVNULL)
+    try:
+        empty, full = work / "empty", work / "full"
+        empty.mkdir()
+        began = time.monotonic()
+        size = generate(full, args.dirs, args.per_dir)
+        print(f"wrote {args.dirs * args.per_dir} sessions, {size / 1e6:.0f} MB in "
+              f"{time.monotonic() - began:.1f} s", file=sys.stderr)
+        result = {"sessions": args.dirs * args.per_dir, "bytes": size,
+                  "baseline_empty_root": run_one(empty, upstream_port, args.idle),
+                  "with_sessions": run_one(full, upstream_port, args.idle)}
+        print(json.dumps(result, indent=2))
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
