@@ -1,0 +1,77 @@
+"""An idle watcher does not wake: the Rust watcher is asked for changes only when inotify
+rang (proxy/transcripts/doorbell.py), never polled every step.
+
+The count is of operations, not time: the Rust watcher looks at its stop event once per
+step while it is asked for changes, so the number of those looks over a quiet second is
+the number of times the process woke for nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from proxy.transcripts.doorbell import EVENT_HEAD, IN_CREATE, IN_ISDIR, IN_MODIFY, events
+from proxy.transcripts.watch import watch_batches
+
+
+class CountedStop(asyncio.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return super().is_set()
+
+
+async def _next(batches: asyncio.Queue[set[str]], within: float) -> set[str]:
+    return await asyncio.wait_for(batches.get(), within)
+
+
+async def test_a_quiet_watcher_does_not_wake_and_still_sees_every_change(
+        tmp_path: Path) -> None:
+    stop = CountedStop()
+    batches: asyncio.Queue[set[str]] = asyncio.Queue()
+
+    async def follow() -> None:
+        async for batch in watch_batches([str(tmp_path)], stop):
+            await batches.put(batch)
+
+    task = asyncio.create_task(follow())
+    try:
+        await asyncio.sleep(0.3)  # set up
+        before = stop.looks
+        await asyncio.sleep(1.0)
+        # Polling every 10 ms looks ~100 times a second; the doorbell not once.
+        assert stop.looks - before <= 2
+
+        began = time.monotonic()
+        (tmp_path / "a.jsonl").write_text("{}\n")
+        assert str(tmp_path / "a.jsonl") in await _next(batches, 2.0)
+        assert time.monotonic() - began < 0.5
+
+        # A new directory is watched as soon as it appears: what is written in it later
+        # rings too.
+        (tmp_path / "new").mkdir()
+        await _next(batches, 2.0)
+        await asyncio.sleep(0.2)
+        (tmp_path / "new" / "b.jsonl").write_text("{}\n")
+        seen: set[str] = set()
+        while str(tmp_path / "new" / "b.jsonl") not in seen:
+            seen |= await _next(batches, 2.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
+
+
+def test_inotify_events_are_read_whole_names_and_masks() -> None:
+    def event(wd: int, mask: int, name: bytes) -> bytes:
+        padded = name + b"\0" * (16 - len(name)) if name else b""
+        return EVENT_HEAD.pack(wd, mask, 0, len(padded)) + padded
+
+    data = event(1, IN_MODIFY, b"s.jsonl") + event(2, IN_CREATE | IN_ISDIR, b"dir") \
+        + event(3, IN_MODIFY, b"")
+    assert list(events(data)) == [(1, IN_MODIFY, "s.jsonl"), (2, IN_CREATE | IN_ISDIR, "dir"),
+                                  (3, IN_MODIFY, "")]
