@@ -80,6 +80,15 @@ class Busy(Rejected):
     reason = "busy"
 
 
+class ShuttingDown(Rejected):
+    """The drain began before the request's body had arrived."""
+
+    status = 503
+    error_type = "server_error"
+    code = "shutting_down"
+    reason = "shutting_down"
+
+
 class UnsupportedEncoding(Rejected):
     status = 415
     code = "unsupported_encoding"

@@ -346,6 +346,7 @@ async def _serve(settings: Settings) -> int:
     await stop.wait()
     frozen.cancel()
     state.draining = True
+    state.body_reads.drain(settings.shutdown_grace)
     log.info("draining: in-flight requests have %.0f s to finish", settings.shutdown_grace)
     await runner.cleanup()
     await admin.cleanup()

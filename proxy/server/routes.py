@@ -22,6 +22,7 @@ from proxy.errors import (
     Busy,
     InvalidHeader,
     Rejected,
+    ShuttingDown,
     UnsupportedEncoding,
     error_body,
 )
@@ -30,6 +31,7 @@ from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding, decodable, decode
+from proxy.server.draining import BodyReads
 from proxy.server.exchange import ChatExchange
 from proxy.server.held_bodies import Hold
 from proxy.server.passthrough import forward, passthrough
@@ -118,7 +120,7 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
         settings = state.settings
         raw = await _read_body(request, settings.max_body_bytes, state.offload,
                                rate=settings.min_body_rate, grace=settings.idle_timeout,
-                               hold=hold)
+                               hold=hold, reads=state.body_reads)
         if len(raw) > MAX_PARSED_BYTES or (is_large_body(len(raw))
                                            and raw.count(b"{") > MAX_OBJECTS):
             chat = ChatRequest.unread(raw, target.agent, dialect)
@@ -131,7 +133,7 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
         refused = error_response(exc, acct.request_id, dialect)
         if isinstance(exc, Busy):
             refused.headers["Retry-After"] = "1"
-        if isinstance(exc, BodyTimeout | Busy):
+        if isinstance(exc, BodyTimeout | Busy | ShuttingDown):
             refused.force_close()  # the rest of the body is not worth waiting for
         return acct.answer(refused)
     acct.model = chat.model
@@ -142,10 +144,10 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
 
 
 async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: int,
-                     grace: float, hold: Hold) -> bytes:
+                     grace: float, hold: Hold, reads: BodyReads) -> bytes:
     """The body as the chat route reads it: decoded, within ``limit`` both ways, arriving at
     ``rate`` bytes/s at least (after a start of ``grace`` seconds), every byte held in
-    ``hold`` as it arrives."""
+    ``hold`` as it arrives; by the drain's body deadline once the drain began."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(
             f"request body of {request.content_length} bytes is over the {limit}-byte limit")
@@ -158,11 +160,15 @@ async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: in
         parts: list[bytes] = []
         size = 0
         try:
-            async with asyncio.timeout(grace + expected / rate):
-                async for chunk in content.iter_any():
-                    size += len(_taken(chunk, size, limit, hold))
-                    parts.append(chunk)
+            async with asyncio.timeout(grace + expected / rate) as deadline:
+                with reads.reading(deadline):
+                    async for chunk in content.iter_any():
+                        size += len(_taken(chunk, size, limit, hold))
+                        parts.append(chunk)
         except TimeoutError as exc:
+            if reads.draining:
+                raise ShuttingDown("tailfloor is shutting down; retry on another "
+                                   "instance") from exc
             raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
         raw = b"".join(parts)
     encoding = body_encoding(request.headers)

@@ -20,6 +20,7 @@ from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
 from proxy.replicas.service import SharedStore
 from proxy.server.connections import CappedSite
+from proxy.server.draining import BodyReads
 from proxy.server.held_bodies import BodyBudget
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
@@ -54,6 +55,7 @@ class ProxyState:
     connections: CappedSite | None = None  # the proxy port's listener, once it listens
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
+    body_reads: BodyReads = field(default_factory=BodyReads)  # bodies arriving (drain)
     traces: bool = False  # spans are exported: each attempt sends its own traceparent
     ready: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)

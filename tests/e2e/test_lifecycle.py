@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -121,3 +122,35 @@ def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUp
     assert refused, "new connections must be refused while draining"
     assert result["body"].endswith(b"data: [DONE]\n\n")
     assert b'"content":"gh"' in result["body"]
+
+
+def test_sigterm_answers_a_request_whose_body_is_still_arriving(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    """The body never completes: the request is refused with the dialect's 503
+    (shutting_down) within the drain, not left to the drain's end without an answer."""
+    process = ProxyProcess(fake.url, "--shutdown-grace", "4")
+    body = b'{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
+    sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
+    try:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nanthropic-version: 2023-06-01\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:20])
+        time.sleep(0.3)  # the handler is reading the body
+        began = time.monotonic()
+        process.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            answer += piece
+        waited = time.monotonic() - began
+    finally:
+        sock.close()
+    assert process.proc.wait(10) == 0
+    process.stop()
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    payload = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert payload["type"] == "error"  # Anthropic's shape
+    assert "shutting down" in payload["error"]["message"]
+    assert waited < 4.0
