@@ -112,7 +112,8 @@ class Doorbell:
             loop.remove_reader(self._fd)
             stopped.cancel()
             ready.cancel()
-        return self._drain()
+        # A storm of new files is tens of thousands of events to read: not on the loop.
+        return await asyncio.to_thread(self._drain)
 
     def _drain(self) -> list[str] | None:
         """The new directories among the pending events; None when none was pending."""

@@ -1,6 +1,6 @@
 """Cold start and idle cost: ``tailfloor serve`` over a sessions root full of Pi transcripts.
 
-    python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30]
+    python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30] [--storm N]
 
 Writes ``dirs`` x ``per_dir`` Pi sessions (~20 messages, ~19 KB each, as a year of an agent's
 work looks) into a temporary root, then starts ``python -m proxy serve`` on it and reports:
@@ -10,7 +10,10 @@ work looks) into a temporary root, then starts ``python -m proxy serve`` on it a
 - ``ready_s``: until ``/readyz`` answers 200 (the first transcript scan done);
 - ``chat_during_indexing``: chat requests sent while not ready: their latency and verdict;
 - ``rss_ready_mb``; ``idle_cpu_ms_per_s``: CPU of the process (every thread) over ``idle``
-  seconds once ready, with nothing happening.
+  seconds once ready, with nothing happening;
+- with ``--storm N``: N new session files written at once (by another process) into the
+  root, ``/healthz`` polled every 10 ms until tailfloor tracks them all, beside its latency
+  over the quiet seconds before.
 
 The baseline, in the same run: the same process over an empty root.
 """
@@ -133,6 +136,60 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
                 "statuses": sorted({c["status"] for c in chats})}}
 
 
+def write_storm(root: Path, count: int) -> None:
+    """``count`` new Pi sessions (small, 100 to a new folder) as fast as they can be written:
+    run in a process of its own, so the writing does not slow the probing."""
+    rng = random.Random(4)
+    for n in range(count):
+        folder = root / f"--home-user-storm{n // 100}--"
+        folder.mkdir(parents=True, exist_ok=True)
+        sid, text = session_text(900_000 + n, 2500, rng)
+        (folder / f"2026-02-01T00-00-00-000Z_{sid}.jsonl").write_text(text)
+
+
+async def storm(root: Path, admin: int, count: int, quiet: float = 2.0) -> dict[str, Any]:
+    """/healthz every 10 ms for ``quiet`` s (the baseline), then while ``count`` new
+    session files appear and until tailfloor tracks them all."""
+    health = f"http://127.0.0.1:{admin}/healthz"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        before: list[float] = []
+        ends = time.monotonic() + quiet
+        while time.monotonic() < ends:
+            got = await _probe(http, health)
+            before.append(got[1] if got else float("inf"))
+            await asyncio.sleep(POLL)
+        tracked = await _tracked(http, admin)
+        began = time.monotonic()
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.bench.cold_start", "--write-storm", str(root),
+            "--dirs", "0", "--per-dir", str(count))
+        during: list[float] = []
+        written = None
+        while time.monotonic() - began < 300:
+            got = await _probe(http, health)
+            during.append(got[1] if got else float("inf"))
+            if written is None and writer.returncode is not None:
+                written = time.monotonic() - began
+            if written is not None and len(during) % 20 == 0 and \
+                    await _tracked(http, admin) >= tracked + count:
+                break
+            await asyncio.sleep(POLL)
+        await writer.wait()
+    return {"files": count, "written_s": round(written or 0.0, 2),
+            "tracked_s": round(time.monotonic() - began, 2),
+            "health_max_ms_before": round(max(before) * 1000, 2),
+            "health_max_ms_during": round(max(during) * 1000, 2),
+            "health_p99_ms_during": round(sorted(during)[int(len(during) * 0.99)] * 1000, 2),
+            "over_20ms_during": sum(1 for d in during if d > 0.02)}
+
+
+async def _tracked(http: aiohttp.ClientSession, admin: int) -> float:
+    async with http.get(f"http://127.0.0.1:{admin}/metrics") as resp:
+        text = await resp.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tailfloor_sessions{"))
+
+
 def idle_cpu(pid: int, seconds: float) -> float:
     """CPU milliseconds per second the process used over ``seconds`` of doing nothing."""
     time.sleep(2.0)  # what readiness set going (gauges, the first timers) settles
@@ -141,7 +198,7 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (tree_cpu_ns(pid) - before) / 1e6 / seconds
 
 
-def run_one(root: Path, upstream: int, idle: float) -> dict[str, Any]:
+def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0) -> dict[str, Any]:
     port, admin = free_port(), free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -153,6 +210,8 @@ def run_one(root: Path, upstream: int, idle: float) -> dict[str, Any]:
         out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
         if idle > 0:
             out["idle_cpu_ms_per_s"] = round(idle_cpu(proc.pid, idle), 2)
+        if storm_files > 0:
+            out["storm"] = asyncio.run(storm(root, admin, storm_files))
         return out
     finally:
         proc.terminate()
@@ -164,7 +223,13 @@ def main() -> None:
     parser.add_argument("--dirs", type=int, default=100)
     parser.add_argument("--per-dir", type=int, default=100)
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measure")
+    parser.add_argument("--storm", type=int, default=0,
+                        help="then this many new session files at once (target 4)")
+    parser.add_argument("--write-storm", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_storm is not None:
+        write_storm(args.write_storm, args.per_dir)
+        return
     work = Path(tempfile.mkdtemp(prefix="tailfloor-cold-"))
     upstream_port = free_port()
     upstream = subprocess.Popen([sys.executable, "tests/fake_upstream.py",
@@ -178,7 +243,7 @@ def main() -> None:
               f"{time.monotonic() - began:.1f} s", file=sys.stderr)
         result = {"sessions": args.dirs * args.per_dir, "bytes": size,
                   "baseline_empty_root": run_one(empty, upstream_port, args.idle),
-                  "with_sessions": run_one(full, upstream_port, args.idle)}
+                  "with_sessions": run_one(full, upstream_port, args.idle, args.storm)}
         print(json.dumps(result, indent=2))
     finally:
         upstream.terminate()
