@@ -358,7 +358,8 @@ async def _freeze_when_indexed(state: ProxyState) -> None:
     """The catalog the first scan built lives as long as the process: out of full
     collections too, as what start-up made."""
     if state.transcripts is not None:
-        await state.transcripts.wait_indexed()
+        with contextlib.suppress(Exception):  # a failed scan is logged where it failed
+            await state.transcripts.wait_indexed()
         gc.freeze()
 
 

@@ -43,6 +43,7 @@ ROOT_POLL = 1.0  # seconds between checks for roots that appeared or were create
 RESTART_BACKOFF = (0.5, 30.0)  # first and longest wait before a failed watcher restarts
 WATCHER_GRACE = 30.0  # readiness fails once the watcher has been down this long
 HEALTHY_AFTER = 5.0  # a restarted watcher counts as up after running this long (or a batch)
+WATCH_SETUP = 10.0  # seconds the first scan waits for the watches to be in place
 CATCH_UP_AFTER = 0.2  # seconds after a restart before catching up (its watches are set)
 SOURCES: tuple[SourceKind, ...] = ("pi", "openclaw-jsonl", "openclaw-sqlite")
 
@@ -107,6 +108,7 @@ class TranscriptService:
         self._task: asyncio.Task[None] | None = None
         self._indexing: asyncio.Task[None] | None = None
         self._indexed = asyncio.Event()
+        self._watching = asyncio.Event()  # the first watcher is set (or failed)
         # One reader thread: batches are applied in order, and never on the event loop.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailfloor-reader")
         self._scanned = False
@@ -150,8 +152,10 @@ class TranscriptService:
             began = time.monotonic()
             self._task = asyncio.create_task(self._follow(found),
                                              name="tailfloor-transcripts")
-            for _ in range(3):  # let the task install its directory watches before the scan
-                await asyncio.sleep(0)
+            # The watches first (or the watcher's failure): then nothing written during
+            # the scan is missed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._watching.wait(), WATCH_SETUP)
             await self._read(self._tracker.scan)
             self._scanned = True
             early, self._early = self._early, set()
@@ -159,6 +163,10 @@ class TranscriptService:
             self._publish()
             log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
                      time.monotonic() - began)
+        except Exception:
+            log.exception("the first transcript scan failed; following changes from here")
+            self.errors("internal", "scan", "failed")
+            raise
         finally:
             self._indexed.set()
 
@@ -256,6 +264,7 @@ class TranscriptService:
             catch_up = self._scanned
 
     def _down(self) -> None:
+        self._watching.set()  # the first scan waits no more for a watcher that failed
         if self._down_since is None:
             self._down_since = time.monotonic()
         self.metrics.watcher_up.set(0)
@@ -278,11 +287,13 @@ class TranscriptService:
         try:
             if not watched:
                 self._up()
+                self._watching.set()
                 await until.wait()
             else:
                 async for batch in watch_batches([w for w, _identity in watched], until,
                                                  debounce_ms=self._debounce,
-                                                 step_ms=self._step):
+                                                 step_ms=self._step,
+                                                 on_watching=self._watching.set):
                     self._up()
                     if self._scanned:
                         await self._apply([Path(p) for p in batch])

@@ -7,17 +7,16 @@ to keep the delay from a write to the updated view well under 100 ms.
 On Linux the Rust watcher is asked for its changes only when the inotify doorbell
 (``doorbell.py``) rang: an idle process sleeps on a descriptor instead of waking every
 ``step`` ms. Elsewhere (or with ``WATCHFILES_FORCE_POLLING``, where inotify does not see
-the writes) it is polled as watchfiles does, waking every ``rust_timeout`` ms to honour a
-stop; those empty wake-ups are not passed on.
+the writes) it is asked as watchfiles' ``awatch`` does, waking every ``rust_timeout`` ms to
+honour a stop; those empty wake-ups are not passed on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from watchfiles import awatch
 from watchfiles._rust_notify import RustNotify
 
 from proxy.transcripts.doorbell import Doorbell
@@ -29,44 +28,43 @@ __all__ = ["watch_batches"]
 QUIET_LOOK = 60.0
 
 
+def _nothing() -> None:
+    return None
+
+
 async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_ms: int = 50,
-                        step_ms: int = 10, rust_timeout_ms: int = 200
+                        step_ms: int = 10, rust_timeout_ms: int = 200,
+                        on_watching: Callable[[], None] = _nothing
                         ) -> AsyncIterator[set[str]]:
-    """Yield the set of changed paths per batch until ``stop`` is set."""
-    bell = None if os.environ.get("WATCHFILES_FORCE_POLLING") else Doorbell.open()
-    if bell is None:
-        watcher = awatch(*paths, watch_filter=None, debounce=debounce_ms, step=step_ms,
-                         stop_event=stop, rust_timeout=rust_timeout_ms, yield_on_timeout=True,
-                         recursive=True, ignore_permission_denied=True)
-        async for changes in watcher:
-            if changes:
-                yield {path for _change, path in changes}
-        return
+    """Yield the set of changed paths per batch until ``stop`` is set; ``on_watching`` is
+    called once every change from then on is sure to be seen."""
+    polling = bool(os.environ.get("WATCHFILES_FORCE_POLLING"))
+    bell = None if polling else Doorbell.open()
     try:
-        async for batch in _rung_batches(bell, paths, stop, debounce_ms, step_ms):
-            yield batch
+        if bell is not None:
+            # The doorbell first: what changes once the Rust watcher is set is sure to ring.
+            await asyncio.to_thread(bell.watch_trees, paths)
+        with RustNotify(list(paths), False, polling, 300, True, True) as watcher:
+            on_watching()
+            while not stop.is_set():
+                timeout = rust_timeout_ms
+                if bell is not None:
+                    appeared = await bell.rung(stop, QUIET_LOOK)
+                    if stop.is_set():
+                        return
+                    if appeared:
+                        await asyncio.to_thread(bell.watch_trees, appeared)
+                    # Changes are gathered by now or within a step: wait for them to
+                    # settle, or a short while when the ring was for nothing reported.
+                    timeout = debounce_ms + 2 * step_ms
+                changes = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
+                                                  timeout, stop)
+                if changes == "stop":
+                    return
+                if changes == "signal":
+                    raise RuntimeError("the watch thread unexpectedly received a signal")
+                if isinstance(changes, set) and changes:
+                    yield {path for _change, path in changes}
     finally:
-        bell.close()
-
-
-async def _rung_batches(bell: Doorbell, paths: Sequence[str], stop: asyncio.Event,
-                        debounce_ms: int, step_ms: int) -> AsyncIterator[set[str]]:
-    # The doorbell first: what changes once the Rust watcher is set is then sure to ring.
-    await asyncio.to_thread(bell.watch_trees, paths)
-    with RustNotify(list(paths), False, False, 300, True, True) as watcher:
-        while not stop.is_set():
-            appeared = await bell.rung(stop, QUIET_LOOK)
-            if stop.is_set():
-                return
-            if appeared:
-                await asyncio.to_thread(bell.watch_trees, appeared)
-            # Changes are gathered by now or within a step: wait for them to settle, or a
-            # short while when the ring was for nothing the watcher reports.
-            changes = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
-                                              debounce_ms + 2 * step_ms, stop)
-            if changes == "stop":
-                return
-            if changes == "signal":
-                raise RuntimeError("the watch thread unexpectedly received a signal")
-            if isinstance(changes, set) and changes:
-                yield {path for _change, path in changes}
+        if bell is not None:
+            bell.close()
