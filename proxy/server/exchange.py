@@ -134,6 +134,7 @@ class ChatExchange:
 
     async def _floor(self, ctx: RequestContext) -> Decision:
         if self._indexing:
+            self.state.metrics.indexing_passthrough.labels(route=ctx.chat.route).inc()
             return pass_through(ctx.chat, "indexing", None)
         floor = self.state.floor
         settled = floor.settle(ctx)

@@ -92,7 +92,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
     first: float | None = None
     latencies: list[float] = []
     stamped: list[tuple[float, float]] = []  # (latency, seconds since the start)
-    chats: list[dict[str, Any]] = []
+    pending: list[asyncio.Task[dict[str, Any]]] = []
     next_chat = 0.0
     after: list[dict[str, Any]] = []
     ready_at = 0.0
@@ -116,11 +116,13 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
                 after = [await _chat(http, port) for _ in range(2)]
                 break
             if time.monotonic() >= next_chat:
-                chats.append(await _chat(http, port))
+                # Beside the probes, not between them: a stall shows in both.
+                pending.append(asyncio.create_task(_chat(http, port)))
                 next_chat = time.monotonic() + 0.5
             await asyncio.sleep(POLL)
         else:
             raise RuntimeError("tailfloor was not ready in time")
+        chats = list(await asyncio.gather(*pending))
     latencies.sort()
     return {"chat_after_ready_ms": [c["ms"] for c in after],
             "first_health_s": round(first or 0.0, 3),

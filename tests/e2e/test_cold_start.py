@@ -86,6 +86,8 @@ def test_probes_and_requests_are_served_while_the_first_scan_runs(
         assert seconds < 1.0
         assert verdict == "none; reason=indexing"
         assert fake.chat_requests()[-1].body == body  # passed through as it came
+        assert proxy.sample("tailfloor_indexing_passthrough_total",
+                            route="chat_completions") == 1
     finally:
         gate.set()
     assert proxy is not None
