@@ -27,6 +27,9 @@ import orjson
 from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
 from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
+from proxy.floor.pin_index import PinIndex
+from proxy.floor.pinning import with_pins
+from proxy.floor.pins import Pin, merged, missing, pin_message
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
@@ -34,7 +37,7 @@ from proxy.identity.prompt_prints import Fingerprints
 from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import SessionRecord, TailMessage
-from proxy.wire.content import message_text
+from proxy.wire.content import head_length, message_text
 
 __all__ = ["Floor", "TailSource"]
 
@@ -63,6 +66,7 @@ class _Plan:
     origins: Callable[[int], tuple[Origin, ...]]
     extra: int  # tokens of what is added besides the units (notes, markers)
     source: str
+    reserve: int = 0  # tokens kept for the pins, which go before the raw tail
 
 
 class Floor:
@@ -72,6 +76,7 @@ class Floor:
         self.tokens = tokens
         self.prints = prints
         self.clock = clock
+        self.pins = PinIndex(catalog) if catalog is not None else None
 
     def settle(self, ctx: RequestContext) -> Decision | None:
         """The decision when memory alone gives it (most requests); None: ``rewrite``."""
@@ -98,6 +103,8 @@ class Floor:
         if ctx.guarded and self._guarded(ctx):
             return pass_through(chat, "unauthenticated", "unauthenticated")
         if ctx.signals.raw_after_summary >= policy.min_tail_messages:
+            if self._may_pin(ctx):
+                return None  # the floor holds, but a pin may have been summarized away
             return pass_through(chat, "floor_holds", lineage.method, lineage.session_id)
         if ctx.signals.summary_index is not None and lineage.session_id is None:
             return pass_through(chat, "unidentified", lineage.method)
@@ -112,9 +119,16 @@ class Floor:
         """The decision of a request ``settle`` left open (reads transcripts: off the event
         loop). Never raises: a floor bug degrades to pass-through, never to a 500."""
         try:
-            if ctx.signals.summary_index is not None:
-                return self._restore(ctx)
-            return self._carry(ctx)
+            pins = self._lineage_pins(ctx, ctx.lineage.predecessor)
+            reserve = self._pin_cost(ctx, pins)
+            if ctx.signals.raw_after_summary >= ctx.policy.min_tail_messages:
+                decision = pass_through(ctx.chat, "floor_holds", ctx.lineage.method,
+                                        ctx.lineage.session_id)
+            elif ctx.signals.summary_index is None:
+                decision = self._carry(ctx, reserve)
+            else:
+                decision = self._restore(ctx, reserve)
+            return self._pinned(ctx, decision, pins)
         except orjson.JSONEncodeError:
             # Nested deeper than a rewrite can serialise (a client's body, not our bug).
             return pass_through(ctx.chat, "too_deep", "too_large")
@@ -133,7 +147,7 @@ class Floor:
         return (ctx.messages or [])[self._first(ctx):]
 
     # ------------------------------------------------------------------ restore
-    def _restore(self, ctx: RequestContext) -> Decision:
+    def _restore(self, ctx: RequestContext, reserve: int = 0) -> Decision:
         chat, signals, lineage = ctx.chat, ctx.signals, ctx.lineage
         messages = ctx.messages or []
         sid = lineage.session_id
@@ -166,7 +180,8 @@ class Floor:
                     *(Origin("restored", session=sid),) * kept, *(AGENT,) * len(own))
 
         extra = self._tokens([annotated], ctx) - self._tokens([messages[summary_at]], ctx)
-        return self._finish(ctx, _Plan("floor", "restored", block, build, origins, extra, sid))
+        return self._finish(ctx, _Plan("floor", "restored", block, build, origins, extra, sid,
+                                       reserve))
 
     def _holds_segment(self, ctx: RequestContext, session_id: str) -> bool:
         """Whether the request carries its session's whole current segment (what follows the
@@ -210,7 +225,7 @@ class Floor:
         return compaction.first_kept_id
 
     # -------------------------------------------------------------------- carry
-    def _carry(self, ctx: RequestContext) -> Decision:
+    def _carry(self, ctx: RequestContext, reserve: int = 0) -> Decision:
         assert self.catalog is not None
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         source = self._carry_source(ctx)
@@ -246,7 +261,7 @@ class Floor:
                     *(AGENT,) * len(own))
 
         decision = self._finish(ctx, _Plan("carry", "carried", block, build, origins, extra,
-                                           source.session_id))
+                                           source.session_id, reserve))
         decision.details["reset_kind"] = source.reason
         return decision
 
@@ -303,7 +318,7 @@ class Floor:
             return pass_through(chat, "nothing_to_add", lineage.method, sid)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, ctx) for unit in block.units]
-        room = policy.token_budget(ctx.window) - own - extra
+        room = policy.token_budget(ctx.window) - own - extra - plan.reserve
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:
@@ -330,6 +345,48 @@ class Floor:
             method=lineage.method, session_id=sid, source_session=source,
             messages=tuple(new_messages), origins=origins, added=tuple(kept), added_raw=raw,
             added_tokens=total + extra, capped=capped, window=ctx.window, details=details)
+
+    # --------------------------------------------------------------------- pins
+    def _may_pin(self, ctx: RequestContext) -> bool:
+        sid = ctx.lineage.session_id
+        return self.pins is not None and sid is not None and ctx.policy.max_pinned > 0 \
+            and ctx.policy.mode == "enforce" and self.pins.may_hold(sid)
+
+    def _lineage_pins(self, ctx: RequestContext, *more: str | None) -> list[Pin]:
+        """The pins of the request's lineage (its session and ``more``: a predecessor, a
+        carry's source), oldest first."""
+        if self.pins is None or ctx.policy.max_pinned <= 0 or ctx.policy.mode != "enforce":
+            return []
+        sessions = dict.fromkeys(s for s in (ctx.lineage.session_id, *more) if s)
+        return list(merged(*(self.pins.lineage(s, ctx.policy) for s in sessions)).pins)
+
+    def _pin_cost(self, ctx: RequestContext, pins: Sequence[Pin]) -> int:
+        lacking = missing(pins, ctx.messages or [])
+        if not lacking:
+            return 0
+        message, _kept, _dropped = pin_message(lacking, ctx.policy.notes.pinned,
+                                               ctx.policy.pinned_token_budget,
+                                               lambda text: self._text_tokens(text, ctx))
+        return self._tokens([message], ctx) if message is not None else 0
+
+    def _pinned(self, ctx: RequestContext, decision: Decision, pins: list[Pin]) -> Decision:
+        """``decision`` with the lineage's pins the request does not hold (a pass-through
+        only when the floor holds: the session is certain and its summary is there)."""
+        if decision.kind == "none" and decision.verdict != "none; reason=floor_holds":
+            return decision
+        if decision.source_session not in (None, ctx.lineage.session_id):
+            pins = self._lineage_pins(ctx, ctx.lineage.predecessor, decision.source_session)
+        if not pins:
+            return decision
+        own = self.tokens.request(ctx.chat.body, ctx.spec.encoding, ctx.spec.margin).total
+        room = ctx.policy.token_budget(ctx.window) - own - decision.added_tokens
+        return with_pins(decision, ctx.chat, ctx.policy, pins, room=room,
+                         count=lambda text: self._text_tokens(text, ctx),
+                         head=(summary + 1) if (summary := ctx.signals.summary_index) is not None
+                         else head_length(ctx.messages or []))
+
+    def _text_tokens(self, text: str, ctx: RequestContext) -> int:
+        return self._tokens([{"role": "user", "content": text}], ctx)
 
     def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:
         spec = ctx.spec

@@ -55,8 +55,11 @@ def encoded(message: Any) -> bytes:
     try:
         return orjson.dumps(message)
     except TypeError:  # a lone surrogate, or a value JSON has no form for
-        return json.dumps(message, ensure_ascii=False, default=repr).encode(
-            "utf-8", "surrogatepass")
+        try:
+            return json.dumps(message, ensure_ascii=False, default=repr).encode(
+                "utf-8", "surrogatepass")
+        except (RecursionError, ValueError):  # nested deeper than anything should be
+            return repr(type(message)).encode()
 
 
 def role_of(message: Any) -> str:

@@ -14,6 +14,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from proxy.inspector.digest import settled
@@ -49,7 +50,11 @@ class _Kept:
         if held is None:  # settled meanwhile by another thread
             assert self._report is not None
             return self._report
-        report = settled(report_of(held[0], held[1]), self._content)
+        made = report_of(held[0], held[1])
+        try:
+            report = settled(made, self._content)
+        except Exception:  # messages no digest can read: kept without them
+            report = replace(made, body=None, messages=None, origins=None)
         self._report = report
         self._trail = None
         return report
@@ -110,8 +115,9 @@ class InspectorSink:
                 await self._offload(self.settle_all)
             else:
                 self.settle_all()
-        except Exception:  # a bug here costs the inspector's view, never a request
-            log.exception("settling kept requests failed")
+        except Exception as exc:  # a bug here costs the inspector's view, never a request
+            log.error("settling kept requests failed (%s: %s)", type(exc).__name__,
+                      str(exc)[:200])
         finally:
             self._settling = False
             if self._pending:

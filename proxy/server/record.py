@@ -80,7 +80,7 @@ class Recorder:
         if decision is not None:
             if decision.kind == "none" and chat.pass_reason is not None:
                 m.dialect_passthrough.labels(route=chat.route, reason=chat.pass_reason).inc()
-            self.floor(decision)
+            self.floor(decision, chat.agent_id)
         if trail.prepared is not None:
             self.prepared(trail.prepared)
         for step in trail.steps:
@@ -174,8 +174,16 @@ class Recorder:
         if exc is not None:
             log.warning("upstream failed (%s): %s", kind, exc.message)
 
-    def floor(self, decision: Decision) -> None:
+    def floor(self, decision: Decision, agent: str | None = None) -> None:
         m = self.metrics
+        details = decision.details
+        if "pins_active" in details:
+            label = m.agent_label(agent) if agent is not None else "none"
+            m.pins.labels(agent=label).set(details["pins_active"])
+            if details.get("pinned"):
+                m.pins_inserted.labels(agent=label).inc(details["pinned"])
+        if details.get("pins_dropped"):
+            m.pins_dropped.inc(details["pins_dropped"])
         if decision.error is not None and decision.error not in self._failures \
                 and len(self._failures) < _FAILURES_LOGGED:
             self._failures.add(decision.error)
