@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.policy.pin_patterns import MATCH_CHARS
+from proxy.policy.pin_patterns import ENVELOPE, MATCH_CHARS
 from proxy.wire.content import message_text
 
 __all__ = ["NO_PINS", "Pin", "PinSet", "merged", "missing", "pin_message", "pins_in"]
@@ -60,7 +60,8 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
     unpins: list[str] = list(start.unpins)
     previous_assistant: tuple[str, str] | None = None
     dropped = start.dropped
-    for entry_id, role, text in messages:
+    for entry_id, role, written in messages:
+        text = ENVELOPE.sub("", written, count=1)
         if role == "assistant":
             previous_assistant = (entry_id, text)
             continue
@@ -107,10 +108,15 @@ def merged(*sets: PinSet) -> PinSet:
 
 
 def missing(pins: Sequence[Pin], messages: Sequence[Any]) -> list[Pin]:
-    """The pins the request does not hold raw (as a user or assistant message's text)."""
-    held = {message_text(m).strip() for m in messages
-            if isinstance(m, dict) and m.get("role") in ("user", "assistant")}
-    return [p for p in pins if p.truncated or p.text.strip() not in held]
+    """The pins the request does not hold raw: no user or assistant message's text is the
+    pin's or holds it (OpenClaw puts a timestamp before the user's text in requests, not in
+    its transcript)."""
+    if not pins:
+        return []
+    held = [message_text(m) for m in messages
+            if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
+    return [p for p in pins if p.truncated or not any(
+        p.text.strip() in h for h in held)]
 
 
 def pin_message(pins: Sequence[Pin], note: str, budget: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -19,8 +20,13 @@ import orjson
 
 from proxy.report import RequestReport
 
-__all__ = ["MessageDigest", "clean", "digest_of", "encoded", "role_of", "settled", "short_hash",
+__all__ = ["MessageDigest", "clean", "digest_of", "digests", "encoded", "role_of", "settled",
+           "short_hash",
            "tools_of"]
+
+
+_WHOLE = 4096
+_EDGE = 2048
 
 
 class MessageDigest(NamedTuple):
@@ -37,17 +43,35 @@ def settled(report: RequestReport, content: bool) -> RequestReport:
     is kept."""
     if content:
         return replace(report, body=None)
-    messages = report.messages
-    digests = [digest_of(m) for m in messages] if messages else None
-    return replace(report, body=None, messages=digests)
+    return replace(report, body=None, messages=digests(report.messages))
+
+
+def digests(messages: Sequence[Any] | None) -> list[Any] | None:
+    return [digest_of(m) for m in messages] if messages else None
 
 
 def digest_of(message: Any) -> MessageDigest:
-    data = encoded(message)
-    return MessageDigest(role_of(message), len(data), short_hash(data), tuple(tools_of(message)))
+    """Every message of every kept request is digested: a long text content is hashed by
+    its length and edges, not read in full or serialised again (a 40 KB system prompt in
+    full would cost more than the rest of the inspector). ``size``: bytes of its JSON form."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str) and len(content) > _WHOLE:
+        stand_in = _edges(content)
+        data = encoded({**message, "content": stand_in})
+        size = len(data) - len(stand_in) + len(content.encode("utf-8", "surrogatepass"))
+    else:
+        data = encoded(message)
+        size = len(data)
+    return MessageDigest(role_of(message), size, short_hash(data), tuple(tools_of(message)))
+
+
+def _edges(text: str) -> str:
+    return f"{len(text)}:{text[:_EDGE]}...{text[-_EDGE:]}"
 
 
 def short_hash(data: bytes) -> str:
+    """blake2b (5 bytes, hex) of a message's JSON form, in which a text content over 4,096
+    characters stands as ``<length>:<first 2,048>...<last 2,048>``."""
     return hashlib.blake2b(data, digest_size=5).hexdigest()
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DEFAULT_PIN_PATTERNS", "MATCH_CHARS", "unsafe_pattern"]
+__all__ = ["DEFAULT_PIN_PATTERNS", "ENVELOPE", "MATCH_CHARS", "unsafe_pattern"]
 
 # ``!pin`` or 📌 at the start (``!pin ^`` alone points at the assistant message before it).
 DEFAULT_PIN_PATTERNS = (r"^\s*(?:!pin\b(?!\s*\^\s*$)|📌)",)
 MATCH_CHARS = 4096
+# OpenClaw's timestamp before what the user typed ("[Wed 2026-12-02 17:12 UTC] "): not the
+# user's words, so neither matched nor kept as part of a pin.
+ENVELOPE = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]{0,40}\] ")
 _NESTED = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,)")
 
 

@@ -2,7 +2,7 @@
 until it is settled.
 
 The request path pays for a few attribute reads and an estimate of the memory the trail
-holds. Within ``SETTLE_AFTER`` seconds, in a worker thread, each kept request is settled
+holds. Within ``SETTLE_AFTER`` seconds, in one batch on the event loop, each kept request is settled
 (``proxy.inspector.digest``): its report made and the trail let go, so neither the request's
 headers (credentials) nor, with content off, any message text stays in memory.
 """
@@ -13,11 +13,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
 
-from proxy.inspector.digest import settled
+from proxy.inspector.digest import digests
 from proxy.inspector.store import UNIDENTIFIED, Entry, InspectorStore
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
@@ -27,7 +25,6 @@ __all__ = ["SETTLE_AFTER", "InspectorSink"]
 
 SETTLE_AFTER = 0.25  # seconds a finished request's trail is held before it is settled
 log = logging.getLogger("tailfloor.inspector")
-Offload = Callable[..., Awaitable[Any]]
 
 
 class _Kept:
@@ -50,11 +47,10 @@ class _Kept:
         if held is None:  # settled meanwhile by another thread
             assert self._report is not None
             return self._report
-        made = report_of(held[0], held[1])
         try:
-            report = settled(made, self._content)
+            report = report_of(*held, body=False, digest=None if self._content else digests)
         except Exception:  # messages no digest can read: kept without them
-            report = replace(made, body=None, messages=None, origins=None)
+            report = replace(report_of(*held, body=False), messages=None, origins=None)
         self._report = report
         self._trail = None
         return report
@@ -67,14 +63,11 @@ _MESSAGE_BYTES = 512  # a parsed message's dict and small values, beside its tex
 class InspectorSink:
     """A ``TrailSink`` in front of the inspector's store."""
 
-    def __init__(self, store: InspectorStore, *, content: bool = False,
-                 offload: Offload | None = None) -> None:
+    def __init__(self, store: InspectorStore, *, content: bool = False) -> None:
         self.store = store
         self._content = content
-        self._offload = offload
         self._pending: deque[_Kept] = deque()
         self._settling = False
-        self._task: asyncio.Future[None] | None = None
 
     def keep_trail(self, trail: Trail) -> None:
         seconds = time.perf_counter() - trail.started
@@ -103,29 +96,24 @@ class InspectorSink:
         self._pending.append(kept)
         if not self._settling:
             self._settling = True
-            asyncio.get_running_loop().call_later(SETTLE_AFTER, self._start_settling)
+            asyncio.get_running_loop().call_later(SETTLE_AFTER, self._settle_now)
         return kept
 
-    def _start_settling(self) -> None:
-        self._task = asyncio.ensure_future(self._settle_pending())
-
-    async def _settle_pending(self) -> None:
+    def _settle_now(self) -> None:
+        # On the loop, not in a worker: a settle is a few microseconds of work per request
+        # (messages hashed by their edges), less than handing it to a thread costs.
         try:
-            if self._offload is not None:
-                await self._offload(self.settle_all)
-            else:
-                self.settle_all()
+            self.settle_all()
         except Exception as exc:  # a bug here costs the inspector's view, never a request
             log.error("settling kept requests failed (%s: %s)", type(exc).__name__,
                       str(exc)[:200])
         finally:
-            self._settling = False
-            if self._pending:
-                self._settling = True
-                asyncio.get_running_loop().call_later(SETTLE_AFTER, self._start_settling)
+            self._settling = bool(self._pending)
+            if self._settling:
+                asyncio.get_running_loop().call_later(SETTLE_AFTER, self._settle_now)
 
     def settle_all(self) -> None:
-        """Settle every request kept so far (blocking: a worker thread runs it)."""
+        """Settle every request kept so far."""
         while self._pending:
             try:
                 kept = self._pending.popleft()

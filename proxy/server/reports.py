@@ -7,6 +7,7 @@ copied or rendered here; the inspector renders on demand, telemetry turns it int
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from proxy.report import Attempt, RequestReport, SummaryMade
@@ -15,10 +16,12 @@ from proxy.server.trail import Trail
 __all__ = ["report_of"]
 
 
-def report_of(trail: Trail, seconds: float | None = None) -> RequestReport:
-    """``seconds``: the request's time, when measured at its end (a report made later).
-    One constructor call: each ``dataclasses.replace`` of a report this wide costs as much
-    as building it."""
+def report_of(trail: Trail, seconds: float | None = None, *, body: bool = True,
+              digest: Callable[[Any], list[Any] | None] | None = None) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later);
+    ``body``: whether the report refers to the body sent; ``digest``: what the messages are
+    kept as (the inspector's digests). One constructor call: each ``dataclasses.replace``
+    of a report this wide costs as much as building it."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
     fields: dict[str, Any] = {}
     if ctx is not None:
@@ -41,9 +44,10 @@ def report_of(trail: Trail, seconds: float | None = None) -> RequestReport:
             session_id=fields.get("session_id") or decision.session_id)
     if outgoing is not None:
         found = chat.body.get("messages")
-        fields.update(body=outgoing.body, origins=outgoing.origins,
-                      messages=outgoing.messages if outgoing.messages is not None
-                      else found if isinstance(found, list) else None)
+        messages = outgoing.messages if outgoing.messages is not None \
+            else found if isinstance(found, list) else None
+        fields.update(body=outgoing.body if body else None, origins=outgoing.origins,
+                      messages=digest(messages) if digest is not None else messages)
         compaction = outgoing.compaction
         if compaction is not None:
             fields.update(compaction=compaction.label, compaction_why=compaction.why,

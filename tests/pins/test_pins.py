@@ -272,3 +272,17 @@ def test_an_unpin_in_the_next_session_ends_the_inherited_pin() -> None:
     new = pins_in([("3", "user", "!unpin database"), ("4", "user", "!pin keep it short")],
                   DEFAULT_PINS)
     assert [p.entry_id for p in merged(old, new).pins] == ["2", "4"]
+
+
+def test_a_pin_held_behind_openclaw_s_timestamp_is_held() -> None:
+    from proxy.floor.pins import missing
+
+    [pin] = pins_in([("1", "user", PIN)], DEFAULT_PINS).pins
+    held = [{"role": "user", "content": f"[Wed 2026-12-02 17:10 UTC] {PIN}"}]
+    assert missing([pin], held) == []
+    assert missing([pin], [{"role": "user", "content": "something else"}]) == [pin]
+
+
+def test_openclaw_s_timestamp_is_not_part_of_the_pin() -> None:
+    [pin] = pins_in([("1", "user", f"[Wed 2026-12-02 17:10 UTC] {PIN}")], DEFAULT_PINS).pins
+    assert pin.text == PIN
