@@ -1,27 +1,18 @@
-"""What the inspector keeps of a request for good, once it is over.
+"""What a page shows of a message without its text: role, size, tool names, a short hash.
 
-On the request path the inspector holds the finished request's trail by reference (cheap);
-soon after, off the event loop, ``settled`` turns it into a report without the trail, the
-bodies or the request's headers: with content off, every message is reduced to its role,
-size, tool names and a short hash (``MessageDigest``), so no message text and no credential
-stays in memory once the request is settled; with content on, the messages are kept as sent.
-Pure: no I/O.
+Worked out when a page asks (``proxy.inspector.facts``), for every message of every request
+it shows. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.report import RequestReport
-
-__all__ = ["MessageDigest", "clean", "digest_of", "digests", "encoded", "role_of", "settled",
-           "short_hash",
+__all__ = ["MessageDigest", "clean", "digest_of", "encoded", "role_of", "short_hash",
            "tools_of"]
 
 
@@ -36,18 +27,6 @@ class MessageDigest(NamedTuple):
     size: int  # bytes of its JSON form, as sent
     hash: str
     tools: tuple[str, ...]
-
-
-def settled(report: RequestReport, content: bool) -> RequestReport:
-    """The report as the inspector keeps it: no body; messages as digests unless content
-    is kept."""
-    if content:
-        return replace(report, body=None)
-    return replace(report, body=None, messages=digests(report.messages))
-
-
-def digests(messages: Sequence[Any] | None) -> list[Any] | None:
-    return [digest_of(m) for m in messages] if messages else None
 
 
 def digest_of(message: Any) -> MessageDigest:

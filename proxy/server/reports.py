@@ -7,21 +7,63 @@ copied or rendered here; the inspector renders on demand, telemetry turns it int
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from proxy.chat import ChatRequest
+from proxy.floor.decision import Decision
+from proxy.identity.identify import RequestSignals
+from proxy.identity.lineage import Lineage
+from proxy.recovery.outcome import AfterCheck, ErrorStep
 from proxy.report import Attempt, RequestReport, SummaryMade
-from proxy.server.trail import Trail
+from proxy.server.outgoing import Outgoing
+from proxy.server.relay import StreamOutcome
+from proxy.wire.usage import Usage
 
-__all__ = ["report_of"]
+__all__ = ["ContextFacts", "TrailFacts", "report_of"]
 
 
-def report_of(trail: Trail, seconds: float | None = None, *, body: bool = True,
-              digest: Callable[[Any], list[Any] | None] | None = None) -> RequestReport:
-    """``seconds``: the request's time, when measured at its end (a report made later);
-    ``body``: whether the report refers to the body sent; ``digest``: what the messages are
-    kept as (the inspector's digests). One constructor call: each ``dataclasses.replace``
-    of a report this wide costs as much as building it."""
+class ContextFacts(Protocol):
+    """What a report reads of the request's context (never its headers)."""
+
+    @property
+    def signals(self) -> RequestSignals: ...
+    @property
+    def lineage(self) -> Lineage: ...
+    @property
+    def window(self) -> int: ...
+
+
+class TrailFacts(Protocol):
+    """What a report is made from: a request's ``Trail``, or what the inspector keeps of
+    one."""
+
+    request_id: str
+    at: float
+    started: float
+    chat: ChatRequest
+    decision: Decision | None
+    outgoing: Outgoing | None
+    steps: tuple[ErrorStep, ...]
+    attempts: tuple[Attempt, ...]
+    stream: StreamOutcome | None
+    usage: Usage | None
+    finish_reason: str | None
+    after: AfterCheck | None
+    proxy_seconds: float
+    status: int
+    client_gone: bool
+    client_traceparent: str | None
+
+    @property
+    def ctx(self) -> ContextFacts | None: ...
+    @property
+    def verdict(self) -> str: ...
+
+
+def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later).
+    One constructor call: each ``dataclasses.replace`` of a report this wide costs as much
+    as building it."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
     fields: dict[str, Any] = {}
     if ctx is not None:
@@ -46,8 +88,7 @@ def report_of(trail: Trail, seconds: float | None = None, *, body: bool = True,
         found = chat.body.get("messages")
         messages = outgoing.messages if outgoing.messages is not None \
             else found if isinstance(found, list) else None
-        fields.update(body=outgoing.body if body else None, origins=outgoing.origins,
-                      messages=digest(messages) if digest is not None else messages)
+        fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
         compaction = outgoing.compaction
         if compaction is not None:
             fields.update(compaction=compaction.label, compaction_why=compaction.why,
@@ -75,11 +116,11 @@ def report_of(trail: Trail, seconds: float | None = None, *, body: bool = True,
         traceparent=trail.client_traceparent, overflow=overflow, **fields)
 
 
-def _now(trail: Trail) -> float:
+def _now(trail: TrailFacts) -> float:
     return time.perf_counter() - trail.started
 
 
-def _attempts(trail: Trail) -> tuple[Attempt, ...]:
+def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:
     attempts = tuple(trail.attempts)
     stream = trail.stream
     if attempts and stream is not None and stream.first_chunk_at is not None:
