@@ -250,6 +250,10 @@ class Metrics:
 
 
     def _pin_series(self, r: CollectorRegistry) -> None:
+        self.carries = Counter(
+            "tailfloor_carry_total", "New sessions and resets: carried (the previous "
+            "session's tail went in) or clean_slate (the user's first message asked for "
+            "none).", ["outcome"], registry=r)
         self.pins = Gauge(
             "tailfloor_pins", "Pins in force in the agent's lineage of its latest request "
             "that holds any (rules: pin_patterns).", ["agent"], registry=r)

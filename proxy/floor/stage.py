@@ -26,10 +26,10 @@ import orjson
 
 from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
+from proxy.floor.clean_slate import cleaned, is_clean
 from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
 from proxy.floor.pin_index import PinIndex
-from proxy.floor.pinning import with_pins
-from proxy.floor.pins import Pin, merged, missing, pin_message
+from proxy.floor.pinning import LineagePins
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
@@ -37,7 +37,7 @@ from proxy.identity.prompt_prints import Fingerprints
 from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
 from proxy.transcripts.records import SessionRecord, TailMessage
-from proxy.wire.content import head_length, message_text
+from proxy.wire.content import message_text
 
 __all__ = ["Floor", "TailSource"]
 
@@ -76,10 +76,17 @@ class Floor:
         self.tokens = tokens
         self.prints = prints
         self.clock = clock
-        self.pins = PinIndex(catalog) if catalog is not None else None
+        self.pinning = LineagePins(PinIndex(catalog), tokens) if catalog is not None \
+            else None
 
     def settle(self, ctx: RequestContext) -> Decision | None:
         """The decision when memory alone gives it (most requests); None: ``rewrite``."""
+        early = self._early(ctx)
+        if early is not None and early.kind == "none" and self._clean_at(ctx) is not None:
+            return None  # the clean-slate marker comes out in ``rewrite``
+        return early
+
+    def _early(self, ctx: RequestContext) -> Decision | None:
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         if not chat.inspected:
             return pass_through(chat, "too_large", "too_large")
@@ -103,7 +110,7 @@ class Floor:
         if ctx.guarded and self._guarded(ctx):
             return pass_through(chat, "unauthenticated", "unauthenticated")
         if ctx.signals.raw_after_summary >= policy.min_tail_messages:
-            if self._may_pin(ctx):
+            if self.pinning is not None and self.pinning.may_pin(ctx):
                 return None  # the floor holds, but a pin may have been summarized away
             return pass_through(chat, "floor_holds", lineage.method, lineage.session_id)
         if ctx.signals.summary_index is not None and lineage.session_id is None:
@@ -119,8 +126,15 @@ class Floor:
         """The decision of a request ``settle`` left open (reads transcripts: off the event
         loop). Never raises: a floor bug degrades to pass-through, never to a 500."""
         try:
-            pins = self._lineage_pins(ctx, ctx.lineage.predecessor)
-            reserve = self._pin_cost(ctx, pins)
+            clean = self._clean_at(ctx)
+            early = self._early(ctx) if clean is not None else None
+            if early is not None:
+                return self._cleaned(ctx, early, clean)
+            pinning = self.pinning
+            # A clean slate inherits nothing of the session before it, its pins neither.
+            more = (ctx.lineage.predecessor,) if clean is None else ()
+            pins = pinning.of(ctx, *more) if pinning is not None else []
+            reserve = pinning.cost(ctx, pins) if pinning is not None else 0
             if ctx.signals.raw_after_summary >= ctx.policy.min_tail_messages:
                 decision = pass_through(ctx.chat, "floor_holds", ctx.lineage.method,
                                         ctx.lineage.session_id)
@@ -128,7 +142,9 @@ class Floor:
                 decision = self._carry(ctx, reserve)
             else:
                 decision = self._restore(ctx, reserve)
-            return self._pinned(ctx, decision, pins)
+            if pinning is not None:
+                decision = pinning.pinned(ctx, decision, pins)
+            return self._cleaned(ctx, decision, clean)
         except orjson.JSONEncodeError:
             # Nested deeper than a rewrite can serialise (a client's body, not our bug).
             return pass_through(ctx.chat, "too_deep", "too_large")
@@ -228,6 +244,8 @@ class Floor:
     def _carry(self, ctx: RequestContext, reserve: int = 0) -> Decision:
         assert self.catalog is not None
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
+        if self._clean_at(ctx) is not None:
+            return pass_through(chat, "clean_slate", lineage.method, lineage.session_id)
         source = self._carry_source(ctx)
         if source is None:
             return pass_through(chat, "no_predecessor", lineage.method, lineage.session_id)
@@ -346,47 +364,20 @@ class Floor:
             messages=tuple(new_messages), origins=origins, added=tuple(kept), added_raw=raw,
             added_tokens=total + extra, capped=capped, window=ctx.window, details=details)
 
-    # --------------------------------------------------------------------- pins
-    def _may_pin(self, ctx: RequestContext) -> bool:
-        sid = ctx.lineage.session_id
-        return self.pins is not None and sid is not None and ctx.policy.max_pinned > 0 \
-            and ctx.policy.mode == "enforce" and self.pins.may_hold(sid)
+    # -------------------------------------------------------------- clean slate
+    @staticmethod
+    def _clean_at(ctx: RequestContext) -> int | None:
+        """Where the request's first user message asks for a clean slate (enforce mode)."""
+        if ctx.policy.mode != "enforce":
+            return None
+        return is_clean(ctx.messages, ctx.policy.clean_slate_marker)
 
-    def _lineage_pins(self, ctx: RequestContext, *more: str | None) -> list[Pin]:
-        """The pins of the request's lineage (its session and ``more``: a predecessor, a
-        carry's source), oldest first."""
-        if self.pins is None or ctx.policy.max_pinned <= 0 or ctx.policy.mode != "enforce":
-            return []
-        sessions = dict.fromkeys(s for s in (ctx.lineage.session_id, *more) if s)
-        return list(merged(*(self.pins.lineage(s, ctx.policy) for s in sessions)).pins)
-
-    def _pin_cost(self, ctx: RequestContext, pins: Sequence[Pin]) -> int:
-        lacking = missing(pins, ctx.messages or [])
-        if not lacking:
-            return 0
-        message, _kept, _dropped = pin_message(lacking, ctx.policy.notes.pinned,
-                                               ctx.policy.pinned_token_budget,
-                                               lambda text: self._text_tokens(text, ctx))
-        return self._tokens([message], ctx) if message is not None else 0
-
-    def _pinned(self, ctx: RequestContext, decision: Decision, pins: list[Pin]) -> Decision:
-        """``decision`` with the lineage's pins the request does not hold (a pass-through
-        only when the floor holds: the session is certain and its summary is there)."""
-        if decision.kind == "none" and decision.verdict != "none; reason=floor_holds":
+    @staticmethod
+    def _cleaned(ctx: RequestContext, decision: Decision, at: int | None) -> Decision:
+        marker = ctx.policy.clean_slate_marker
+        if at is None or marker is None or decision.kind == "shadow":
             return decision
-        if decision.source_session not in (None, ctx.lineage.session_id):
-            pins = self._lineage_pins(ctx, ctx.lineage.predecessor, decision.source_session)
-        if not pins:
-            return decision
-        own = self.tokens.request(ctx.chat.body, ctx.spec.encoding, ctx.spec.margin).total
-        room = ctx.policy.token_budget(ctx.window) - own - decision.added_tokens
-        return with_pins(decision, ctx.chat, ctx.policy, pins, room=room,
-                         count=lambda text: self._text_tokens(text, ctx),
-                         head=(summary + 1) if (summary := ctx.signals.summary_index) is not None
-                         else head_length(ctx.messages or []))
-
-    def _text_tokens(self, text: str, ctx: RequestContext) -> int:
-        return self._tokens([{"role": "user", "content": text}], ctx)
+        return cleaned(decision, ctx.chat, at, marker)
 
     def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:
         spec = ctx.spec

@@ -184,6 +184,7 @@ _POLICY: Mapping[str, Callable[[object], Any]] = {
     "pin_assistant": _bool,
     "max_pinned": _whole(0),
     "pinned_token_budget": _whole(0),
+    "clean_slate_marker": _optional_text,
 }
 POLICY_FIELDS: tuple[str, ...] = tuple(_POLICY)
 _NOTES: Mapping[str, Callable[[object], Any]] = {

@@ -120,6 +120,8 @@ class Policy:
     pin_assistant: bool = False
     max_pinned: int = 16
     pinned_token_budget: int = 2000
+    # A new session whose first user message starts with this gets no carry ("" : none).
+    clean_slate_marker: str | None = "--clean"
     notes: Notes = field(default_factory=Notes)
     source: str = "defaults"  # "defaults" or the name of the rule that produced it
 

@@ -184,6 +184,10 @@ class Recorder:
                 m.pins_inserted.labels(agent=label).inc(details["pinned"])
         if details.get("pins_dropped"):
             m.pins_dropped.inc(details["pins_dropped"])
+        if decision.kind == "carry":
+            m.carries.labels(outcome="carried").inc()
+        elif decision.verdict.endswith("reason=clean_slate"):
+            m.carries.labels(outcome="clean_slate").inc()
         if decision.error is not None and decision.error not in self._failures \
                 and len(self._failures) < _FAILURES_LOGGED:
             self._failures.add(decision.error)
