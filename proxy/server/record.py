@@ -24,6 +24,7 @@ from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
+from proxy.server.upstream_episodes import UpstreamEpisodes
 from proxy.wire.usage import Usage
 
 __all__ = ["Recorder", "ReportSink", "ReportSinkWithShutdown", "TrailSink"]
@@ -56,11 +57,12 @@ class ReportSinkWithShutdown(ReportSink, Protocol):
 class Recorder:
     def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = (),
                  prices: Callable[[], PriceList] | None = None,
-                 trail_sinks: Sequence[TrailSink] = ()) -> None:
+                 trail_sinks: Sequence[TrailSink] = (), upstream: str = "") -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
         self.prices = prices  # the rules' [[prices]] in force (they reload)
         self.trail_sinks = list(trail_sinks)
+        self.episodes = UpstreamEpisodes(upstream)
         self._failures: set[str] = set()
         self._store_failing = False
         # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
@@ -144,6 +146,8 @@ class Recorder:
 
     def _answer(self, trail: Trail) -> None:
         m, chat = self.metrics, trail.chat
+        if trail.attempts and trail.attempts[-1].status is not None:
+            self.episodes.answered(trail.attempts[-1].status)
         if trail.failure is not None and not trail.failed_before_answer:
             self._failure(trail)
         if trail.large_answer:
@@ -172,7 +176,7 @@ class Recorder:
     def upstream_error(self, kind: str, exc: ProxyError | None = None) -> None:
         self.metrics.upstream_errors.labels(kind=kind).inc()
         if exc is not None:
-            log.warning("upstream failed (%s): %s", kind, exc.message)
+            self.episodes.failed(kind, exc.message)
 
     def floor(self, decision: Decision, agent: str | None = None) -> None:
         m = self.metrics
