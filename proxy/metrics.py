@@ -195,6 +195,7 @@ class Metrics:
         self.floor_capped = Counter(
             "tailfloor_floor_capped_total",
             "Rewrites that dropped added messages to fit the context window.", registry=r)
+        self._pin_series(r)
         self.rules_reloads = Counter(
             "tailfloor_rules_reloads_total", "Rules reloads (outcome: ok|error).",
             ["outcome"], registry=r)
@@ -250,6 +251,22 @@ class Metrics:
         self.overhead_by = Children(self.overhead)
         self.identification_by = Children(self.identification)
         self.rewrites_by = Children(self.rewrites)
+
+
+    def _pin_series(self, r: CollectorRegistry) -> None:
+        self.carries = Counter(
+            "tailfloor_carry_total", "New sessions and resets: carried (the previous "
+            "session's tail went in) or clean_slate (the user's first message asked for "
+            "none).", ["outcome"], registry=r)
+        self.pins = Gauge(
+            "tailfloor_pins", "Pins in force in the agent's lineage of its latest request "
+            "that holds any (rules: pin_patterns).", ["agent"], registry=r)
+        self.pins_inserted = Counter(
+            "tailfloor_pins_inserted_total", "Pinned messages tailfloor put back into a "
+            "request that no longer held them raw.", ["agent"], registry=r)
+        self.pins_dropped = Counter(
+            "tailfloor_pins_dropped_total", "Pins left out of a request: past max_pinned, "
+            "or past pinned_token_budget or the window.", registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from proxy import __version__
 from proxy.cli import demo as demo_command
+from proxy.cli import doctor as doctor_command
 from proxy.cli import rules as rules_command
 from proxy.cli import serve as serve_command
 from proxy.cli import sessions as sessions_command
@@ -19,7 +20,8 @@ from proxy.cli import sessions as sessions_command
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 COMMANDS: tuple[Registrar, ...] = (serve_command.register, rules_command.register,
-                                   sessions_command.register, demo_command.register)
+                                   sessions_command.register, demo_command.register,
+                                   doctor_command.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

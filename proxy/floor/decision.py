@@ -56,7 +56,7 @@ def pass_through(chat: ChatRequest, reason: str, method: str | None, session_id:
 # its text matched a session (which would make the header a membership oracle).
 _PUBLIC_REASONS = frozenset({
     "too_large", "too_deep", "summarization", "no_messages", "no_transcripts", "error",
-    "server_state", "message_thread", "unsupported_item", "unauthenticated"})
+    "server_state", "message_thread", "unsupported_item", "unauthenticated", "clean_slate"})
 
 
 def public_verdict(verdict: str) -> str:

@@ -26,7 +26,10 @@ import orjson
 
 from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
+from proxy.floor.clean_slate import cleaned, is_clean
 from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
+from proxy.floor.pin_index import PinIndex
+from proxy.floor.pinning import LineagePins
 from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
@@ -63,6 +66,7 @@ class _Plan:
     origins: Callable[[int], tuple[Origin, ...]]
     extra: int  # tokens of what is added besides the units (notes, markers)
     source: str
+    reserve: int = 0  # tokens kept for the pins, which go before the raw tail
 
 
 class Floor:
@@ -72,9 +76,17 @@ class Floor:
         self.tokens = tokens
         self.prints = prints
         self.clock = clock
+        self.pinning = LineagePins(PinIndex(catalog), tokens) if catalog is not None \
+            else None
 
     def settle(self, ctx: RequestContext) -> Decision | None:
         """The decision when memory alone gives it (most requests); None: ``rewrite``."""
+        early = self._early(ctx)
+        if early is not None and early.kind == "none" and self._clean_at(ctx) is not None:
+            return None  # the clean-slate marker comes out in ``rewrite``
+        return early
+
+    def _early(self, ctx: RequestContext) -> Decision | None:
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
         if not chat.inspected:
             return pass_through(chat, "too_large", "too_large")
@@ -98,6 +110,8 @@ class Floor:
         if ctx.guarded and self._guarded(ctx):
             return pass_through(chat, "unauthenticated", "unauthenticated")
         if ctx.signals.raw_after_summary >= policy.min_tail_messages:
+            if self.pinning is not None and self.pinning.may_pin(ctx):
+                return None  # the floor holds, but a pin may have been summarized away
             return pass_through(chat, "floor_holds", lineage.method, lineage.session_id)
         if ctx.signals.summary_index is not None and lineage.session_id is None:
             return pass_through(chat, "unidentified", lineage.method)
@@ -112,9 +126,25 @@ class Floor:
         """The decision of a request ``settle`` left open (reads transcripts: off the event
         loop). Never raises: a floor bug degrades to pass-through, never to a 500."""
         try:
-            if ctx.signals.summary_index is not None:
-                return self._restore(ctx)
-            return self._carry(ctx)
+            clean = self._clean_at(ctx)
+            early = self._early(ctx) if clean is not None else None
+            if early is not None:
+                return self._cleaned(ctx, early, clean)
+            pinning = self.pinning
+            # A clean slate inherits nothing of the session before it, its pins neither.
+            more = (ctx.lineage.predecessor,) if clean is None else ()
+            pins = pinning.of(ctx, *more) if pinning is not None else []
+            reserve = pinning.cost(ctx, pins) if pinning is not None else 0
+            if ctx.signals.raw_after_summary >= ctx.policy.min_tail_messages:
+                decision = pass_through(ctx.chat, "floor_holds", ctx.lineage.method,
+                                        ctx.lineage.session_id)
+            elif ctx.signals.summary_index is None:
+                decision = self._carry(ctx, reserve)
+            else:
+                decision = self._restore(ctx, reserve)
+            if pinning is not None:
+                decision = pinning.pinned(ctx, decision, pins)
+            return self._cleaned(ctx, decision, clean)
         except orjson.JSONEncodeError:
             # Nested deeper than a rewrite can serialise (a client's body, not our bug).
             return pass_through(ctx.chat, "too_deep", "too_large")
@@ -133,7 +163,7 @@ class Floor:
         return (ctx.messages or [])[self._first(ctx):]
 
     # ------------------------------------------------------------------ restore
-    def _restore(self, ctx: RequestContext) -> Decision:
+    def _restore(self, ctx: RequestContext, reserve: int = 0) -> Decision:
         chat, signals, lineage = ctx.chat, ctx.signals, ctx.lineage
         messages = ctx.messages or []
         sid = lineage.session_id
@@ -166,7 +196,8 @@ class Floor:
                     *(Origin("restored", session=sid),) * kept, *(AGENT,) * len(own))
 
         extra = self._tokens([annotated], ctx) - self._tokens([messages[summary_at]], ctx)
-        return self._finish(ctx, _Plan("floor", "restored", block, build, origins, extra, sid))
+        return self._finish(ctx, _Plan("floor", "restored", block, build, origins, extra, sid,
+                                       reserve))
 
     def _holds_segment(self, ctx: RequestContext, session_id: str) -> bool:
         """Whether the request carries its session's whole current segment (what follows the
@@ -210,9 +241,11 @@ class Floor:
         return compaction.first_kept_id
 
     # -------------------------------------------------------------------- carry
-    def _carry(self, ctx: RequestContext) -> Decision:
+    def _carry(self, ctx: RequestContext, reserve: int = 0) -> Decision:
         assert self.catalog is not None
         chat, lineage, policy = ctx.chat, ctx.lineage, ctx.policy
+        if self._clean_at(ctx) is not None:
+            return pass_through(chat, "clean_slate", lineage.method, lineage.session_id)
         source = self._carry_source(ctx)
         if source is None:
             return pass_through(chat, "no_predecessor", lineage.method, lineage.session_id)
@@ -246,7 +279,7 @@ class Floor:
                     *(AGENT,) * len(own))
 
         decision = self._finish(ctx, _Plan("carry", "carried", block, build, origins, extra,
-                                           source.session_id))
+                                           source.session_id, reserve))
         decision.details["reset_kind"] = source.reason
         return decision
 
@@ -303,7 +336,7 @@ class Floor:
             return pass_through(chat, "nothing_to_add", lineage.method, sid)
         own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, ctx) for unit in block.units]
-        room = policy.token_budget(ctx.window) - own - extra
+        room = policy.token_budget(ctx.window) - own - extra - plan.reserve
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:
@@ -330,6 +363,21 @@ class Floor:
             method=lineage.method, session_id=sid, source_session=source,
             messages=tuple(new_messages), origins=origins, added=tuple(kept), added_raw=raw,
             added_tokens=total + extra, capped=capped, window=ctx.window, details=details)
+
+    # -------------------------------------------------------------- clean slate
+    @staticmethod
+    def _clean_at(ctx: RequestContext) -> int | None:
+        """Where the request's first user message asks for a clean slate (enforce mode)."""
+        if ctx.policy.mode != "enforce":
+            return None
+        return is_clean(ctx.messages, ctx.policy.clean_slate_marker)
+
+    @staticmethod
+    def _cleaned(ctx: RequestContext, decision: Decision, at: int | None) -> Decision:
+        marker = ctx.policy.clean_slate_marker
+        if at is None or marker is None or decision.kind == "shadow":
+            return decision
+        return cleaned(decision, ctx.chat, at, marker)
 
     def _tokens(self, messages: Sequence[Message], ctx: RequestContext) -> int:
         spec = ctx.spec

@@ -1,26 +1,23 @@
-"""What the inspector keeps of a request for good, once it is over.
+"""What a page shows of a message without its text: role, size, tool names, a short hash.
 
-On the request path the inspector holds the finished request's trail by reference (cheap);
-soon after, off the event loop, ``settled`` turns it into a report without the trail, the
-bodies or the request's headers: with content off, every message is reduced to its role,
-size, tool names and a short hash (``MessageDigest``), so no message text and no credential
-stays in memory once the request is settled; with content on, the messages are kept as sent.
-Pure: no I/O.
+Worked out when a page asks (``proxy.inspector.facts``), for every message of every request
+it shows. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.report import RequestReport
-
-__all__ = ["MessageDigest", "clean", "digest_of", "encoded", "role_of", "settled", "short_hash",
+__all__ = ["MessageDigest", "clean", "digest_of", "encoded", "role_of", "short_hash",
            "tools_of"]
+
+
+_WHOLE = 4096
+_EDGE = 2048
 
 
 class MessageDigest(NamedTuple):
@@ -32,22 +29,28 @@ class MessageDigest(NamedTuple):
     tools: tuple[str, ...]
 
 
-def settled(report: RequestReport, content: bool) -> RequestReport:
-    """The report as the inspector keeps it: no body; messages as digests unless content
-    is kept."""
-    if content:
-        return replace(report, body=None)
-    messages = report.messages
-    digests = [digest_of(m) for m in messages] if messages else None
-    return replace(report, body=None, messages=digests)
-
-
 def digest_of(message: Any) -> MessageDigest:
-    data = encoded(message)
-    return MessageDigest(role_of(message), len(data), short_hash(data), tuple(tools_of(message)))
+    """Every message of every kept request is digested: a long text content is hashed by
+    its length and edges, not read in full or serialised again (a 40 KB system prompt in
+    full would cost more than the rest of the inspector). ``size``: bytes of its JSON form."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str) and len(content) > _WHOLE:
+        stand_in = _edges(content)
+        data = encoded({**message, "content": stand_in})
+        size = len(data) - len(stand_in) + len(content.encode("utf-8", "surrogatepass"))
+    else:
+        data = encoded(message)
+        size = len(data)
+    return MessageDigest(role_of(message), size, short_hash(data), tuple(tools_of(message)))
+
+
+def _edges(text: str) -> str:
+    return f"{len(text)}:{text[:_EDGE]}...{text[-_EDGE:]}"
 
 
 def short_hash(data: bytes) -> str:
+    """blake2b (5 bytes, hex) of a message's JSON form, in which a text content over 4,096
+    characters stands as ``<length>:<first 2,048>...<last 2,048>``."""
     return hashlib.blake2b(data, digest_size=5).hexdigest()
 
 
@@ -55,8 +58,11 @@ def encoded(message: Any) -> bytes:
     try:
         return orjson.dumps(message)
     except TypeError:  # a lone surrogate, or a value JSON has no form for
-        return json.dumps(message, ensure_ascii=False, default=repr).encode(
-            "utf-8", "surrogatepass")
+        try:
+            return json.dumps(message, ensure_ascii=False, default=repr).encode(
+                "utf-8", "surrogatepass")
+        except (RecursionError, ValueError):  # nested deeper than anything should be
+            return repr(type(message)).encode()
 
 
 def role_of(message: Any) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from proxy.inspector.digest import MessageDigest, clean, encoded, role_of, short_hash, tools_of
+from proxy.inspector.digest import MessageDigest, clean, digest_of
 from proxy.inspector.store import SessionRecord
 from proxy.report import AGENT, Origin, RequestReport
 
@@ -129,13 +129,8 @@ def _messages(messages: Sequence[Any] | None, origins: Sequence[Origin] | None,
     out = []
     for index, message in enumerate(messages):
         origin = origins[index] if origins is not None else AGENT
-        if isinstance(message, MessageDigest):  # settled without its text
-            role, size, digest, tools = message.role, message.size, message.hash, \
-                list(message.tools)
-        else:
-            data = encoded(message)
-            role, size, digest, tools = role_of(message), len(data), short_hash(data), \
-                tools_of(message)
+        found = message if isinstance(message, MessageDigest) else digest_of(message)
+        role, size, digest, tools = found.role, found.size, found.hash, list(found.tools)
         item: dict[str, Any] = {
             "index": index, "role": role, "provenance": origin.provenance,
             "bytes": size, "tokens": -(-size // _CHARS_PER_TOKEN),

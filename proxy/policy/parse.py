@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proxy.policy.pin_patterns import unsafe_pattern
 from proxy.policy.prices import Price, PriceList
 from proxy.policy.records import (
     CARRY_PLACEHOLDERS,
@@ -135,6 +136,14 @@ def _regexes(value: object) -> tuple[re.Pattern[str], ...]:
     return tuple(compiled)
 
 
+def _pin_patterns(value: object) -> tuple[re.Pattern[str], ...]:
+    for text in _strings(value):
+        why = unsafe_pattern(text)
+        if why is not None:
+            raise _Bad(f"pin pattern {text!r} is refused: {why}")
+    return _regexes(value)
+
+
 def _glob(value: object) -> Pattern:
     return Pattern.of(_text(value))
 
@@ -171,10 +180,16 @@ _POLICY: Mapping[str, Callable[[object], Any]] = {
     "min_output_tokens": _whole(1),
     "min_output_share": _share,
     "overflow_patterns": _regexes,
+    "pin_patterns": _pin_patterns,
+    "pin_assistant": _bool,
+    "max_pinned": _whole(0),
+    "pinned_token_budget": _whole(0),
+    "clean_slate_marker": _optional_text,
 }
 POLICY_FIELDS: tuple[str, ...] = tuple(_POLICY)
 _NOTES: Mapping[str, Callable[[object], Any]] = {
-    "summary_followed": _text, "carry_forward": _carry_text, "carry_forward_end": _text}
+    "summary_followed": _text, "carry_forward": _carry_text, "carry_forward_end": _text,
+    "pinned": _text}
 _MODEL: Mapping[str, Callable[[object], Any]] = {
     "pattern": _text, "context_window": _whole(1), "encoding": _choice(ENCODINGS),
     "margin": _margin}

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
+from proxy.policy.pin_patterns import DEFAULT_PIN_PATTERNS
+
 if TYPE_CHECKING:
     from proxy.policy.prices import PriceList
 
@@ -53,6 +55,10 @@ CARRY_PLACEHOLDERS: Final = ("ended_at", "session_id", "reason", "messages")
 _CACHE_LIMIT = 4096
 
 
+# The default pin marker (proxy/floor/pins.py), compiled once for every policy.
+DEFAULT_PINS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE) for p in DEFAULT_PIN_PATTERNS)
+
 @dataclass(frozen=True, slots=True)
 class Pattern:
     """A glob, compiled once."""
@@ -81,6 +87,7 @@ class Notes:
         "not a new request.")
     carry_forward_end: str = (
         "[tailfloor] End of the previous session's messages. The current session starts here.")
+    pinned: str = "[tailfloor] Pinned by the user earlier in this conversation:"
 
     def carry_forward_text(self, *, messages: int, ended_at: str, session_id: str,
                            reason: str) -> str:
@@ -107,6 +114,14 @@ class Policy:
     min_output_tokens: int = 1024  # an output limit is lowered to fit, never below this...
     min_output_share: float = 0.25  # ...or this share of what was asked, when smaller
     overflow_patterns: tuple[re.Pattern[str], ...] = ()  # extra overflow messages (issue 5)
+    # Pinned messages (proxy/floor/pins.py): user messages matching these stay in every
+    # request raw, after the summary; at most max_pinned, within pinned_token_budget.
+    pin_patterns: tuple[re.Pattern[str], ...] = field(default_factory=lambda: DEFAULT_PINS)
+    pin_assistant: bool = False
+    max_pinned: int = 16
+    pinned_token_budget: int = 2000
+    # A new session whose first user message starts with this gets no carry ("" : none).
+    clean_slate_marker: str | None = "--clean"
     notes: Notes = field(default_factory=Notes)
     source: str = "defaults"  # "defaults" or the name of the rule that produced it
 

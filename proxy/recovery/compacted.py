@@ -29,11 +29,15 @@ __all__ = ["dropped", "summarized"]
 def summarized(request: RecoveryRequest, tokens: TokenCounter, summary: str, covered: int,
                trigger: Trigger, *, label: str, why: str, attempt: SummaryAttempt | None = None,
                store_error: str | None = None) -> Compaction:
+    head, draft = len(request.head), request.draft
+    # The pins the floor put in the part summarized stay raw, right after the summary.
+    pinned = [i for i in range(covered) if draft.origin(head + i).provenance == "pinned"]
     messages = compacted_messages(request.head, summary, request.conversation[covered:],
                                   request.policy.notes.summary_followed,
                                   runtime_line(request.conversation))
-    head, draft = len(request.head), request.draft
+    messages[head + 1:head + 1] = [request.conversation[i] for i in pinned]
     origins = (*(draft.origin(i) for i in range(head)), _ours(covered),
+               *(draft.origin(head + i) for i in pinned),
                *(draft.origin(head + i) for i in range(covered, len(request.conversation))))
     return _compaction(request, tokens, messages, trigger, label, why=why, covered=covered,
                        attempt=attempt, store_error=store_error, origins=origins)

@@ -84,6 +84,13 @@ class RecoveryRequest:
     def chat(self) -> ChatRequest:
         return self.ctx.chat
 
+    def material(self, start: int, end: int) -> list[Message]:
+        """Conversation messages ``start:end`` for the summarizer: without the pins the
+        floor put in, which stay raw after the summary (``compacted.summarized``)."""
+        head = len(self.head)
+        return [m for i, m in enumerate(self.conversation[start:end], start=start)
+                if self.draft.origin(head + i).provenance != "pinned"]
+
     @property
     def policy(self) -> Policy:
         return self.ctx.policy

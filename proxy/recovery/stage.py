@@ -349,7 +349,7 @@ class Recovery:
                 found = await self._find(request, ask=True)
                 if found is not None and found.message_count >= cut.keep:
                     return await self._reuse(request, found, f"reused:{trigger}")
-            material = request.conversation[prior.covered:cut.keep]
+            material = request.material(prior.covered, cut.keep)
             name = request.policy.summary_model or request.chat.model
             model = request.ctx.model if name == request.chat.model else \
                 self._models.facts(self._rules.rules, name)

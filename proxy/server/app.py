@@ -95,8 +95,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
         settings=settings, metrics=metrics, upstream=upstream, rules=rules, tokens=tokens,
         windows=windows, ratios=ratios, offload=offload, recovery=recovery,
         record=Recorder(metrics, [sink] if sink is not None else [], prices,
-                        trail_sinks=[] if inspector is None else [InspectorSink(
-                            inspector, content=settings.inspect_content, offload=offload)]),
+                        trail_sinks=[] if inspector is None else [InspectorSink(inspector)],
+                        upstream=settings.upstream),
         models=models, floor=Floor(transcripts.catalog, tokens, prints),
         contexts=ContextBuilder(models, sessions, AgentKeys()), transcripts=transcripts,
         sessions=sessions, inspector=inspector)

@@ -1,58 +1,62 @@
-"""The recorder's hand-off to the inspector: a finished request's trail, kept by reference
-until it is settled.
+"""The recorder's hand-off to the inspector: what a finished request did, kept by reference.
 
-The request path pays for a few attribute reads and an estimate of the memory the trail
-holds. Within ``SETTLE_AFTER`` seconds, in a worker thread, each kept request is settled
-(``proxy.inspector.digest``): its report made and the trail let go, so neither the request's
-headers (credentials) nor, with content off, any message text stays in memory.
+The request path pays for a few attribute reads, a view of the trail without its context
+(so the request's headers, its credential, are not kept), and an estimate of the memory the
+view holds; the ``RequestReport``, and every digest and rendering, is made only when a page
+asks. Message text stays referenced (not copied) until the budget evicts the request, and
+is shown only with ``--inspect-content``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
 
-from proxy.inspector.digest import settled
+from proxy.identity.identify import RequestSignals
+from proxy.identity.lineage import Lineage
 from proxy.inspector.store import UNIDENTIFIED, Entry, InspectorStore
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 
-__all__ = ["SETTLE_AFTER", "InspectorSink"]
-
-SETTLE_AFTER = 0.25  # seconds a finished request's trail is held before it is settled
-log = logging.getLogger("tailfloor.inspector")
-Offload = Callable[..., Awaitable[Any]]
+__all__ = ["InspectorSink", "KeptTrail"]
 
 
-class _Kept:
-    """A kept request's report: made from its trail at the first ask or when settled, the
-    trail dropped then. Callable, as ``Entry.report``."""
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """The part of a request's context a report reads: no headers."""
 
-    __slots__ = ("_content", "_report", "_trail")
+    signals: RequestSignals
+    lineage: Lineage
+    window: int
 
-    def __init__(self, trail: Trail, seconds: float, content: bool) -> None:
-        self._trail: tuple[Trail, float] | None = (trail, seconds)
-        self._report: RequestReport | None = None
-        self._content = content
+
+class KeptTrail:
+    """A finished trail's references without its context: what ``report_of`` reads."""
+
+    __slots__ = ("after", "at", "attempts", "chat", "client_gone", "client_traceparent",
+                 "ctx", "decision", "finish_reason", "outgoing", "proxy_seconds",
+                 "request_id", "seconds", "started", "status", "steps", "stream", "usage",
+                 "verdict")
+
+    def __init__(self, trail: Trail, seconds: float) -> None:
+        ctx = trail.ctx
+        self.ctx = _Context(ctx.signals, ctx.lineage, ctx.window) if ctx is not None else None
+        self.request_id, self.at, self.started = trail.request_id, trail.at, trail.started
+        self.chat, self.decision, self.outgoing = trail.chat, trail.decision, trail.outgoing
+        self.steps, self.attempts, self.stream = trail.steps, trail.attempts, trail.stream
+        self.usage, self.finish_reason, self.after = trail.usage, trail.finish_reason, \
+            trail.after
+        self.proxy_seconds, self.status = trail.proxy_seconds, trail.status
+        self.client_gone, self.client_traceparent = trail.client_gone, \
+            trail.client_traceparent
+        self.verdict: str = trail.verdict
+        self.seconds = seconds
 
     def __call__(self) -> RequestReport:
-        report = self._report
-        return report if report is not None else self.settle()
+        """The report (``Entry.report``), made when a page asks."""
+        return report_of(self, self.seconds)
 
-    def settle(self) -> RequestReport:
-        held = self._trail
-        if held is None:  # settled meanwhile by another thread
-            assert self._report is not None
-            return self._report
-        report = settled(report_of(held[0], held[1]), self._content)
-        self._report = report
-        self._trail = None
-        return report
 
 # Beside the bodies: the trail, its context, decision and attempts, the report made from it.
 _TRAIL_BYTES = 8192
@@ -62,14 +66,8 @@ _MESSAGE_BYTES = 512  # a parsed message's dict and small values, beside its tex
 class InspectorSink:
     """A ``TrailSink`` in front of the inspector's store."""
 
-    def __init__(self, store: InspectorStore, *, content: bool = False,
-                 offload: Offload | None = None) -> None:
+    def __init__(self, store: InspectorStore) -> None:
         self.store = store
-        self._content = content
-        self._offload = offload
-        self._pending: deque[_Kept] = deque()
-        self._settling = False
-        self._task: asyncio.Future[None] | None = None
 
     def keep_trail(self, trail: Trail) -> None:
         seconds = time.perf_counter() - trail.started
@@ -91,41 +89,7 @@ class InspectorSink:
             sid or UNIDENTIFIED, trail.at, agent, method,
             decision.kind if decision is not None else "none",
             compaction is not None and not compaction.label.startswith("reused"),
-            overflowed, _held(trail), self._hold(trail, seconds)))
-
-    def _hold(self, trail: Trail, seconds: float) -> _Kept:
-        kept = _Kept(trail, seconds, self._content)
-        self._pending.append(kept)
-        if not self._settling:
-            self._settling = True
-            asyncio.get_running_loop().call_later(SETTLE_AFTER, self._start_settling)
-        return kept
-
-    def _start_settling(self) -> None:
-        self._task = asyncio.ensure_future(self._settle_pending())
-
-    async def _settle_pending(self) -> None:
-        try:
-            if self._offload is not None:
-                await self._offload(self.settle_all)
-            else:
-                self.settle_all()
-        except Exception:  # a bug here costs the inspector's view, never a request
-            log.exception("settling kept requests failed")
-        finally:
-            self._settling = False
-            if self._pending:
-                self._settling = True
-                asyncio.get_running_loop().call_later(SETTLE_AFTER, self._start_settling)
-
-    def settle_all(self) -> None:
-        """Settle every request kept so far (blocking: a worker thread runs it)."""
-        while self._pending:
-            try:
-                kept = self._pending.popleft()
-            except IndexError:
-                break
-            kept.settle()
+            overflowed, _held(trail), KeptTrail(trail, seconds)))
 
 
 def _held(trail: Trail) -> int:

@@ -24,6 +24,7 @@ from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
+from proxy.server.upstream_episodes import UpstreamEpisodes
 from proxy.wire.usage import Usage
 
 __all__ = ["Recorder", "ReportSink", "ReportSinkWithShutdown", "TrailSink"]
@@ -56,11 +57,12 @@ class ReportSinkWithShutdown(ReportSink, Protocol):
 class Recorder:
     def __init__(self, metrics: Metrics, sinks: Sequence[ReportSink] = (),
                  prices: Callable[[], PriceList] | None = None,
-                 trail_sinks: Sequence[TrailSink] = ()) -> None:
+                 trail_sinks: Sequence[TrailSink] = (), upstream: str = "") -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
         self.prices = prices  # the rules' [[prices]] in force (they reload)
         self.trail_sinks = list(trail_sinks)
+        self.episodes = UpstreamEpisodes(upstream)
         self._failures: set[str] = set()
         self._store_failing = False
         # Bounded: model and agent labels are capped (proxy/metrics.py), routes are three.
@@ -80,7 +82,7 @@ class Recorder:
         if decision is not None:
             if decision.kind == "none" and chat.pass_reason is not None:
                 m.dialect_passthrough.labels(route=chat.route, reason=chat.pass_reason).inc()
-            self.floor(decision)
+            self.floor(decision, chat.agent_id)
         if trail.prepared is not None:
             self.prepared(trail.prepared)
         for step in trail.steps:
@@ -144,6 +146,8 @@ class Recorder:
 
     def _answer(self, trail: Trail) -> None:
         m, chat = self.metrics, trail.chat
+        if trail.attempts and trail.attempts[-1].status is not None:
+            self.episodes.answered(trail.attempts[-1].status)
         if trail.failure is not None and not trail.failed_before_answer:
             self._failure(trail)
         if trail.large_answer:
@@ -172,10 +176,22 @@ class Recorder:
     def upstream_error(self, kind: str, exc: ProxyError | None = None) -> None:
         self.metrics.upstream_errors.labels(kind=kind).inc()
         if exc is not None:
-            log.warning("upstream failed (%s): %s", kind, exc.message)
+            self.episodes.failed(kind, exc.message)
 
-    def floor(self, decision: Decision) -> None:
+    def floor(self, decision: Decision, agent: str | None = None) -> None:
         m = self.metrics
+        details = decision.details
+        if "pins_active" in details:
+            label = m.agent_label(agent) if agent is not None else "none"
+            m.pins.labels(agent=label).set(details["pins_active"])
+            if details.get("pinned"):
+                m.pins_inserted.labels(agent=label).inc(details["pinned"])
+        if details.get("pins_dropped"):
+            m.pins_dropped.inc(details["pins_dropped"])
+        if decision.kind == "carry":
+            m.carries.labels(outcome="carried").inc()
+        elif decision.verdict.endswith("reason=clean_slate"):
+            m.carries.labels(outcome="clean_slate").inc()
         if decision.error is not None and decision.error not in self._failures \
                 and len(self._failures) < _FAILURES_LOGGED:
             self._failures.add(decision.error)

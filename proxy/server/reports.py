@@ -7,73 +7,120 @@ copied or rendered here; the inspector renders on demand, telemetry turns it int
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
+from proxy.chat import ChatRequest
+from proxy.floor.decision import Decision
+from proxy.identity.identify import RequestSignals
+from proxy.identity.lineage import Lineage
+from proxy.recovery.outcome import AfterCheck, ErrorStep
 from proxy.report import Attempt, RequestReport, SummaryMade
-from proxy.server.trail import Trail
+from proxy.server.outgoing import Outgoing
+from proxy.server.relay import StreamOutcome
+from proxy.wire.usage import Usage
 
-__all__ = ["report_of"]
+__all__ = ["ContextFacts", "TrailFacts", "report_of"]
 
 
-def report_of(trail: Trail, seconds: float | None = None) -> RequestReport:
-    """``seconds``: the request's time, when measured at its end (a report made later)."""
+class ContextFacts(Protocol):
+    """What a report reads of the request's context (never its headers)."""
+
+    @property
+    def signals(self) -> RequestSignals: ...
+    @property
+    def lineage(self) -> Lineage: ...
+    @property
+    def window(self) -> int: ...
+
+
+class TrailFacts(Protocol):
+    """What a report is made from: a request's ``Trail``, or what the inspector keeps of
+    one."""
+
+    request_id: str
+    at: float
+    started: float
+    chat: ChatRequest
+    decision: Decision | None
+    outgoing: Outgoing | None
+    steps: tuple[ErrorStep, ...]
+    attempts: tuple[Attempt, ...]
+    stream: StreamOutcome | None
+    usage: Usage | None
+    finish_reason: str | None
+    after: AfterCheck | None
+    proxy_seconds: float
+    status: int
+    client_gone: bool
+    client_traceparent: str | None
+
+    @property
+    def ctx(self) -> ContextFacts | None: ...
+    @property
+    def verdict(self) -> str: ...
+
+
+def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later).
+    One constructor call: each ``dataclasses.replace`` of a report this wide costs as much
+    as building it."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
-    report = RequestReport(
+    fields: dict[str, Any] = {}
+    if ctx is not None:
+        # A header, the prompt cache key or OpenClaw's Runtime line: the agent named it.
+        signals = ctx.signals
+        fields.update(session_id=ctx.lineage.session_id, method=ctx.lineage.method,
+                      named_session=signals.session_id if signals.session_source is not None
+                      else None, window=ctx.window)
+    if decision is not None:
+        verdict = decision.verdict
+        kind = decision.kind
+        fields.update(
+            floor_kind=kind,
+            floor_reason=verdict.split("reason=", 1)[1] if "reason=" in verdict else None,
+            restored=decision.added_raw if kind == "floor" else 0,
+            carried=decision.added_raw if kind == "carry" else 0,
+            carried_from=decision.source_session if kind == "carry" else None,
+            added_tokens=decision.added_tokens if decision.added_to_request else 0,
+            capped=decision.capped,
+            session_id=fields.get("session_id") or decision.session_id)
+    if outgoing is not None:
+        found = chat.body.get("messages")
+        messages = outgoing.messages if outgoing.messages is not None \
+            else found if isinstance(found, list) else None
+        fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
+        compaction = outgoing.compaction
+        if compaction is not None:
+            fields.update(compaction=compaction.label, compaction_why=compaction.why,
+                          replaced=compaction.replaced, tokens_removed=compaction.tokens_removed,
+                          window=compaction.window)
+            made = compaction.summary
+            if made is not None:
+                fields["summary"] = SummaryMade(
+                    model=made.model, seconds=made.seconds,
+                    started=made.began - trail.started if made.began else 0.0,
+                    prompt_tokens=made.prompt_tokens, completion_tokens=made.completion_tokens,
+                    failure=made.failure)
+        if outgoing.clamp is not None:
+            fields["clamp"] = (outgoing.clamp.requested, outgoing.clamp.limit)
+    overflow = next((s.overflow for s in reversed(trail.steps) if s.overflow), None)
+    after = trail.after
+    if after is not None and (after.overflow or after.recovered or after.clamped):
+        overflow = after.overflow or ("recovered" if after.recovered else "clamped")
+    return RequestReport(
         request_id=trail.request_id, at=trail.at, route=chat.route, model=chat.model,
         agent=ctx.signals.agent_id if ctx is not None else chat.agent_id, stream=chat.stream,
         status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
         seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
         attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason,
-        traceparent=trail.client_traceparent)
-    if ctx is not None:
-        # A header, the prompt cache key or OpenClaw's Runtime line: the agent named it.
-        named = ctx.signals.session_id if ctx.signals.session_source is not None else None
-        report = replace(report, session_id=ctx.lineage.session_id, method=ctx.lineage.method,
-                         named_session=named, window=ctx.window)
-    if decision is not None:
-        reason = decision.verdict.split("reason=", 1)[1] if "reason=" in decision.verdict \
-            else None
-        report = replace(
-            report, floor_kind=decision.kind, floor_reason=reason,
-            restored=decision.added_raw if decision.kind == "floor" else 0,
-            carried=decision.added_raw if decision.kind == "carry" else 0,
-            carried_from=decision.source_session if decision.kind == "carry" else None,
-            added_tokens=decision.added_tokens if decision.added_to_request else 0,
-            capped=decision.capped, session_id=report.session_id or decision.session_id)
-    if outgoing is not None:
-        found = chat.body.get("messages")
-        messages: tuple[dict[str, Any], ...] | list[Any] | None = (
-            outgoing.messages if outgoing.messages is not None
-            else found if isinstance(found, list) else None)
-        report = replace(report, body=outgoing.body, messages=messages,
-                         origins=outgoing.origins)
-        compaction = outgoing.compaction
-        if compaction is not None:
-            report = replace(report, compaction=compaction.label,
-                             compaction_why=compaction.why, replaced=compaction.replaced,
-                             tokens_removed=compaction.tokens_removed, window=compaction.window)
-            made = compaction.summary
-            if made is not None:
-                report = replace(report, summary=SummaryMade(
-                    model=made.model, seconds=made.seconds,
-                    started=made.began - trail.started if made.began else 0.0,
-                    prompt_tokens=made.prompt_tokens, completion_tokens=made.completion_tokens,
-                    failure=made.failure))
-        if outgoing.clamp is not None:
-            report = replace(report, clamp=(outgoing.clamp.requested, outgoing.clamp.limit))
-    overflow = next((s.overflow for s in reversed(trail.steps) if s.overflow), None)
-    after = trail.after
-    if after is not None and (after.overflow or after.recovered or after.clamped):
-        overflow = after.overflow or ("recovered" if after.recovered else "clamped")
-    return replace(report, overflow=overflow)
+        traceparent=trail.client_traceparent, overflow=overflow, **fields)
 
 
-def _now(trail: Trail) -> float:
+def _now(trail: TrailFacts) -> float:
     return time.perf_counter() - trail.started
 
 
-def _attempts(trail: Trail) -> tuple[Attempt, ...]:
+def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:
     attempts = tuple(trail.attempts)
     stream = trail.stream
     if attempts and stream is not None and stream.first_chunk_at is not None:

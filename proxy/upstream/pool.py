@@ -258,6 +258,10 @@ class Upstream:
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"connecting to the upstream took over {self._connect_timeout:g} s") from exc
+        except ssl.SSLError as exc:
+            raise UpstreamUnavailable(
+                f"TLS with the upstream failed ({exc.reason or exc}); if it uses a private "
+                "CA, pass --upstream-ca FILE") from exc
         except OSError as exc:
             raise UpstreamUnavailable(
                 f"cannot connect to the upstream: {exc.strerror or exc}") from exc

@@ -41,8 +41,18 @@ from tests.inspector.client import fetch, session_json, session_url
 from tests.recovery.conversation import rules_dir
 
 
+def message_hash(message: dict[str, Any]) -> str:
+    """The inspector's short hash as the README defines it: blake2b (5 bytes) of a message's
+    JSON, a text content over 4,096 characters standing as ``<length>:<first 2,048>...<last
+    2,048>``."""
+    content = message.get("content")
+    if isinstance(content, str) and len(content) > 4096:
+        message = {**message, "content": f"{len(content)}:{content[:2048]}...{content[-2048:]}"}
+    return hashlib.blake2b(orjson.dumps(message), digest_size=5).hexdigest()
+
+
 def hashes(messages: list[dict[str, Any]]) -> list[str]:
-    return [hashlib.blake2b(orjson.dumps(m), digest_size=5).hexdigest() for m in messages]
+    return [message_hash(m) for m in messages]
 
 
 def session_id_of(transcript: Path) -> str:

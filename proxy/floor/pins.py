@@ -1,0 +1,154 @@
+"""Pinned messages: what the user said must hold, kept raw whatever a summary forgot.
+
+A user message whose text matches one of the policy's ``pin_patterns`` (by default a
+``!pin`` or ``📌`` marker at its start) is pinned; ``!unpin <text>`` ends the pins holding
+that text (``!unpin`` alone: the newest). With ``pin_assistant``, a user message that is
+only ``!pin ^`` pins the assistant message before it. When a request no longer holds a pin
+raw (the agent's compaction summarized it, a reset started a new session), the floor inserts
+one message after the summary, before the raw tail: a short note, then each pin as it was
+written, in transcript order; the same bytes on every request while the pins are the same.
+
+Patterns are the operator's, vetted when the rules are read (proxy/policy/pin_patterns.py).
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.policy.pin_patterns import ENVELOPE, MATCH_CHARS
+from proxy.wire.content import message_text
+
+__all__ = ["NO_PINS", "Pin", "PinSet", "merged", "missing", "pin_message", "pins_in"]
+
+KEPT_CHARS = 8 * 1024  # of one pin's text; a longer one is kept truncated, and says so
+TRUNCATED = "\n[... truncated by tailfloor: the pinned message was longer]"
+_UNPIN = re.compile(r"^\s*!unpin\b[ \t]*(.*)", re.IGNORECASE | re.DOTALL)
+_POINT_BACK = re.compile(r"^\s*!pin\s*\^\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    entry_id: str
+    text: str
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PinSet:
+    """The pins of a lineage in transcript order, and how many were dropped past the cap."""
+
+    pins: tuple[Pin, ...] = ()
+    dropped: int = 0
+    # What this session's ``!unpin`` messages named (``""``: the newest pin), so that a
+    # later session's unpin also ends a pin it inherited.
+    unpins: tuple[str, ...] = ()
+
+
+NO_PINS = PinSet()
+
+
+def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Pattern[str]],
+            *, pin_assistant: bool = False, max_pinned: int = 16,
+            start: PinSet = NO_PINS) -> PinSet:
+    """The pins among ``(entry id, role, text)`` transcript messages, oldest first, after
+    those of ``start`` (what the messages before them pinned)."""
+    pins: list[Pin] = list(start.pins)
+    unpins: list[str] = list(start.unpins)
+    previous_assistant: tuple[str, str] | None = None
+    dropped = start.dropped
+    for entry_id, role, written in messages:
+        text = ENVELOPE.sub("", written, count=1)
+        if role == "assistant":
+            previous_assistant = (entry_id, text)
+            continue
+        if role != "user":
+            continue
+        head = text[:MATCH_CHARS]
+        unpin = _UNPIN.match(head)
+        if unpin is not None:
+            unpins.append(unpin.group(1).strip())
+            pins = _unpinned(pins, unpins[-1])
+        elif _POINT_BACK.match(head):
+            if pin_assistant and previous_assistant is not None:
+                pins.append(_pin(*previous_assistant))
+        elif any(p.search(head) for p in patterns):
+            pins.append(_pin(entry_id, text))
+        if len(pins) > max_pinned:
+            dropped += len(pins) - max_pinned
+            pins = pins[-max_pinned:]
+    return PinSet(tuple(pins), dropped, tuple(unpins))
+
+
+def _pin(entry_id: str, text: str) -> Pin:
+    if len(text) > KEPT_CHARS:
+        return Pin(entry_id, text[:KEPT_CHARS], truncated=True)
+    return Pin(entry_id, text)
+
+
+def _unpinned(pins: list[Pin], what: str) -> list[Pin]:
+    if not what:
+        return pins[:-1]
+    return [p for p in pins if what.lower() not in p.text.lower()]
+
+
+def merged(*sets: PinSet) -> PinSet:
+    """Pins of several sessions of one lineage, oldest session first, each text once; a
+    session's unpins end the pins it inherited too."""
+    out: list[Pin] = []
+    for pin_set in sets:
+        for what in pin_set.unpins:
+            out = _unpinned(out, what)
+        texts = {p.text for p in out}
+        out += [p for p in pin_set.pins if p.text not in texts]
+    return PinSet(tuple(out), sum(s.dropped for s in sets))
+
+
+def missing(pins: Sequence[Pin], messages: Sequence[Any]) -> list[Pin]:
+    """The pins the request does not hold raw: no user or assistant message's text is the
+    pin's or holds it (OpenClaw puts a timestamp before the user's text in requests, not in
+    its transcript)."""
+    if not pins:
+        return []
+    held = [message_text(m) for m in messages
+            if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
+    return [p for p in pins if p.truncated or not any(
+        p.text.strip() in h for h in held)]
+
+
+def pin_message(pins: Sequence[Pin], note: str, budget: int,
+                count: Callable[[str], int]) -> tuple[dict[str, Any] | None, int, int]:
+    """The message that carries ``pins`` (None: none fits), the number kept and dropped.
+    Newest pins are kept first within ``budget`` tokens; a single pin larger than the
+    budget is kept truncated, with a marker, never dropped silently."""
+    kept: list[str] = []
+    used = count(note)
+    for pin in reversed(pins):
+        text = pin.text + (TRUNCATED if pin.truncated else "")
+        cost = count(text)
+        if used + cost > budget:
+            if kept:
+                break
+            text = _cut(text, budget - used, count)
+            if not text:
+                break
+            cost = count(text)
+        kept.append(text)
+        used += cost
+    if not kept:
+        return None, 0, len(pins)
+    body = note + "\n\n" + "\n\n".join(reversed(kept))
+    return {"role": "user", "content": body}, len(kept), len(pins) - len(kept)
+
+
+def _cut(text: str, tokens: int, count: Callable[[str], int]) -> str:
+    """``text`` shortened to about ``tokens`` tokens, marked as truncated."""
+    if tokens <= count(TRUNCATED) + 8:
+        return ""
+    chars = max(0, (tokens - count(TRUNCATED)) * 3)
+    while chars > 0 and count(text[:chars] + TRUNCATED) > tokens:
+        chars = chars * 3 // 4
+    return text[:chars] + TRUNCATED if chars > 0 else ""
