@@ -131,10 +131,6 @@ class Metrics:
             "Responses and Messages requests passed on untouched because they do not hold "
             "the conversation (reason: server_state|message_thread|unsupported_item).",
             ["route", "reason"], registry=r)
-        self.indexing_passthrough = Counter(
-            "tailfloor_indexing_passthrough_total",
-            "Chat requests passed on untouched because the first transcript scan was still "
-            "running.", ["route"], registry=r)
         self.large_answers = Counter(
             "tailfloor_large_answers_total",
             "Complete (non-streaming) answers over the size limit, passed on as they arrived "
@@ -254,6 +250,10 @@ class Metrics:
 
 
     def _pin_series(self, r: CollectorRegistry) -> None:
+        self.indexing_passthrough = Counter(
+            "tailfloor_indexing_passthrough_total",
+            "Chat requests passed on untouched because the first transcript scan was still "
+            "running.", ["route"], registry=r)
         self.carries = Counter(
             "tailfloor_carry_total", "New sessions and resets: carried (the previous "
             "session's tail went in) or clean_slate (the user's first message asked for "

@@ -56,7 +56,8 @@ def pass_through(chat: ChatRequest, reason: str, method: str | None, session_id:
 # its text matched a session (which would make the header a membership oracle).
 _PUBLIC_REASONS = frozenset({
     "too_large", "too_deep", "summarization", "no_messages", "no_transcripts", "error",
-    "server_state", "message_thread", "unsupported_item", "unauthenticated", "clean_slate"})
+    "server_state", "message_thread", "unsupported_item", "unauthenticated", "clean_slate",
+    "indexing"})
 
 
 def public_verdict(verdict: str) -> str:

@@ -63,13 +63,20 @@ def _content(content: object) -> list[Any]:
                 parts.append(["image", _digest(str(url).encode())])
             else:
                 parts.append(["part", _digest(_sorted_json(part).encode())])
-    # adjacent text parts read as one text, so "a\nb" and ["a", "b"] fingerprint the same
+    # adjacent text parts read as one text, so "a\nb" and ["a", "b"] fingerprint the same;
+    # each run joined once (appending to the last text copied it: quadratic in the parts)
     merged: list[Any] = []
+    run: list[str] = []
     for item in parts:
-        if isinstance(item, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += "\n" + item
-        else:
-            merged.append(item)
+        if isinstance(item, str):
+            run.append(item)
+            continue
+        if run:
+            merged.append("\n".join(run))
+            run = []
+        merged.append(item)
+    if run:
+        merged.append("\n".join(run))
     return merged
 
 

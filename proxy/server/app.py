@@ -46,6 +46,7 @@ from proxy.server.admin_token import AdminToken, token_guard
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.inspector_sink import InspectorSink
+from proxy.server.listen_errors import cannot_listen
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder, ReportSinkWithShutdown
 from proxy.server.state import STATE_KEY, ProxyState
@@ -321,14 +322,14 @@ async def _serve(settings: Settings) -> int:
         cap=settings.max_connections or default_cap(),
         refused=state.metrics.rejected.labels(reason="too_many_connections").inc)
     state.connections = proxy_site
-    for where, site in ((settings.listen, proxy_site),
-                        (settings.admin_listen, web.TCPSite(
-                            admin, settings.admin_host, settings.admin_port,
-                            reuse_address=True))):
+    for kind, where, site in (("proxy", settings.listen, proxy_site),
+                              ("admin", settings.admin_listen, web.TCPSite(
+                                  admin, settings.admin_host, settings.admin_port,
+                                  reuse_address=True))):
         try:
             await site.start()
         except OSError as exc:
-            log.error("cannot listen on %s: %s", where, exc.strerror or exc)
+            log.error("%s", cannot_listen(kind, where, exc))
             await admin.cleanup()
             await runner.cleanup()
             return 1
