@@ -88,7 +88,7 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "HOST:PORT of the admin listener (/metrics, /healthz, /readyz, /tailfloor/*; 0 = any "
      "free port)"),
     ("upstream", "str", DEFAULT_UPSTREAM,
-     "model API base URL; a path such as /v1 or /api/v1 is kept (see README)"),
+     "model API base URL; a path such as /v1 or /api/v1 is kept (see docs/http.md)"),
     ("upstream_ca", "path", None,
      "PEM file of CA certificates to trust for an https upstream (default: the system's)"),
     ("rules", "path", None, "directory of policy files (TOML), hot-reloaded"),
