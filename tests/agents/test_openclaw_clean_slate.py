@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.agents.live_proxy import openclaw_live
 from tests.agents.openclaw_agent import Agent, Gateway
 from tests.agents.test_openclaw_live import INTERNAL, RULES, Run, ask
 from tests.conftest import ProxyProcess
 from tests.evidence import Evidence
-from tests.fake_behaviour import AgentBehaviour, is_summarization, text_of
+from tests.fake_behaviour import is_summarization, text_of
 from tests.fake_upstream import FakeUpstream
 
 AGENT = Agent("main")
@@ -31,24 +32,9 @@ CARRIED = "[tailfloor] The "
 @pytest.fixture(scope="module")
 def live(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[FakeUpstream, ProxyProcess, Gateway]]:
-    home = tmp_path_factory.mktemp("openclaw-clean")
-    rules = home / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES)
-    (home / ".openclaw").mkdir()
-    fake.reset()
-    fake.behaviour = AgentBehaviour()
-    proxy = ProxyProcess(fake.url, "--sessions", str(home / ".openclaw"), "--rules", str(rules),
-                         "--log-level", "DEBUG")
-    gateway = None
-    try:
-        gateway = Gateway(home, proxy.url, [AGENT], idle_minutes=600)
-        yield fake, proxy, gateway
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        proxy.stop()
-        fake.behaviour = None
+    with openclaw_live(fake, tmp_path_factory.mktemp("openclaw-clean"), RULES, [AGENT],
+                       idle_minutes=600) as live:
+        yield live
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:

@@ -37,12 +37,12 @@ import orjson
 import pytest
 import zstandard
 
+from tests.agents.live_proxy import openclaw_live
 from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway, workspace_files
 from tests.agents.test_pi_live_floor import check_carry, claim_both, entry_raw, pairs_intact
 from tests.conftest import ProxyProcess
 from tests.evidence import Evidence
 from tests.fake_behaviour import (
-    AgentBehaviour,
     is_summarization,
     size_usage,
     text_of,
@@ -184,25 +184,10 @@ def store_events(state: Path, agent: str, session_id: str) -> list[dict[str, Any
 @pytest.fixture(scope="module")
 def live(fake: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[FakeUpstream, ProxyProcess, Gateway]]:
-    home = tmp_path_factory.mktemp("openclaw")
-    rules = home / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES)
-    (home / ".openclaw").mkdir()
-    fake.reset()
-    fake.behaviour = AgentBehaviour()
-    proxy = ProxyProcess(fake.url, "--sessions", str(home / ".openclaw"), "--rules", str(rules),
-                         "--access-log", "--log-level", "DEBUG")
-    gateway = None
-    try:
-        gateway = Gateway(home, proxy.url, AGENTS, idle_minutes=1, models=tuple(
-            overflow_model(a, r) for a in AGENTS for r in range(RUNS)))
-        yield fake, proxy, gateway
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        proxy.stop()
-        fake.behaviour = None
+    models = tuple(overflow_model(a, r) for a in AGENTS for r in range(RUNS))
+    with openclaw_live(fake, tmp_path_factory.mktemp("openclaw"), RULES, AGENTS,
+                       idle_minutes=1, models=models, extra=("--access-log",)) as live:
+        yield live
 
 
 def overflow_model(agent: Agent, run: int) -> str:

@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.agents.live_proxy import watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
-from tests.conftest import ProxyProcess
 from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
@@ -82,16 +82,7 @@ def test_cache_warms_get_the_rewrite_of_the_request_they_repeat(
         fake: FakeUpstream, tmp_path: Path, affinity: bool, pi_prompt: PiPrompts,
         evidence: Evidence) -> None:
     window = pi_prompt(PI_LATEST).tokens + ROOM_TOKENS
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES)
-    root = tmp_path / "sessions"
-    root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--log-level", "DEBUG")
-    evidence.add_fake(fake)
-    evidence.add("tailfloor.log", proxy.logs)
-    evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
+    proxy, root = watched_proxy(fake, tmp_path, RULES, evidence)
     seen = []
     try:
         for run in range(3):

@@ -17,22 +17,14 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.agents.live_proxy import watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
-from tests.conftest import ProxyProcess
+from tests.agents.test_pi_cache_warming import RULES
 from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
 
-RULES = """[defaults]
-min_tail_messages = 8
-
-[[models]]
-pattern = "fake*"
-context_window = 200000
-encoding = "estimate"
-margin = 0.3
-"""
 CARRIED = "[tailfloor] The "
 
 
@@ -53,15 +45,7 @@ def user_texts(body: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("version", [PI_VERSION, PI_LATEST])
 def test_a_clean_slate_after_new_session_carries_nothing(
         fake: FakeUpstream, tmp_path: Path, version: str, evidence: Evidence) -> None:
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES)
-    root = tmp_path / "sessions"
-    root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--log-level", "DEBUG")
-    evidence.add_fake(fake)
-    evidence.add("tailfloor.log", proxy.logs)
+    proxy, root = watched_proxy(fake, tmp_path, RULES, evidence)
     try:
         for run in range(3):
             for clean in (True, False):

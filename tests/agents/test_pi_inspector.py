@@ -8,7 +8,6 @@ messages with the old session's id; an overflow tailfloor recovers shows two att
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ import orjson
 import pytest
 from selenium.webdriver.common.by import By
 
+from tests.agents.live_proxy import watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
@@ -37,18 +37,8 @@ from tests.evidence import Evidence, artifacts_root
 from tests.fake_behaviour import SUMMARY_MARKER, AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
 from tests.inspector.browser import chrome
-from tests.inspector.client import fetch, session_json, session_url
+from tests.inspector.client import fetch, message_hash, session_json, session_url
 from tests.recovery.conversation import rules_dir
-
-
-def message_hash(message: dict[str, Any]) -> str:
-    """The inspector's short hash as the README defines it: blake2b (5 bytes) of a message's
-    JSON, a text content over 4,096 characters standing as ``<length>:<first 2,048>...<last
-    2,048>``."""
-    content = message.get("content")
-    if isinstance(content, str) and len(content) > 4096:
-        message = {**message, "content": f"{len(content)}:{content[:2048]}...{content[-2048:]}"}
-    return hashlib.blake2b(orjson.dumps(message), digest_size=5).hexdigest()
 
 
 def hashes(messages: list[dict[str, Any]]) -> list[str]:
@@ -94,15 +84,7 @@ def screenshot(proxy: ProxyProcess, session: str, name: str, provenance: str) ->
 def test_pi_s_compaction_and_new_session_on_the_session_pages(
         fake: FakeUpstream, tmp_path: Path, version: str, pi_prompt: PiPrompts,
         evidence: Evidence) -> None:
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES.format(n=8))
-    root = tmp_path / "sessions"
-    root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--inspect-content")
-    evidence.add_fake(fake)
-    evidence.add("tailfloor.log", proxy.logs)
+    proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=8), evidence, "--inspect-content")
     fake.reset()
     fake.behaviour = AgentBehaviour()
     pi = PiAgent(tmp_path / "pi", proxy.url + "/v1",

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.agents.live_proxy import watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
@@ -190,16 +191,7 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
         pi_prompt: PiPrompts, evidence: Evidence) -> None:
     version, tail, n, affinity = scenario
     window = pi_prompt(version).tokens + ROOM_TOKENS
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES.format(n=n))
-    root = tmp_path / "sessions"
-    root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--log-level", "DEBUG")
-    evidence.add_fake(fake)
-    evidence.add("tailfloor.log", proxy.logs)
-    evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
+    proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=n), evidence)
     results: list[list[int]] = []
     carried: list[list[int]] = []
     try:

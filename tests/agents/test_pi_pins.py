@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.agents.live_proxy import watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
 from tests.agents.test_pi_live_floor import RESERVE, ROOM_TOKENS, RULES, TEXT_TURNS
-from tests.conftest import ProxyProcess
 from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour, is_summarization
 from tests.fake_upstream import FakeUpstream
@@ -49,16 +49,7 @@ def test_a_pin_survives_pi_s_compaction_and_its_new_session_until_unpinned(
         fake: FakeUpstream, tmp_path: Path, version: str, pi_prompt: PiPrompts,
         evidence: Evidence) -> None:
     window = pi_prompt(version).tokens + ROOM_TOKENS
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES.format(n=8))
-    root = tmp_path / "sessions"
-    root.mkdir()
-    proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--log-level", "DEBUG")
-    evidence.add_fake(fake)
-    evidence.add("tailfloor.log", proxy.logs)
-    evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
+    proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=8), evidence)
     seen: list[dict[str, Any]] = []
     try:
         for run in range(3):

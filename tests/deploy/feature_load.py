@@ -153,7 +153,9 @@ class FeatureLoad:
     def args(self) -> list[str]:
         # One root, one tenant (the sidecar's case): the new Pi session of pi-04 is carried by
         # its fingerprint, which several roots would not trust.
-        return ["--state", str(self.state), "--sessions", str(self.sessions)]
+        # The reasons too: the load checks why each request passed through.
+        return ["--state", str(self.state), "--sessions", str(self.sessions),
+                "--tailfloor-header", "detailed"]
 
     def _small_window(self, rules: Path) -> int:
         """A window holding the request and about half of what the floor would restore,

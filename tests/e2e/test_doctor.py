@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import ROOT, ProxyProcess, free_port
@@ -52,5 +53,18 @@ def test_a_running_tailfloor_is_found_on_the_admin_port(fake: FakeUpstream,
         _code, out = doctor("--upstream", fake.url, "--admin-listen",
                             f"127.0.0.1:{proxy.admin_port}", "--sessions", str(tmp_path))
         assert "a tailfloor answers" in out, out
+    finally:
+        proxy.stop()
+
+
+def test_serve_says_where_it_looked_when_it_finds_no_transcript(fake: FakeUpstream,
+                                                                 tmp_path: Path) -> None:
+    proxy = ProxyProcess(fake.url, "--sessions", str(tmp_path), "--log-format", "text")
+    try:
+        deadline = time.monotonic() + 10
+        while "no transcript found" not in proxy.logs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = next(x for x in proxy.logs().splitlines() if "no transcript found" in x)
+        assert str(tmp_path) in line and "--sessions" in line and "tailfloor doctor" in line
     finally:
         proxy.stop()

@@ -15,19 +15,10 @@ from proxy.floor.clean_slate import marked_clean, without_marker
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.floor.harness import FloorHarness
-from tests.floor.synthetic import Holder, Transcript, chat, conversation, put, request_for, rules
-from tests.floor.test_floor_tenants import VICTIM, before_reset
+from tests.floor.synthetic import Holder, chat, request_for, rules
+from tests.floor.test_floor_tenants import VICTIM, before_reset, reset_session
 
 FIRST = "Start afresh: write the release notes."
-
-
-def reset_session() -> Catalog:
-    t = Transcript(VICTIM)
-    conversation(t, 12)
-    t.reset()
-    catalog = Catalog()
-    put(catalog, t)
-    return catalog
 
 
 def new_session(first: str, *later: str) -> dict[str, Any]:

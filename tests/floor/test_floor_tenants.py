@@ -189,7 +189,7 @@ def test_a_claimed_known_id_plants_no_fingerprint(
 def test_a_named_session_with_an_empty_segment_and_its_own_prompt_gets_nothing() -> None:
     """The attack of issue 27: a client with its own system prompt names a real session (one
     root, so the tenant is certain) that has just been reset: nothing of it is carried."""
-    catalog = _reset_session()
+    catalog = reset_session()
     rewriter = FloorHarness(Holder(rules(n=8)), TokenCounter(), catalog, single_tenant=True)
     rewriter.decide(chat(before_reset(catalog)), {})
     for claim in ({"x-tailfloor-session": VICTIM}, {}):
@@ -207,7 +207,7 @@ def before_reset(catalog: Catalog) -> dict[str, object]:
     return {**request_for(catalog, VICTIM), "messages": [system(), *closed]}
 
 
-def _reset_session() -> Catalog:
+def reset_session() -> Catalog:
     t = Transcript(VICTIM)
     conversation(t, 12)
     t.reset()
@@ -219,7 +219,7 @@ def _reset_session() -> Catalog:
 @pytest.mark.parametrize("single_tenant,expected", [(False, "untrusted"), (True, "carry")])
 def test_a_named_session_with_an_empty_segment_carries_only_in_a_certain_tenant(
         single_tenant: bool, expected: str) -> None:
-    catalog = _reset_session()
+    catalog = reset_session()
     rewriter = FloorHarness(Holder(rules(n=8)), TokenCounter(), catalog,
                              single_tenant=single_tenant)
     # The session's own request before its reset (its prompt recorded), then the claim.

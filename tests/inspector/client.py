@@ -3,6 +3,7 @@ their JSON twins from the admin listener."""
 
 from __future__ import annotations
 
+import hashlib
 import urllib.error
 import urllib.request
 from typing import Any
@@ -57,3 +58,13 @@ def session_json(proxy: Any, session: str) -> dict[str, Any]:
     assert status == 200, body[:300]
     found: dict[str, Any] = orjson.loads(body)
     return found
+
+
+def message_hash(message: dict[str, Any]) -> str:
+    """The inspector's short hash as the README defines it: blake2b (5 bytes) of a message's
+    JSON, a text content over 4,096 characters standing as ``<length>:<first 2,048>...<last
+    2,048>``."""
+    content = message.get("content")
+    if isinstance(content, str) and len(content) > 4096:
+        message = {**message, "content": f"{len(content)}:{content[:2048]}...{content[-2048:]}"}
+    return hashlib.blake2b(orjson.dumps(message), digest_size=5).hexdigest()

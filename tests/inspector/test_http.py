@@ -3,7 +3,6 @@ checked against what the fake upstream received."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import time
@@ -21,7 +20,7 @@ from tests.floor.synthetic import system
 from tests.floor.test_floor_e2e import setup as floor_setup
 from tests.floor.test_floor_tenants import VICTIM, hello, rules_dir, send, victim_session
 from tests.inprocess import InProcessProxy, inproc  # noqa: F401  (a fixture)
-from tests.inspector.client import chat, fetch, session_json, session_url
+from tests.inspector.client import chat, fetch, message_hash, session_json, session_url
 from tests.recovery.conversation import history
 from tests.recovery.conversation import post as recovery_post
 from tests.recovery.conversation import start as recovery_start
@@ -30,15 +29,6 @@ Make = Callable[..., InProcessProxy]
 CANARY = "canary-7f3a91-never-shown"
 TOOL_CANARY = "canary-args-55c1"
 
-
-def message_hash(message: dict[str, Any]) -> str:
-    """The inspector's short hash as the README defines it: blake2b (5 bytes) of a message's
-    JSON, a text content over 4,096 characters standing as ``<length>:<first 2,048>...<last
-    2,048>``."""
-    content = message.get("content")
-    if isinstance(content, str) and len(content) > 4096:
-        message = {**message, "content": f"{len(content)}:{content[:2048]}...{content[-2048:]}"}
-    return hashlib.blake2b(orjson.dumps(message), digest_size=5).hexdigest()
 
 
 def last_request(*args: str) -> tuple[int, str]:
