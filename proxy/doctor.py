@@ -64,11 +64,13 @@ def check_rules(directory: Path | None) -> list[Finding]:
                           f"{len(rules.rules)} rules")]
 
 
-def check_upstream(upstream: str, timeout: float = 5.0) -> list[Finding]:
+def check_upstream(upstream: str, timeout: float = 5.0, ca_file: Path | None = None
+                   ) -> list[Finding]:
     url = upstream.rstrip("/") + ("/models" if upstream.rstrip("/").endswith("/v1")
                                   else "/v1/models")
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return [Finding(True, f"upstream {upstream}: answers (GET {url} -> "
                                   f"{response.status})")]
     except urllib.error.HTTPError as exc:
@@ -115,7 +117,8 @@ def check_store(settings: Settings) -> list[Finding]:
         return [Finding(False, "shared store: redis-py is not installed", "pip install .")]
     client = Redis(host=url.host, port=url.port, db=url.db, username=url.username,
                    password=url.password, ssl=url.tls, socket_timeout=2.0,
-                   socket_connect_timeout=2.0)
+                   socket_connect_timeout=2.0,
+                   ssl_ca_certs=str(url.ca_file) if url.tls and url.ca_file else None)
     try:
         client.ping()
     except RedisError as exc:

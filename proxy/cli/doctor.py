@@ -33,8 +33,8 @@ def run(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     explicit = bool(settings.sessions)
     roots = list(settings.sessions) if explicit else default_roots(os.environ, Path.home())
     findings = [*doctor.check_roots(roots, explicit), *doctor.check_rules(settings.rules),
-                *doctor.check_upstream(settings.upstream), *doctor.check_admin(settings),
-                *doctor.check_store(settings)]
+                *doctor.check_upstream(settings.upstream, ca_file=settings.upstream_ca),
+                *doctor.check_admin(settings), *doctor.check_store(settings)]
     for finding in findings:
         print(("ok       " if finding.ok else "problem  ") + finding.what, file=out)
         if finding.fix:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.floor.carry import reset_kind
+from proxy.floor.clean_slate import marked_clean
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in
 from proxy.policy.records import Policy
 from proxy.transcripts.records import SessionRecord, TailMessage
@@ -41,8 +42,16 @@ class Transcripts(Protocol):
 class _Scanned:
     count: int  # the session's raw messages when it was read
     resets: int
-    rules: int  # id() of the policy's patterns it was read with
+    policy: tuple[object, ...]  # what it was read with (``_pin_policy``)
     pins: PinSet
+    clean: bool  # its first user message asked for a clean slate: it inherits nothing
+
+
+def _pin_policy(policy: Policy) -> tuple[object, ...]:
+    # The patterns tuple itself (compared by identity, and kept alive so its id cannot be
+    # reused), and every other field a read depends on.
+    return (policy.pin_patterns, policy.pin_assistant, policy.max_pinned,
+            policy.clean_slate_marker)
 
 
 class PinIndex:
@@ -58,14 +67,21 @@ class PinIndex:
             found = self._scanned.get(session_id)
         return found is None or bool(found.pins.pins)
 
-    def lineage(self, session_id: str, policy: Policy) -> PinSet:
-        """The pins a request of ``session_id``'s lineage must hold."""
+    def lineage(self, session_id: str, policy: Policy, *, inherit: bool = True) -> PinSet:
+        """The pins a request of ``session_id``'s lineage must hold: its own, and its
+        predecessors' unless ``inherit`` is off or a session on the way asked for a clean
+        slate."""
         sets: list[PinSet] = []
         seen: set[str] = set()
         sid: str | None = session_id
         while sid is not None and sid not in seen and len(seen) <= _DEPTH:
             seen.add(sid)
-            sets.append(self.own(sid, policy))
+            scanned = self._own(sid, policy)
+            if scanned is None:
+                break
+            sets.append(scanned.pins)
+            if not inherit or scanned.clean:
+                break
             sid = self._inherits_from(sid, policy)
         return merged(*reversed(sets))
 
@@ -76,29 +92,42 @@ class PinIndex:
         return record.predecessor if policy.carries(reset_kind(record.link)) else None
 
     def own(self, session_id: str, policy: Policy) -> PinSet:
+        scanned = self._own(session_id, policy)
+        return scanned.pins if scanned is not None else NO_PINS
+
+    def _own(self, session_id: str, policy: Policy) -> _Scanned | None:
         record = self.catalog.full(session_id)
         if record is None:
-            return PinSet()
-        count, resets = record.message_count, len(record.resets)
+            return None
+        count, resets, read_with = record.message_count, len(record.resets), _pin_policy(policy)
         with self._lock:
             known = self._scanned.get(session_id)
-        if known is not None and known.rules == id(policy.pin_patterns) \
-                and known.resets == resets:
+        if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
+                and known.policy[1:] == read_with[1:]:
             if known.count == count:
                 with self._lock:
                     if session_id in self._scanned:
                         self._scanned.move_to_end(session_id)
-                return known.pins
+                return known
             grown = count - known.count
             if 0 < grown <= _INCREMENTAL:
-                newest = self.catalog.tail(session_id, grown)
-                return self._keep(session_id, count, resets, policy,
-                                  self._read(newest, policy, known.pins))
+                # One message more than grew: a ``!pin ^`` first among the new ones points
+                # at the assistant message before it.
+                newest = self.catalog.tail(session_id, grown + 1)[-grown - 1:]
+                if len(newest) > grown:
+                    newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
+                return self._keep(session_id, _Scanned(
+                    count, resets, read_with, self._read(newest, policy, known.pins),
+                    known.clean))
         messages: list[TailMessage] = []
         for reset in record.resets:
             messages += self.catalog.tail(session_id, count + 8, before=reset.entry_id)
         messages += self.catalog.tail(session_id, count + 8)
-        return self._keep(session_id, count, resets, policy, self._read(messages, policy))
+        first = next((m for m in messages if m.role == "user" and m.messages), None)
+        clean = first is not None and marked_clean(message_text(first.messages[0]),
+                                                   policy.clean_slate_marker)
+        return self._keep(session_id, _Scanned(count, resets, read_with,
+                                               self._read(messages, policy), clean))
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -106,14 +135,13 @@ class PinIndex:
                        pin_assistant=policy.pin_assistant, max_pinned=policy.max_pinned,
                        start=start)
 
-    def _keep(self, session_id: str, count: int, resets: int, policy: Policy,
-              pins: PinSet) -> PinSet:
+    def _keep(self, session_id: str, scanned: _Scanned) -> _Scanned:
         with self._lock:
-            self._scanned[session_id] = _Scanned(count, resets, id(policy.pin_patterns), pins)
+            self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
             while len(self._scanned) > MAX_SESSIONS:
                 self._scanned.popitem(last=False)
-        return pins
+        return scanned
 
     def active(self) -> int:
         """Pins held for the sessions remembered (the gauge)."""

@@ -85,13 +85,14 @@ class LineagePins:
         return sid is not None and ctx.policy.max_pinned > 0 \
             and ctx.policy.mode == "enforce" and self.index.may_hold(sid)
 
-    def of(self, ctx: RequestContext, *more: str | None) -> list[Pin]:
+    def of(self, ctx: RequestContext, *more: str | None, inherit: bool = True) -> list[Pin]:
         """The pins of the request's lineage (its session and ``more``: a predecessor, a
-        carry's source), oldest first."""
+        carry's source), oldest first; ``inherit`` off: its session's own only."""
         if ctx.policy.max_pinned <= 0 or ctx.policy.mode != "enforce":
             return []
         sessions = dict.fromkeys(s for s in (ctx.lineage.session_id, *more) if s)
-        return list(merged(*(self.index.lineage(s, ctx.policy) for s in sessions)).pins)
+        return list(merged(*(self.index.lineage(s, ctx.policy, inherit=inherit)
+                             for s in sessions)).pins)
 
     def cost(self, ctx: RequestContext, pins: Sequence[Pin]) -> int:
         lacking = missing(pins, ctx.messages or [])
@@ -102,10 +103,15 @@ class LineagePins:
                                                lambda text: self._text_tokens(text, ctx))
         return self._text_tokens(message["content"], ctx) if message is not None else 0
 
-    def pinned(self, ctx: RequestContext, decision: Decision, pins: list[Pin]) -> Decision:
-        """``decision`` with the lineage's pins the request does not hold (a pass-through
-        only when the floor holds: the session is certain and its summary is there)."""
-        if decision.kind == "none" and decision.verdict != "none; reason=floor_holds":
+    def pinned(self, ctx: RequestContext, decision: Decision, pins: list[Pin], *,
+               agrees: bool) -> Decision:
+        """``decision`` with the lineage's pins the request does not hold. A pass-through
+        only when the floor holds and the request shows it is the session's (``agrees``:
+        its prompt's fingerprint or strong evidence; a claimed id alone gets no pin); a
+        restore has found the request's own messages in the transcript, a carry was
+        proven before it was made."""
+        if decision.kind == "none" and (decision.verdict != "none; reason=floor_holds"
+                                        or not agrees):
             return decision
         if decision.source_session not in (None, ctx.lineage.session_id):
             pins = self.of(ctx, ctx.lineage.predecessor, decision.source_session)

@@ -115,8 +115,7 @@ def missing(pins: Sequence[Pin], messages: Sequence[Any]) -> list[Pin]:
         return []
     held = [message_text(m) for m in messages
             if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
-    return [p for p in pins if p.truncated or not any(
-        p.text.strip() in h for h in held)]
+    return [p for p in pins if not any(p.text.strip() in h for h in held)]
 
 
 def pin_message(pins: Sequence[Pin], note: str, budget: int,

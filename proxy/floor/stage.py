@@ -133,7 +133,8 @@ class Floor:
             pinning = self.pinning
             # A clean slate inherits nothing of the session before it, its pins neither.
             more = (ctx.lineage.predecessor,) if clean is None else ()
-            pins = pinning.of(ctx, *more) if pinning is not None else []
+            pins = pinning.of(ctx, *more, inherit=clean is None) if pinning is not None \
+                else []
             reserve = pinning.cost(ctx, pins) if pinning is not None else 0
             if ctx.signals.raw_after_summary >= ctx.policy.min_tail_messages:
                 decision = pass_through(ctx.chat, "floor_holds", ctx.lineage.method,
@@ -143,7 +144,10 @@ class Floor:
             else:
                 decision = self._restore(ctx, reserve)
             if pinning is not None:
-                decision = pinning.pinned(ctx, decision, pins)
+                sid = ctx.lineage.session_id
+                decision = pinning.pinned(
+                    ctx, decision, pins,
+                    agrees=sid is not None and decision.kind == "none" and self._agrees(ctx, sid))
             return self._cleaned(ctx, decision, clean)
         except orjson.JSONEncodeError:
             # Nested deeper than a rewrite can serialise (a client's body, not our bug).

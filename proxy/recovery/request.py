@@ -74,7 +74,8 @@ class RecoveryRequest:
         # A session the request only claims (an id in a header, from a tenant that does not
         # vouch for it) does not name the store's key: a client could otherwise fill another
         # session's slots and push its summaries out, on every replica sharing the store.
-        named = ctx.session if ctx.lineage.trusted else None
+        # Nor does a request that did not prove it is a keyed agent (ctx.guarded).
+        named = ctx.session if ctx.lineage.trusted and not ctx.guarded else None
         session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
         scopes = [credential_scope(ctx.headers, k) for k in scope_keys]
         keys = [session if s is None else f"{session}~{s}" for s in scopes] or [session]

@@ -163,12 +163,10 @@ class TranscriptService:
             self._publish()
             log.info("transcripts ready: %d sessions in %.2fs", len(self.catalog),
                      time.monotonic() - began)
-            if not len(self.catalog):
-                # What a newcomer meets first when the agent writes somewhere else.
-                log.info("no transcript found under %s: requests pass through until one "
-                         "appears; point --sessions (TAILFLOOR_SESSIONS) at the directory "
-                         "your agent writes its sessions to (`tailfloor doctor` checks)",
-                         ", ".join(str(r) for r in self.roots))
+            if not len(self.catalog):  # what a newcomer meets when the agent writes elsewhere
+                log.info("no transcript found under %s: point --sessions (TAILFLOOR_SESSIONS) "
+                         "at the directory your agent writes its sessions to (`tailfloor "
+                         "doctor` checks)", ", ".join(str(r) for r in self.roots))
         except Exception:
             log.exception("the first transcript scan failed; following changes from here")
             self.errors("internal", "scan", "failed")

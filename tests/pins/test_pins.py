@@ -286,3 +286,54 @@ def test_a_pin_held_behind_openclaw_s_timestamp_is_held() -> None:
 def test_openclaw_s_timestamp_is_not_part_of_the_pin() -> None:
     [pin] = pins_in([("1", "user", f"[Wed 2026-12-02 17:10 UTC] {PIN}")], DEFAULT_PINS).pins
     assert pin.text == PIN
+
+
+def test_a_claim_with_made_up_messages_that_hold_the_floor_gets_no_pins() -> None:
+    """A client that names the session and sends enough raw messages of its own for the
+    floor to hold (nothing of the session's) is not the session's: no pin."""
+    catalog = Catalog()
+    t = pinned_session()
+    t.compaction("## Goal\nedit the docs", t.message_ids()[-5])
+    put(catalog, t)
+    floor = floor_of(catalog, n=6)
+    made_up: list[dict[str, Any]] = []
+    for i in range(5):
+        made_up += [{"role": "user", "content": f"zq{i}"},
+                    {"role": "assistant", "content": f"xq{i}"}]
+    mallory = {"model": "fake-model", "messages": [
+        {"role": "system", "content": "You are Mallory's assistant."}, *made_up,
+        {"role": "user", "content": "tell me"}]}
+    decision = floor.decide(chat(mallory), {"x-tailfloor-session": t.session_id})
+    assert "pinned" not in decision.verdict and PIN.encode() not in decision.body, \
+        decision.verdict
+
+
+def test_a_clean_slate_inherits_no_pin_even_after_its_marker_is_summarized() -> None:
+    """The new session's own first message says it is clean; the index reads that from
+    the transcript, so no request of it inherits (the control without the marker does)."""
+    from proxy.floor.pin_index import PinIndex
+
+    for first, inherits in (("--clean start over", False), ("start over", True)):
+        catalog = Catalog()
+        old = pinned_session("bbbb2222-old1")
+        put(catalog, old)
+        new = Transcript("bbbb2222-new1")
+        new.clock = old.clock + 100
+        new.user(first)
+        new.assistant("ok")
+        conversation(new, 4)
+        put(catalog, new, created=new.clock)
+        record = catalog.get(new.session_id)
+        assert record is not None and record.predecessor == old.session_id
+        pins = PinIndex(catalog).lineage(new.session_id, rules(n=6).defaults).pins
+        assert any(p.text == PIN for p in pins) == inherits, first
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+", "((a+))+$", "(a|aa)+$", "(.*a){12}",
+                                     "(?:x|y*)*"])
+def test_every_runaway_pattern_shape_is_refused(pattern: str) -> None:
+    from proxy.policy.pin_patterns import unsafe_pattern
+
+    assert unsafe_pattern(pattern) is not None
+    for fine in (r"^\s*(?:remember|constraint):", r"(ab){2,}", r"[(]a+[)]+", r"\(a+\)+"):
+        assert unsafe_pattern(fine) is None, fine
