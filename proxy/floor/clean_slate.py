@@ -25,7 +25,7 @@ import orjson
 from proxy.chat import ChatRequest
 from proxy.floor.decision import Decision
 from proxy.policy.pin_patterns import ENVELOPE
-from proxy.wire.content import head_length
+from proxy.wire.content import first_text, head_length
 
 __all__ = ["cleaned", "first_user_text", "is_clean", "marked_clean", "without_marker"]
 
@@ -35,7 +35,7 @@ def first_user_text(messages: Sequence[Any]) -> tuple[int, str] | None:
     for index in range(head_length(messages), len(messages)):
         message = messages[index]
         if isinstance(message, dict) and message.get("role") == "user":
-            return index, _text(message.get("content"))
+            return index, first_text(message) or ""
     return None
 
 
@@ -73,15 +73,6 @@ def _strip(text: str, marker: str) -> str:
         end += 1
     return text[:start] + text[end:]
 
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                return str(part["text"])
-    return ""
 
 
 def is_clean(messages: Sequence[Any] | None, marker: str | None) -> int | None:

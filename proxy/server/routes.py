@@ -57,9 +57,6 @@ _DECODE_INLINE = 256 * 1024
 async def route(request: web.Request) -> web.StreamResponse:
     """Every request that is not one of tailfloor's own routes."""
     state = request.app[STATE_KEY]
-    # The error shape follows the path from the start: an Anthropic client gets Anthropic's
-    # errors even for what is refused before its request is read.
-    shape = _dialect_of(request.raw_path) if request.method == "POST" else None
     try:
         target = parse_target(request.raw_path)
         coding = request.headers.get("Transfer-Encoding")
@@ -71,9 +68,9 @@ async def route(request: web.Request) -> web.StreamResponse:
         state.metrics.requests_by("other", "none", str(exc.status)).inc()
         rid = request_id(state, request)
         refused(request, exc.status, exc.reason, rid)
-        return error_response(exc, rid, shape)
+        return error_response(exc, rid, _shape(request))
     if state.draining:
-        return _draining(request_id(state, request), shape)
+        return _draining(request_id(state, request), _shape(request))
     if request.method == "POST":
         path = route_path(target.path)
         if path in CHAT_PATHS:
@@ -208,6 +205,13 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
+
+
+def _shape(request: web.Request) -> Dialect | None:
+    """The error shape of an answer given before the target is routed: the path's, so an
+    Anthropic client gets Anthropic's errors even for what is refused before its request is
+    read (worked out only then, off the common path)."""
+    return _dialect_of(request.raw_path) if request.method == "POST" else None
 
 
 def _dialect_of(raw_path: str) -> Dialect | None:
