@@ -9,7 +9,9 @@
 - every metric a fresh ``Metrics`` registers is in the metrics table of docs/observability.md
   with its type and labels, and the table names nothing else;
 - every config snippet the docs show is a file of docs/snippets, shown verbatim where it is
-  included, parses, and has the keys and shape the live agent tests build (one source).
+  included, and parses; the live agent tests build their providers from those files
+  (tests/agents/snippets.py: the keys, the api and the URL's path are the file's), and the
+  checks here make sure that is still so.
 """
 
 from __future__ import annotations

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.agents.pi_agent import ROOT, _node24
+from tests.agents.snippets import provider, provider_shown, url_at
 from tests.conftest import free_port
 
 OPENCLAW_VERSION = "2026.9.6"
+SNIPPET = "openclaw-provider.json"  # the README's provider: every agent's starts from it
 ENTRY = ROOT / ".ci-cache/openclaw/node_modules/openclaw/openclaw.mjs"
 TOKEN = "local-test-token"
 # OpenClaw's fixed prompt (40 KB of system prompt, 10 KB of tools) is ~16k tokens by its
@@ -57,10 +59,20 @@ def _model(agent: Agent, model_id: str, reasoning: bool = False) -> dict[str, An
 
 
 def base_url(api: str, proxy_url: str, agent: str) -> str:
-    """The provider ``baseUrl`` for ``api``: OpenClaw's OpenAI SDKs append
-    ``/chat/completions`` or ``/responses`` to it, its Anthropic SDK ``/v1/messages``."""
-    root = f"{proxy_url}/agents/{agent}"
-    return root if api == "anthropic-messages" else root + "/v1"
+    """The provider ``baseUrl`` for ``api``: the README's, at ``proxy_url`` for ``agent``.
+    OpenClaw's OpenAI SDKs append ``/chat/completions`` or ``/responses`` to it, its
+    Anthropic SDK ``/v1/messages`` (so no ``/v1`` of its own)."""
+    url = url_at(provider_shown(SNIPPET)["baseUrl"], proxy_url, agent)
+    return url.removesuffix("/v1") if api == "anthropic-messages" else url
+
+
+def _provider(agent: Agent, api: str, proxy_url: str,
+              models: list[dict[str, Any]]) -> dict[str, Any]:
+    """The README's provider for ``agent``, speaking ``api`` (the README shows chat
+    completions; the dialect tests change only that)."""
+    shown = provider_shown(SNIPPET)
+    return {**provider(shown, base_url=base_url(api, proxy_url, agent.id), api_key=KEYS[api],
+                       models=models), "api": api}
 
 
 def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
@@ -85,9 +97,8 @@ def config(port: int, proxy_url: str, workspace: Path, agents: list[Agent], *,
                       "model": {"primary": f"p-{a.id}/fake-model"}}
                      for i, a in enumerate(agents)]},
         "models": {"mode": "merge", "providers": {
-            f"p-{a.id}": {"baseUrl": base_url(api, proxy_url, a.id), "apiKey": KEYS[api],
-                          "api": api,
-                          "models": [_model(a, m, reasoning) for m in ("fake-model", *models)]}
+            f"p-{a.id}": _provider(a, api, proxy_url, [_model(a, m, reasoning)
+                                                       for m in ("fake-model", *models)])
             for a in agents}},
         "session": {"reset": reset},
         "logging": {"file": str(workspace.parent / "openclaw.log")},

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.agents.snippets import provider, provider_shown
+
 ROOT = Path(__file__).resolve().parents[2]
 PI_VERSION = "0.73.1"
 PI_LATEST = "1.6.0"
@@ -89,9 +91,10 @@ class PiAgent:
         if self.affinity_headers:
             model["compat"] = {"sendSessionAffinityHeaders": True}
         model.update(self.model_extra)
-        (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"fakeup": {
-            "baseUrl": self.base_url, "api": "openai-completions", "apiKey": "sk-fake-local",
-            "models": [model]}}}))
+        shown = provider_shown("pi-models.json")  # the README's provider, the test's values
+        (self.agent_dir / "models.json").write_text(json.dumps({"providers": {
+            "fakeup": provider(shown, base_url=self.base_url, api_key="sk-fake-local",
+                               models=[model])}}))
         (self.agent_dir / "settings.json").write_text(json.dumps({
             "defaultProvider": "fakeup", "defaultModel": "fake-model", "quietStartup": True,
             "enableInstallTelemetry": False,

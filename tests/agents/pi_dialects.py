@@ -30,6 +30,7 @@ from typing import Any
 
 from tests.agents.pi_agent import PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
+from tests.agents.snippets import provider, provider_shown
 
 RESPONSES = "openai-responses"
 ANTHROPIC = "anthropic-messages"
@@ -62,8 +63,9 @@ def models_json(api: str, upstream: str, *, context_window: int = 6000,
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}, **model_extra}
     if compat:
         model["compat"] = compat
-    return {"providers": {PROVIDER: {"baseUrl": base_url(api, upstream), "api": api,
-                                     "apiKey": KEYS[api], "models": [model]}}}
+    shown = provider_shown("pi-models-dialects.json", api)  # docs/dialects.md's provider
+    return {"providers": {PROVIDER: provider(shown, base_url=base_url(api, upstream),
+                                             api_key=KEYS[api], models=[model])}}
 
 
 def write_models(agent_dir: Path, api: str, upstream: str, **options: Any) -> Path:

@@ -13,6 +13,7 @@ from proxy.floor.restore import is_counted
 from proxy.identity.identify import identify
 from tests.agents.pi_agent import PI_VERSION, PiAgent
 from tests.agents.sizing import PiPrompts
+from tests.agents.snippets import provider_shown, url_at
 from tests.conftest import ProxyProcess
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
@@ -83,7 +84,9 @@ def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
     window = pi_prompt(PI_VERSION).tokens + ROOM_TOKENS
     fake.reset()
     fake.behaviour = AgentBehaviour()
-    pi = PiAgent(home, proxy.url + "/v1", context_window=window)
+    # the URL the README shows (its agent prefix too), at this proxy
+    pi = PiAgent(home, url_at(provider_shown("pi-models.json")["baseUrl"], proxy.url),
+                 context_window=window)
     turns = drive(pi, fake)
     assert compactions(pi) >= 1, "Pi never compacted: make the turns longer"
     after = main_requests(fake)[-1]
@@ -97,6 +100,8 @@ def test_pi_compaction_then_new_session(floor_proxy: Any, fake: FakeUpstream,
     assert len(raw) >= N > own
     assert "follow this summary verbatim" in after["messages"][1]["content"][0]["text"]
     assert proxy.sample("tailfloor_rewrites_total", kind="floor") >= 1
+    # the README's path prefix named the agent
+    assert proxy.sample("tailfloor_tokens_total", agent="pi") > 0
 
     # A new Pi session in the same directory: its first request carries the old tail.
     before = len(fake.chat_requests())
