@@ -13,12 +13,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from proxy.inspector.digest import MessageDigest, clean, digest_of
-from proxy.inspector.store import SessionRecord
+from proxy.inspector.store import CLEAN_SLATE, SessionRecord
 from proxy.report import AGENT, Origin, RequestReport
 
-__all__ = ["PROVENANCES", "floor_text", "recovery_text", "request_facts", "session_facts",
-           "session_row"]
+__all__ = ["CLEAN_SLATE_TEXT", "PROVENANCES", "floor_text", "recovery_text", "request_facts",
+           "session_facts", "session_row"]
 
+CLEAN_SLATE_TEXT = ("the user began this session with the clean-slate marker: nothing of "
+                    "the previous session was carried in, and none of its pins")
 PROVENANCES = ("agent", "restored", "carried", "summary", "inserted", "pinned")
 _CHARS_PER_TOKEN = 4  # the estimate tailfloor uses when it has no tokenizer for a model
 
@@ -27,7 +29,8 @@ def session_row(record: SessionRecord) -> dict[str, Any]:
     return {"id": record.session_id, "agent": record.agent, "source": record.source,
             "last_request": record.last, "requests_kept": len(record.requests),
             "requests_seen": record.seen, "floors": record.floors, "carries": record.carries,
-            "compactions": record.compactions, "overflows": record.overflows}
+            "compactions": record.compactions, "overflows": record.overflows,
+            "clean_slate": record.clean_slate}
 
 
 def session_facts(record: SessionRecord, content: bool) -> dict[str, Any]:
@@ -99,6 +102,8 @@ def floor_text(floor: dict[str, Any]) -> str:
         parts.append("capped")
     if floor["reason"]:
         parts.append(f"reason: {floor['reason']}")
+    if floor["reason"] == CLEAN_SLATE:
+        parts.append(CLEAN_SLATE_TEXT)
     return ", ".join(parts)
 
 

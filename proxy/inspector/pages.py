@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from proxy.inspector.facts import PROVENANCES, floor_text, recovery_text
+from proxy.inspector.facts import CLEAN_SLATE_TEXT, PROVENANCES, floor_text, recovery_text
 
 __all__ = ["UI", "not_found_page", "session_page", "sessions_page"]
 
@@ -63,7 +63,7 @@ def sessions_page(facts: dict[str, Any]) -> str:
             f"<td>{_e(s['agent'] or '-')}</td><td>{_e(s['source'] or '-')}</td>"
             f"<td class=\"id\"><a href=\"{UI}/sessions/{_path(s['id'])}\">"
             f"{_e(s['id'])}</a></td><td>{_when(s['last_request'])}</td>"
-            f"<td>{s['requests_kept']}</td><td>{s['floors']}</td><td>{s['carries']}</td>"
+            f"<td>{s['requests_kept']}</td><td>{s['floors']}</td><td>{_carries(s)}</td>"
             f"<td>{s['compactions']}</td><td>{s['overflows']}</td></tr>")
     table = ("<p class=\"empty\">No request kept yet.</p>" if not rows else
              "<div class=\"scroll\"><table id=\"sessions\"><thead><tr><th>agent</th>"
@@ -77,6 +77,13 @@ def sessions_page(facts: dict[str, Any]) -> str:
             f"{table}<p class=\"note\">Most recently active first; up to "
             f"{facts['per_session']} requests kept per session on this replica.</p>")
     return _page("sessions", facts["replica"], body)
+
+
+def _carries(s: dict[str, Any]) -> str:
+    if s["clean_slate"]:
+        return (f"{s['carries']} <span class=\"clean-slate\" title=\"{CLEAN_SLATE_TEXT}\">"
+                "clean slate</span>")
+    return str(s["carries"])
 
 
 def _notice(facts: dict[str, Any]) -> str:
@@ -98,7 +105,9 @@ def session_page(facts: dict[str, Any]) -> str:
             f"{_e(s['source'] or '-')} · {s['requests_kept']} of {s['requests_seen']} requests "
             f"kept · {s['floors']} floors · {s['carries']} carries · {s['compactions']} "
             f"compactions · {s['overflows']} overflows</p>"
-            "<p class=\"legend\">" + "".join(
+            + (f"<p class=\"clean-slate\">Clean slate: {CLEAN_SLATE_TEXT}.</p>"
+               if s["clean_slate"] else "")
+            + "<p class=\"legend\">" + "".join(
                 f"<span class=\"key\" data-provenance=\"{p}\">{p}</span>"
                 for p in PROVENANCES) + "</p>")
     requests = "".join(_request(r, open_=i == 0) for i, r in enumerate(s["requests"]))

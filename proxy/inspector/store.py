@@ -18,10 +18,12 @@ from typing import NamedTuple
 
 from proxy.report import RequestReport
 
-__all__ = ["UNIDENTIFIED", "Entry", "InspectorStore", "SessionRecord", "entry_of", "held_bytes"]
+__all__ = ["CLEAN_SLATE", "UNIDENTIFIED", "Entry", "InspectorStore", "SessionRecord", "entry_of",
+           "held_bytes"]
 
 # Requests tailfloor could not tie to a session are kept together under this name.
 UNIDENTIFIED = "unidentified"
+CLEAN_SLATE = "clean_slate"  # the floor's pass-through reason for a session begun clean
 # What a kept report costs beside its body: the report, its attempts, the deque slot, and a
 # parsed message (a dict, its keys and small values) beside the text it shares with the body.
 _REPORT_BYTES = 4096
@@ -67,6 +69,7 @@ class Entry(NamedTuple):
     overflowed: bool
     bytes: int
     report: Callable[[], RequestReport]
+    clean_slate: bool = False  # its floor passed because the user asked for a clean slate
 
 
 def entry_of(report: RequestReport) -> Entry:
@@ -74,7 +77,8 @@ def entry_of(report: RequestReport) -> Entry:
     return Entry(report.session_id or report.named_session or UNIDENTIFIED, report.at,
                  report.agent, report.method, report.floor_kind,
                  report.compaction is not None and not report.compaction.startswith("reused"),
-                 report.overflow is not None, held_bytes(report), lambda: report)
+                 report.overflow is not None, held_bytes(report), lambda: report,
+                 report.floor_reason == CLEAN_SLATE)
 
 
 @dataclass(slots=True)
@@ -92,6 +96,9 @@ class SessionRecord:
     carries: int = 0
     compactions: int = 0
     overflows: int = 0
+    # a request of it passed the floor because its first user message asked for a clean
+    # slate: the session started with nothing of its predecessor, by the user's choice
+    clean_slate: bool = False
 
 
 class InspectorStore:
@@ -130,6 +137,8 @@ class InspectorStore:
             record.compactions += 1
         if entry.overflowed:
             record.overflows += 1
+        if entry.clean_slate:
+            record.clean_slate = True
         requests = record.requests
         requests.append(entry)
         self.held += entry.bytes

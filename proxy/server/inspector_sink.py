@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from proxy.identity.identify import RequestSignals
 from proxy.identity.lineage import Lineage
-from proxy.inspector.store import UNIDENTIFIED, Entry, InspectorStore
+from proxy.inspector.store import CLEAN_SLATE, UNIDENTIFIED, Entry, InspectorStore
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
@@ -58,6 +58,7 @@ class KeptTrail:
         return report_of(self, self.seconds)
 
 
+_CLEAN_SLATE = f"reason={CLEAN_SLATE}"
 # Beside the bodies: the trail, its context, decision and attempts, the report made from it.
 _TRAIL_BYTES = 8192
 _MESSAGE_BYTES = 512  # a parsed message's dict and small values, beside its text
@@ -89,7 +90,8 @@ class InspectorSink:
             sid or UNIDENTIFIED, trail.at, agent, method,
             decision.kind if decision is not None else "none",
             compaction is not None and not compaction.label.startswith("reused"),
-            overflowed, _held(trail), KeptTrail(trail, seconds)))
+            overflowed, _held(trail), KeptTrail(trail, seconds),
+            decision is not None and decision.verdict.endswith(_CLEAN_SLATE)))
 
 
 def _held(trail: Trail) -> int:

@@ -1,8 +1,9 @@
 """A clean slate on the real Pi agent (0.73.1 and 1.6.0), live, in its default
 configuration: after ``new_session``, a first prompt starting with ``--clean`` gets nothing
 of the previous session (the upstream receives no carried message and no marker, the rest
-of the text as typed), and neither do the new session's later requests; without the marker
-the same steps carry (the control). Three runs per release.
+of the text as typed), and neither do the new session's later requests; the inspector names
+the session a clean slate; without the marker the same steps carry (the control). Three runs
+per release.
 
 The oracle is the upstream's recording of what it received and Pi's own transcript (which
 keeps the prompt as typed, marker included).
@@ -24,6 +25,7 @@ from tests.agents.test_pi_cache_warming import RULES
 from tests.evidence import Evidence
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
+from tests.inspector.client import fetch, session_json, session_url
 
 CARRIED = "[tailfloor] The "
 
@@ -66,6 +68,11 @@ def test_a_clean_slate_after_new_session_carries_nothing(
                 finally:
                     rpc.close()
                 bodies = [orjson.loads(r.body) for r in fake.chat_requests()]
+                new_id = pi.session_files()[-1].stem.split("_", 1)[1]
+                inspected = session_json(proxy, new_id)["session"]
+                assert inspected["clean_slate"] is clean, f"{name}: {inspected}"
+                _, _, page = fetch(session_url(proxy, new_id))
+                assert (b"Clean slate:" in page) is clean, name
                 fresh = [b for b in bodies if any(first in t for t in user_texts(b))]
                 assert len(fresh) == 2, name
                 where = f"pi {version} {name}"
