@@ -1,6 +1,6 @@
 """Cold start and idle cost: ``tailfloor serve`` over a sessions root full of Pi transcripts.
 
-    python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30] [--storm N]
+    python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30] [--storm N] [--rules]
 
 Writes ``dirs`` x ``per_dir`` Pi sessions (~20 messages, ~19 KB each, as a year of an agent's
 work looks) into a temporary root, then starts ``python -m proxy serve`` on it and reports:
@@ -200,13 +200,15 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (tree_cpu_ns(pid) - before) / 1e6 / seconds
 
 
-def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0) -> dict[str, Any]:
+def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
+            rules: Path | None = None) -> dict[str, Any]:
     port, admin = free_port(), free_port()
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
          "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
-         "--sessions", str(root), "--log-level", "WARNING", "--tailfloor-header", "detailed"])
+         "--sessions", str(root), "--log-level", "WARNING", "--tailfloor-header", "detailed",
+         *(["--rules", str(rules)] if rules is not None else [])])
     try:
         out = asyncio.run(watch_start(proc, started, port, admin))
         out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
@@ -227,6 +229,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measure")
     parser.add_argument("--storm", type=int, default=0,
                         help="then this many new session files at once (target 4)")
+    parser.add_argument("--rules", action="store_true",
+                        help="serve with a rules directory too (its watcher's idle cost)")
     parser.add_argument("--write-storm", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write_storm is not None:
@@ -239,13 +243,19 @@ def main() -> None:
     try:
         empty, full = work / "empty", work / "full"
         empty.mkdir()
+        rules = None
+        if args.rules:
+            rules = work / "rules"
+            rules.mkdir()
+            (rules / "floor.toml").write_text("[defaults]\nmin_tail_messages = 20\n")
         began = time.monotonic()
         size = generate(full, args.dirs, args.per_dir)
         print(f"wrote {args.dirs * args.per_dir} sessions, {size / 1e6:.0f} MB in "
               f"{time.monotonic() - began:.1f} s", file=sys.stderr)
         result = {"sessions": args.dirs * args.per_dir, "bytes": size,
-                  "baseline_empty_root": run_one(empty, upstream_port, args.idle),
-                  "with_sessions": run_one(full, upstream_port, args.idle, args.storm)}
+                  "rules_directory": args.rules,
+                  "baseline_empty_root": run_one(empty, upstream_port, args.idle, rules=rules),
+                  "with_sessions": run_one(full, upstream_port, args.idle, args.storm, rules)}
         print(json.dumps(result, indent=2))
     finally:
         upstream.terminate()

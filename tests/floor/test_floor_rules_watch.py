@@ -81,10 +81,10 @@ def _configmap(root: Path, version: str, text: str) -> None:
         (root / "policy.toml").symlink_to("..data/policy.toml")
 
 
-async def _until(predicate: Callable[[], bool]) -> float:
+async def _until(predicate: Callable[[], bool], within: float = 5.0) -> float:
     start = time.perf_counter()
     while not predicate():
-        if time.perf_counter() - start > 5.0:
+        if time.perf_counter() - start > within:
             raise AssertionError("condition not reached")
         await asyncio.sleep(0.005)
     return time.perf_counter() - start
@@ -142,3 +142,41 @@ def test_cli_rules_check_reports_every_problem(tmp_path: Path) -> None:
 def cli_parse(argv: list[str]) -> argparse.Namespace:
     from proxy.cli.main import build_parser
     return build_parser().parse_args(argv)
+
+
+class CountedStop(asyncio.Event):
+    """A stop event that counts how often the watcher looks at it: once per step while it
+    polls, so the looks over a quiet second are the wake-ups for nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return super().is_set()
+
+
+async def test_a_quiet_rules_directory_does_not_wake_the_watcher(tmp_path: Path) -> None:
+    (tmp_path / "floor.toml").write_text(GOOD.format(n=10))
+    holder = RulesHolder.open(tmp_path, Metrics())
+    stop = CountedStop()
+    task = asyncio.create_task(watch_rules(holder, stop))
+    try:
+        # an edit seen proves the watch is set; then a quiet second
+        for n in range(11, 40):
+            (tmp_path / "floor.toml").write_text(GOOD.format(n=n))
+            try:
+                await _until(lambda n=n: holder.rules.defaults.min_tail_messages == n, 0.5)
+                break
+            except AssertionError:
+                continue
+        before = stop.looks
+        await asyncio.sleep(1.0)
+        # watchfiles' awatch with a 10 ms step looks ~100 times a second
+        assert stop.looks - before <= 2, stop.looks - before
+        (tmp_path / "floor.toml").write_text(GOOD.format(n=50))
+        await _until(lambda: holder.rules.defaults.min_tail_messages == 50)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
