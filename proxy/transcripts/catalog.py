@@ -213,7 +213,7 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None or not st.complete:
                 return None
-            return view.active_branch(st.entries, st.by_id).missing_parent
+            return view.active_branch(st.entries, st.by_id_if_built).missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
@@ -297,7 +297,7 @@ class Catalog:
         return replace(self._opts, flavor=flavor)
 
     def _path(self, st: SessionState) -> tuple[list[Entry], bool]:
-        branch = view.active_branch(st.entries, st.by_id)
+        branch = view.active_branch(st.entries, st.by_id_if_built)  # no dict kept at a scan
         path = list(branch.entries)
         rooted = bool(path) and path[0].parent_id is None
         if branch.missing_parent is not None and st.complete:

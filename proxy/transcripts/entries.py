@@ -135,6 +135,10 @@ def parse_header(obj: object) -> Header:
         parent_session=parent if isinstance(parent, str) else None)
 
 
+def _interned(value: str | None) -> str | None:
+    return sys.intern(value) if value is not None else None
+
+
 def _str(obj: Mapping[str, Any], key: str) -> str | None:
     value = obj.get(key)
     return value if isinstance(value, str) else None
@@ -177,8 +181,10 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         msg = obj.get("message")
         if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
             raise EntryError("malformed", "message entry without a message role")
-        role = str(msg["role"])
-        stop = _str(msg, "stopReason")
+        # A few distinct values in every entry of every session: one object each, not one
+        # per entry (each parse makes new strings; 10,000 sessions keep them all).
+        role = sys.intern(str(msg["role"]))
+        stop = _interned(_str(msg, "stopReason"))
         if ts is None:
             ts = parse_timestamp(msg.get("timestamp"))
         keys = _message_keys(msg)
@@ -199,8 +205,8 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         keys = _user_keys(obj.get("content"))
     elif kind == "context_edit":
         target, removes = _edit_target(obj)
-    return Entry(kind=kind, id=entry_id, parent_id=parent, timestamp=ts, pos=pos, size=size,
-                 role=role, stop_reason=stop, summary=summary, first_kept_id=first_kept,
+    return Entry(kind=sys.intern(kind), id=entry_id, parent_id=parent, timestamp=ts, pos=pos,
+                 size=size, role=role, stop_reason=stop, summary=summary, first_kept_id=first_kept,
                  reason=reason, keys=keys, target_id=target, removes=removes)
 
 

@@ -18,20 +18,35 @@ _MARK_KINDS = ("compaction", "reset")
 
 
 class SessionState:
-    __slots__ = ("before_count", "by_id", "complete", "entries", "info", "marks",
+    __slots__ = ("_by_id", "before_count", "complete", "entries", "info", "marks",
                  "marks_known", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
         self.store = store
         self.entries: list[Entry] = []
-        self.by_id: dict[str, Entry] = {}
+        # built when first asked: most tracked sessions are never read again after the
+        # scan, and the dict cost ~460 bytes a session
+        self._by_id: dict[str, Entry] | None = None
         self.marks: dict[str, Entry] = {}
         self.complete = False
         self.marks_known = False
         # raw messages before the window, when known (the window once reached the top)
         self.before_count: int | None = None
         self.record: SessionRecord | None = None
+
+    @property
+    def by_id(self) -> dict[str, Entry]:
+        """The window's entries by id."""
+        found = self._by_id
+        if found is None:
+            found = self._by_id = {e.id: e for e in self.entries}
+        return found
+
+    @property
+    def by_id_if_built(self) -> dict[str, Entry] | None:
+        """``by_id`` when something built it already (a reader that can do without)."""
+        return self._by_id
 
     @property
     def held(self) -> list[Entry]:
@@ -47,7 +62,7 @@ class SessionState:
             known = {e.id for e in entries}
             entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
         self.entries = entries
-        self.by_id = {e.id: e for e in entries}
+        self._by_id = None
         self.complete = complete
         self.before_count = 0 if complete else None
         for e in entries:
@@ -91,7 +106,9 @@ class SessionState:
         gone, self.entries = self.entries[:drop], self.entries[drop:]
         if self.before_count is not None:
             self.before_count += sum(1 for e in gone if e.is_raw_message)
-        for e in gone:
-            self.by_id.pop(e.id, None)
+        by_id = self._by_id
+        if by_id is not None:
+            for e in gone:
+                by_id.pop(e.id, None)
         self.complete = False
         return gone
