@@ -1,11 +1,14 @@
 """The pins of each session, read from its transcript and kept up to date as it grows.
 
 The first time a session's pins are asked for, every raw message of its transcript is read
-(each segment, across in-session resets); afterwards only the messages added since. A
-lineage's pins are its own and, when the policy carries its reset kind, its predecessors'
-(so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover). Bounded: the
-pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked first out.
-Blocking (transcript reads): the floor runs it in a worker thread.
+(each segment, across in-session resets, as the model is shown them: a Pi ``context_edit``
+removes or rewrites its target); afterwards only the messages added since, unless an edit
+appended since targets a pin or an ``!unpin`` read earlier: then the transcript is read
+again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
+text. A lineage's pins are its own and, when the policy carries its reset kind, its
+predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover).
+Bounded: the pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked
+first out. Blocking (transcript reads): the floor runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class Transcripts(Protocol):
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
+    def edits(self, session_id: str) -> dict[str, str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Scanned:
@@ -45,6 +50,7 @@ class _Scanned:
     policy: tuple[object, ...]  # what it was read with (``_pin_policy``)
     pins: PinSet
     clean: bool  # its first user message asked for a clean slate: it inherits nothing
+    edits: tuple[tuple[str, str], ...]  # (pin or control entry, its latest edit) when read
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -103,7 +109,8 @@ class PinIndex:
         with self._lock:
             known = self._scanned.get(session_id)
         if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
-                and known.policy[1:] == read_with[1:]:
+                and known.policy[1:] == read_with[1:] \
+                and self._edits(session_id, known.pins) == known.edits:
             if known.count == count:
                 with self._lock:
                     if session_id in self._scanned:
@@ -116,9 +123,9 @@ class PinIndex:
                 newest = self.catalog.tail(session_id, grown + 1)[-grown - 1:]
                 if len(newest) > grown:
                     newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
-                return self._keep(session_id, _Scanned(
-                    count, resets, read_with, self._read(newest, policy, known.pins),
-                    known.clean))
+                return self._keep(session_id, self._read(newest, policy, known.pins),
+                                  count=count, resets=resets, read_with=read_with,
+                                  clean=known.clean)
         messages: list[TailMessage] = []
         for reset in record.resets:
             messages += self.catalog.tail(session_id, count + 8, before=reset.entry_id)
@@ -126,8 +133,8 @@ class PinIndex:
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
-        return self._keep(session_id, _Scanned(count, resets, read_with,
-                                               self._read(messages, policy), clean))
+        return self._keep(session_id, self._read(messages, policy), count=count,
+                          resets=resets, read_with=read_with, clean=clean)
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -135,7 +142,18 @@ class PinIndex:
                        pin_assistant=policy.pin_assistant, max_pinned=policy.max_pinned,
                        start=start)
 
-    def _keep(self, session_id: str, scanned: _Scanned) -> _Scanned:
+    def _edits(self, session_id: str, pins: PinSet) -> tuple[tuple[str, str], ...]:
+        """The latest edits of the messages ``pins`` was read from. Only those: Pi 1.x
+        removes every failed turn with an edit, and none of those changes a pin."""
+        read = {p.entry_id for p in pins.pins}.union(pins.controls)
+        if not read:
+            return ()
+        return tuple(sorted((target, edit) for target, edit
+                            in self.catalog.edits(session_id).items() if target in read))
+
+    def _keep(self, session_id: str, pins: PinSet, *, count: int, resets: int,
+              read_with: tuple[object, ...], clean: bool) -> _Scanned:
+        scanned = _Scanned(count, resets, read_with, pins, clean, self._edits(session_id, pins))
         with self._lock:
             self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
