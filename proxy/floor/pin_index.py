@@ -51,6 +51,9 @@ class _Scanned:
     pins: PinSet
     clean: bool  # its first user message asked for a clean slate: it inherits nothing
     edits: tuple[tuple[str, str], ...]  # (pin or control entry, its latest edit) when read
+    # The catalog's record it was read from: the catalog makes a new one whenever the
+    # session's entries change, so the same one means no edit came since.
+    record: SessionRecord
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -110,8 +113,13 @@ class PinIndex:
             known = self._scanned.get(session_id)
         if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
                 and known.policy[1:] == read_with[1:] \
-                and self._edits(session_id, known.pins) == known.edits:
+                and (record is known.record
+                     or self._edits(session_id, known.pins) == known.edits):
             if known.count == count:
+                if record is not known.record:  # checked above: no edit of what it read
+                    return self._keep(session_id, known.pins, record=record,
+                                      read_with=read_with, clean=known.clean,
+                                      edits=known.edits)
                 with self._lock:
                     if session_id in self._scanned:
                         self._scanned.move_to_end(session_id)
@@ -124,8 +132,7 @@ class PinIndex:
                 if len(newest) > grown:
                     newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
                 return self._keep(session_id, self._read(newest, policy, known.pins),
-                                  count=count, resets=resets, read_with=read_with,
-                                  clean=known.clean)
+                                  record=record, read_with=read_with, clean=known.clean)
         messages: list[TailMessage] = []
         for reset in record.resets:
             messages += self.catalog.tail(session_id, count + 8, before=reset.entry_id)
@@ -133,8 +140,8 @@ class PinIndex:
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
-        return self._keep(session_id, self._read(messages, policy), count=count,
-                          resets=resets, read_with=read_with, clean=clean)
+        return self._keep(session_id, self._read(messages, policy), record=record,
+                          read_with=read_with, clean=clean)
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -151,9 +158,13 @@ class PinIndex:
         return tuple(sorted((target, edit) for target, edit
                             in self.catalog.edits(session_id).items() if target in read))
 
-    def _keep(self, session_id: str, pins: PinSet, *, count: int, resets: int,
-              read_with: tuple[object, ...], clean: bool) -> _Scanned:
-        scanned = _Scanned(count, resets, read_with, pins, clean, self._edits(session_id, pins))
+    def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
+              read_with: tuple[object, ...], clean: bool,
+              edits: tuple[tuple[str, str], ...] | None = None) -> _Scanned:
+        if edits is None:
+            edits = self._edits(session_id, pins)
+        scanned = _Scanned(record.message_count, len(record.resets), read_with, pins, clean,
+                           edits, record)
         with self._lock:
             self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
