@@ -3,10 +3,11 @@
 A user message whose text matches one of the policy's ``pin_patterns`` (by default a
 ``!pin`` or ``📌`` marker at its start) is pinned; ``!unpin <text>`` ends the pins holding
 that text (``!unpin`` alone: the newest). With ``pin_assistant``, a user message that is
-only ``!pin ^`` pins the assistant message before it. When a request no longer holds a pin
-raw (the agent's compaction summarized it, a reset started a new session), the floor inserts
-one message after the summary, before the raw tail: a short note, then each pin as it was
-written, in transcript order; the same bytes on every request while the pins are the same.
+only ``!pin ^`` pins the assistant message right before it. When a request no longer holds
+a pin raw (the agent's compaction summarized it, a reset started a new session), the floor
+inserts one message after the summary, before the raw tail: a short note, then each pin as
+it was written, in transcript order; the same bytes on every request while the pins are
+the same.
 The messages are read as the model is shown them (a Pi ``context_edit`` applied), so a
 pinned message the agent removed or rewrote past its pattern is no pin.
 
@@ -85,6 +86,9 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
                 pins.append(_pin(*previous_assistant))
         elif any(p.search(head) for p in patterns):
             pins.append(_pin(entry_id, text))
+        # ``^`` is the message right before: once a user message is between, nothing (so
+        # when an edit removed the message it named, it names no older one instead).
+        previous_assistant = None
         if len(pins) > max_pinned:
             dropped += len(pins) - max_pinned
             pins = pins[-max_pinned:]

@@ -23,7 +23,14 @@ import pytest
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.content import message_text
 from tests.fake_upstream import FakeUpstream
-from tests.floor.synthetic import Transcript, chat, put, request_for, write_jsonl
+from tests.floor.synthetic import (
+    Transcript,
+    chat,
+    conversation,
+    put,
+    request_for,
+    write_jsonl,
+)
 from tests.inprocess import InProcessProxy
 from tests.pins.test_pins import NOTE, PIN, floor_of, pinned_session
 
@@ -211,3 +218,31 @@ def test_the_upstream_no_longer_gets_a_pin_removed_after_it_was_read(
         assert pins_sent(sent) == [] and PIN.encode() not in sent
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize("appended", [False, True])
+def test_a_pinned_assistant_message_removed_ends_its_pin(appended: bool) -> None:
+    """``!pin ^`` names the assistant message right before it; once an edit removed that
+    message, the pin ends, and does not move to an older assistant message."""
+    catalog = Catalog()
+    t = Transcript("bbbb2222-pa")
+    t.user("Plan the release.")
+    t.assistant("An older answer that nobody pinned.")
+    t.user("And the order?")
+    plan = t.assistant("Plan: docs first, then the tag, then the announcement.")
+    t.user("!pin ^")
+    t.assistant("pinned")
+    conversation(t, 20)
+    if not appended:
+        edit(t, plan, None)
+    compacted(t)
+    put(catalog, t)
+    floor = floor_of(catalog, pin_assistant=True)
+    first = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    if appended:
+        assert pins_sent(first.body) == [
+            "Plan: docs first, then the tag, then the announcement."], first.verdict
+        edit(t, plan, None)
+        put(catalog, t)
+        first = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(first.body) == [], first.verdict
