@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
@@ -39,6 +39,8 @@ class Transcripts(Protocol):
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
+
+    def get(self, session_id: str) -> SessionRecord | None: ...
 
     def edits(self, session_id: str) -> dict[str, str]: ...
 
@@ -68,13 +70,36 @@ class PinIndex:
         self.catalog = catalog
         self._lock = threading.Lock()
         self._scanned: OrderedDict[str, _Scanned] = OrderedDict()
+        # Whether each session's lineage pinned anything when last asked (its own pins and
+        # those it inherits), and the sessions whose request showed a pin the index had not
+        # read yet (-> the transcript's message count then).
+        self._held: OrderedDict[str, bool] = OrderedDict()
+        self._expected: OrderedDict[str, int] = OrderedDict()
 
     def may_hold(self, session_id: str) -> bool:
-        """False only when the session was read and pins nothing (memory: the event loop
-        may ask)."""
+        """False only when the session's lineage was read and pins nothing, and no request
+        showed a pin since that the index has not read (memory: the event loop may ask)."""
         with self._lock:
-            found = self._scanned.get(session_id)
-        return found is None or bool(found.pins.pins)
+            if session_id in self._expected:
+                return True
+            held = self._held.get(session_id)
+        return held is None or held
+
+    def holds(self, session_id: str, pinned: bool) -> None:
+        """What a request of ``session_id`` found its lineage pins (``may_hold`` answers
+        with it)."""
+        with self._lock:
+            _bounded(self._held, session_id, pinned)
+
+    def expect(self, session_id: str) -> None:
+        """A request of the session holds a new pin raw, which its transcript may not hold
+        yet (the watcher lags the agent): the session's requests read the index until a
+        read finds the pin, or the transcript has grown past it."""
+        record = self.catalog.get(session_id)
+        with self._lock:
+            if session_id not in self._expected:
+                _bounded(self._expected, session_id,
+                         record.message_count if record is not None else 0)
 
     def lineage(self, session_id: str, policy: Policy, *, inherit: bool = True) -> PinSet:
         """The pins a request of ``session_id``'s lineage must hold: its own, and its
@@ -166,6 +191,9 @@ class PinIndex:
         scanned = _Scanned(record.message_count, len(record.resets), read_with, pins, clean,
                            edits, record)
         with self._lock:
+            flagged = self._expected.get(session_id)
+            if flagged is not None and (pins.pins or record.message_count > flagged):
+                del self._expected[session_id]
             self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
             while len(self._scanned) > MAX_SESSIONS:
@@ -176,6 +204,13 @@ class PinIndex:
         """Pins held for the sessions remembered (the gauge)."""
         with self._lock:
             return sum(len(s.pins.pins) for s in self._scanned.values())
+
+
+def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > MAX_SESSIONS:
+        table.popitem(last=False)
 
 
 def _texts(messages: list[TailMessage]) -> Iterator[tuple[str, str, str]]:
