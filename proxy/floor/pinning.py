@@ -68,12 +68,14 @@ def _pins_news(ctx: RequestContext) -> bool:
     while start > 0 and not (isinstance(messages[start - 1], dict)
                              and messages[start - 1].get("role") == "assistant"):
         start -= 1
+    policy = ctx.policy
+    # The reply itself only for a ``!pin ^`` (its text may be long).
+    first = max(0, start - 1) if policy.pin_assistant else start
     rows = [(str(i), str(m.get("role")), message_text(m))
-            for i, m in enumerate(messages[max(0, start - 1):], max(0, start - 1))
+            for i, m in enumerate(messages[first:], first)
             if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
     if not any(role == "user" for _i, role, _t in rows):
         return False
-    policy = ctx.policy
     return bool(pins_in(rows, policy.pin_patterns, pin_assistant=policy.pin_assistant,
                         max_pinned=policy.max_pinned).pins)
 

@@ -85,3 +85,25 @@ def test_a_pin_the_request_shows_before_its_transcript_is_kept() -> None:
     put(catalog, t)
     decision = floor.decide(chat(request_for(catalog, t.session_id)), {})
     assert pins_sent(decision.body) == [PIN], decision.verdict
+
+
+def test_a_point_back_pin_typed_after_the_pins_were_read_is_kept() -> None:
+    catalog = Catalog()
+    t = Transcript("bbbb2222-late2")
+    t.user("hello")
+    t.assistant("hi")
+    conversation(t, 10)
+    t.user("What is the plan?")
+    t.assistant("Plan: docs first, then the tag.")
+    put(catalog, t)
+    floor = floor_of(catalog, pin_assistant=True)
+    assert pins_sent(floor.decide(chat(request_for(catalog, t.session_id)), {}).body) == []
+    t.user("!pin ^")
+    put(catalog, t)
+    floor.decide(chat(request_for(catalog, t.session_id)), {})  # the turn's request
+    t.assistant("pinned")
+    conversation(t, 10)
+    _summarized(t)
+    put(catalog, t)
+    decision = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(decision.body) == ["Plan: docs first, then the tag."], decision.verdict
