@@ -7,9 +7,8 @@ only ``!pin ^`` pins the assistant message right before it. When a request no lo
 a pin raw (the agent's compaction summarized it, a reset started a new session), the floor
 inserts one message after the summary, before the raw tail: a short note, then each pin as
 it was written, in transcript order; the same bytes on every request while the pins are
-the same.
-The messages are read as the model is shown them (a Pi ``context_edit`` applied), so a
-pinned message the agent removed or rewrote past its pattern is no pin.
+the same. The messages are read as the model is shown them (a Pi ``context_edit``
+applied), so a pinned message the agent removed or rewrote past its pattern is no pin.
 
 Patterns are the operator's, vetted when the rules are read (proxy/policy/pin_patterns.py).
 Pure: no I/O.
