@@ -1,11 +1,14 @@
 """The pins of each session, read from its transcript and kept up to date as it grows.
 
 The first time a session's pins are asked for, every raw message of its transcript is read
-(each segment, across in-session resets); afterwards only the messages added since. A
-lineage's pins are its own and, when the policy carries its reset kind, its predecessors'
-(so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover). Bounded: the
-pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked first out.
-Blocking (transcript reads): the floor runs it in a worker thread.
+(each segment, across in-session resets, as the model is shown them: a Pi ``context_edit``
+removes or rewrites its target); afterwards only the messages added since, unless an edit
+appended since targets a pin or an ``!unpin`` read earlier: then the transcript is read
+again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
+text. A lineage's pins are its own and, when the policy carries its reset kind, its
+predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover).
+Bounded: the pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked
+first out. Blocking (transcript reads): the floor runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
@@ -37,6 +40,10 @@ class Transcripts(Protocol):
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
+    def get(self, session_id: str) -> SessionRecord | None: ...
+
+    def edits(self, session_id: str) -> dict[str, str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Scanned:
@@ -45,6 +52,10 @@ class _Scanned:
     policy: tuple[object, ...]  # what it was read with (``_pin_policy``)
     pins: PinSet
     clean: bool  # its first user message asked for a clean slate: it inherits nothing
+    edits: tuple[tuple[str, str], ...]  # (pin or control entry, its latest edit) when read
+    # The catalog's record it was read from: the catalog makes a new one whenever the
+    # session's entries change, so the same one means no edit came since.
+    record: SessionRecord
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -59,13 +70,36 @@ class PinIndex:
         self.catalog = catalog
         self._lock = threading.Lock()
         self._scanned: OrderedDict[str, _Scanned] = OrderedDict()
+        # Whether each session's lineage pinned anything when last asked (its own pins and
+        # those it inherits), and the sessions whose request showed a pin the index had not
+        # read yet (-> the transcript's message count then).
+        self._held: OrderedDict[str, bool] = OrderedDict()
+        self._expected: OrderedDict[str, int] = OrderedDict()
 
     def may_hold(self, session_id: str) -> bool:
-        """False only when the session was read and pins nothing (memory: the event loop
-        may ask)."""
+        """False only when the session's lineage was read and pins nothing, and no request
+        showed a pin since that the index has not read (memory: the event loop may ask)."""
         with self._lock:
-            found = self._scanned.get(session_id)
-        return found is None or bool(found.pins.pins)
+            if session_id in self._expected:
+                return True
+            held = self._held.get(session_id)
+        return held is None or held
+
+    def holds(self, session_id: str, pinned: bool) -> None:
+        """What a request of ``session_id`` found its lineage pins (``may_hold`` answers
+        with it)."""
+        with self._lock:
+            _bounded(self._held, session_id, pinned)
+
+    def expect(self, session_id: str) -> None:
+        """A request of the session holds a new pin raw, which its transcript may not hold
+        yet (the watcher lags the agent): the session's requests read the index until a
+        read finds the pin, or the transcript has grown past it."""
+        record = self.catalog.get(session_id)
+        with self._lock:
+            if session_id not in self._expected:
+                _bounded(self._expected, session_id,
+                         record.message_count if record is not None else 0)
 
     def lineage(self, session_id: str, policy: Policy, *, inherit: bool = True) -> PinSet:
         """The pins a request of ``session_id``'s lineage must hold: its own, and its
@@ -103,8 +137,14 @@ class PinIndex:
         with self._lock:
             known = self._scanned.get(session_id)
         if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
-                and known.policy[1:] == read_with[1:]:
+                and known.policy[1:] == read_with[1:] \
+                and (record is known.record
+                     or self._edits(session_id, known.pins) == known.edits):
             if known.count == count:
+                if record is not known.record:  # checked above: no edit of what it read
+                    return self._keep(session_id, known.pins, record=record,
+                                      read_with=read_with, clean=known.clean,
+                                      edits=known.edits)
                 with self._lock:
                     if session_id in self._scanned:
                         self._scanned.move_to_end(session_id)
@@ -116,9 +156,8 @@ class PinIndex:
                 newest = self.catalog.tail(session_id, grown + 1)[-grown - 1:]
                 if len(newest) > grown:
                     newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
-                return self._keep(session_id, _Scanned(
-                    count, resets, read_with, self._read(newest, policy, known.pins),
-                    known.clean))
+                return self._keep(session_id, self._read(newest, policy, known.pins),
+                                  record=record, read_with=read_with, clean=known.clean)
         messages: list[TailMessage] = []
         for reset in record.resets:
             messages += self.catalog.tail(session_id, count + 8, before=reset.entry_id)
@@ -126,8 +165,8 @@ class PinIndex:
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
-        return self._keep(session_id, _Scanned(count, resets, read_with,
-                                               self._read(messages, policy), clean))
+        return self._keep(session_id, self._read(messages, policy), record=record,
+                          read_with=read_with, clean=clean)
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -135,8 +174,26 @@ class PinIndex:
                        pin_assistant=policy.pin_assistant, max_pinned=policy.max_pinned,
                        start=start)
 
-    def _keep(self, session_id: str, scanned: _Scanned) -> _Scanned:
+    def _edits(self, session_id: str, pins: PinSet) -> tuple[tuple[str, str], ...]:
+        """The latest edits of the messages ``pins`` was read from. Only those: Pi 1.x
+        removes every failed turn with an edit, and none of those changes a pin."""
+        read = {p.entry_id for p in pins.pins}.union(pins.controls)
+        if not read:
+            return ()
+        return tuple(sorted((target, edit) for target, edit
+                            in self.catalog.edits(session_id).items() if target in read))
+
+    def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
+              read_with: tuple[object, ...], clean: bool,
+              edits: tuple[tuple[str, str], ...] | None = None) -> _Scanned:
+        if edits is None:
+            edits = self._edits(session_id, pins)
+        scanned = _Scanned(record.message_count, len(record.resets), read_with, pins, clean,
+                           edits, record)
         with self._lock:
+            flagged = self._expected.get(session_id)
+            if flagged is not None and (pins.pins or record.message_count > flagged):
+                del self._expected[session_id]
             self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
             while len(self._scanned) > MAX_SESSIONS:
@@ -147,6 +204,13 @@ class PinIndex:
         """Pins held for the sessions remembered (the gauge)."""
         with self._lock:
             return sum(len(s.pins.pins) for s in self._scanned.values())
+
+
+def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > MAX_SESSIONS:
+        table.popitem(last=False)
 
 
 def _texts(messages: list[TailMessage]) -> Iterator[tuple[str, str, str]]:

@@ -13,11 +13,11 @@ from proxy.chat import ChatRequest
 from proxy.context import RequestContext
 from proxy.floor.decision import Decision, DecisionKind
 from proxy.floor.pin_index import PinIndex
-from proxy.floor.pins import Pin, merged, missing, pin_message
+from proxy.floor.pins import Pin, merged, missing, pin_message, pins_in
 from proxy.policy.records import Policy
 from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
-from proxy.wire.content import head_length
+from proxy.wire.content import head_length, message_text
 
 __all__ = ["PINNED", "LineagePins", "with_pins"]
 
@@ -60,6 +60,26 @@ def with_pins(decision: Decision, chat: ChatRequest, policy: Policy, pins: Seque
                  "pins_active": len(pins)})
 
 
+def _pins_news(ctx: RequestContext) -> bool:
+    """The request's user messages after its last assistant message (this turn's: each
+    turn's first request shows them) pin something, by the same rules as the transcript."""
+    messages = ctx.messages or []
+    start = len(messages)
+    while start > 0 and not (isinstance(messages[start - 1], dict)
+                             and messages[start - 1].get("role") == "assistant"):
+        start -= 1
+    policy = ctx.policy
+    # The reply itself only for a ``!pin ^`` (its text may be long).
+    first = max(0, start - 1) if policy.pin_assistant else start
+    rows = [(str(i), str(m.get("role")), message_text(m))
+            for i, m in enumerate(messages[first:], first)
+            if isinstance(m, dict) and m.get("role") in ("user", "assistant")]
+    if not any(role == "user" for _i, role, _t in rows):
+        return False
+    return bool(pins_in(rows, policy.pin_patterns, pin_assistant=policy.pin_assistant,
+                        max_pinned=policy.max_pinned).pins)
+
+
 def _position(origins: Sequence[Origin], head: int) -> int:
     """After the summary; else before a carry's opening note; else after the head."""
     for index, origin in enumerate(origins):
@@ -81,9 +101,18 @@ class LineagePins:
         self.tokens = tokens
 
     def may_pin(self, ctx: RequestContext) -> bool:
+        """Whether a request whose floor holds must still read its lineage's pins: they
+        may hold one, or the request's newest user messages pin something (the pins read
+        before did not know it, and the transcript may not hold it yet)."""
         sid = ctx.lineage.session_id
-        return sid is not None and ctx.policy.max_pinned > 0 \
-            and ctx.policy.mode == "enforce" and self.index.may_hold(sid)
+        if sid is None or ctx.policy.max_pinned <= 0 or ctx.policy.mode != "enforce":
+            return False
+        if self.index.may_hold(sid):
+            return True
+        if _pins_news(ctx):
+            self.index.expect(sid)
+            return True
+        return False
 
     def of(self, ctx: RequestContext, *more: str | None, inherit: bool = True) -> list[Pin]:
         """The pins of the request's lineage (its session and ``more``: a predecessor, a
@@ -91,8 +120,11 @@ class LineagePins:
         if ctx.policy.max_pinned <= 0 or ctx.policy.mode != "enforce":
             return []
         sessions = dict.fromkeys(s for s in (ctx.lineage.session_id, *more) if s)
-        return list(merged(*(self.index.lineage(s, ctx.policy, inherit=inherit)
+        pins = list(merged(*(self.index.lineage(s, ctx.policy, inherit=inherit)
                              for s in sessions)).pins)
+        if ctx.lineage.session_id is not None:
+            self.index.holds(ctx.lineage.session_id, bool(pins))
+        return pins
 
     def cost(self, ctx: RequestContext, pins: Sequence[Pin]) -> int:
         lacking = missing(pins, ctx.messages or [])

@@ -3,10 +3,12 @@
 A user message whose text matches one of the policy's ``pin_patterns`` (by default a
 ``!pin`` or ``📌`` marker at its start) is pinned; ``!unpin <text>`` ends the pins holding
 that text (``!unpin`` alone: the newest). With ``pin_assistant``, a user message that is
-only ``!pin ^`` pins the assistant message before it. When a request no longer holds a pin
-raw (the agent's compaction summarized it, a reset started a new session), the floor inserts
-one message after the summary, before the raw tail: a short note, then each pin as it was
-written, in transcript order; the same bytes on every request while the pins are the same.
+only ``!pin ^`` pins the assistant message right before it. When a request no longer holds
+a pin raw (the agent's compaction summarized it, a reset started a new session), the floor
+inserts one message after the summary, before the raw tail: a short note, then each pin as
+it was written, in transcript order; the same bytes on every request while the pins are
+the same. The messages are read as the model is shown them (a Pi ``context_edit``
+applied), so a pinned message the agent removed or rewrote past its pattern is no pin.
 
 Patterns are the operator's, vetted when the rules are read (proxy/policy/pin_patterns.py).
 Pure: no I/O.
@@ -46,6 +48,9 @@ class PinSet:
     # What this session's ``!unpin`` messages named (``""``: the newest pin), so that a
     # later session's unpin also ends a pin it inherited.
     unpins: tuple[str, ...] = ()
+    # The ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as of a
+    # pin, changes what the transcript pins.
+    controls: tuple[str, ...] = ()
 
 
 NO_PINS = PinSet()
@@ -58,6 +63,7 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
     those of ``start`` (what the messages before them pinned)."""
     pins: list[Pin] = list(start.pins)
     unpins: list[str] = list(start.unpins)
+    controls: list[str] = list(start.controls)
     previous_assistant: tuple[str, str] | None = None
     dropped = start.dropped
     for entry_id, role, written in messages:
@@ -71,16 +77,21 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
         unpin = _UNPIN.match(head)
         if unpin is not None:
             unpins.append(unpin.group(1).strip())
+            controls.append(entry_id)
             pins = _unpinned(pins, unpins[-1])
         elif _POINT_BACK.match(head):
+            controls.append(entry_id)
             if pin_assistant and previous_assistant is not None:
                 pins.append(_pin(*previous_assistant))
         elif any(p.search(head) for p in patterns):
             pins.append(_pin(entry_id, text))
+        # ``^`` is the message right before: once a user message is between, nothing (so
+        # when an edit removed the message it named, it names no older one instead).
+        previous_assistant = None
         if len(pins) > max_pinned:
             dropped += len(pins) - max_pinned
             pins = pins[-max_pinned:]
-    return PinSet(tuple(pins), dropped, tuple(unpins))
+    return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls))
 
 
 def _pin(entry_id: str, text: str) -> Pin:

@@ -55,6 +55,8 @@ class TailSource(SessionIndex, Protocol):
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
+    def edits(self, session_id: str) -> dict[str, str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Plan:

@@ -40,12 +40,9 @@ __all__ = ["Catalog"]
 
 
 class Catalog:
-    """All sessions: metadata, active-branch views, identification indexes.
-
-    Mutators (``put``, ``append``, ``update_info``, ``remove``, ``relink``) are called by the
-    readers; everything else is a query. Queries never raise for unknown ids: they return
-    None or empty results.
-    """
+    """All sessions: metadata, active-branch views, identification indexes. Mutators
+    (``put``, ``append``, ``update_info``, ``remove``, ``relink``) are called by the readers;
+    everything else is a query, and never raises for an unknown id (None or empty)."""
 
     def __init__(self, tail_limit: int = 200, render_options: RenderOptions | None = None
                  ) -> None:
@@ -141,9 +138,8 @@ class Catalog:
             return {source: n for source, n in self._sources.items() if n > 0}
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """The session with this id, from memory. For a session whose kept window does not
-        reach the top of its transcript, ``compaction`` and ``resets`` may still miss older
-        entries: ``full`` reads them."""
+        """The session with this id, from memory (``compaction`` and ``resets`` may miss
+        entries older than the kept window: ``full`` reads them)."""
         with self._lock:
             st = self._states.get(session_id)
             return st.record if st is not None else None
@@ -180,11 +176,9 @@ class Catalog:
             return sorted(self._key_scopes.get(session_key, set()))
 
     def by_key(self, session_key: str, scope: str | None = None) -> SessionRecord | None:
-        """The current (newest) session of an OpenClaw session key.
-
-        Keys like ``agent:main:main`` repeat across installations: without ``scope`` the
-        answer is None when more than one scope has the key (never guess a lineage).
-        """
+        """The current (newest) session of an OpenClaw session key; None when, without
+        ``scope``, more than one scope has it (``agent:main:main`` repeats across
+        installations: never guess a lineage)."""
         history = self.key_history(session_key, scope)
         return history[0] if history else None
 
@@ -232,13 +226,10 @@ class Catalog:
             return self._index.lookup(key)
 
     def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
-        """The last ``k`` raw messages of the active branch, oldest first (store reads).
-
-        Raw messages: user, assistant (not failed turns), tool results, custom messages.
-        Without ``before``: the part after the last reset entry. ``before`` = a reset
-        entry's id gives the part that reset closed. Each record carries its OpenAI
-        rendering for this agent, rendered on its own (no cross-message repairs).
-        """
+        """The last ``k`` raw messages (user, assistant bar failed turns, tool results,
+        custom) of the active branch, oldest first (store reads): after the last reset, or
+        with ``before`` = a reset entry's id the part that reset closed. Each carries its
+        OpenAI rendering for this agent, on its own (no cross-message repairs)."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None or k <= 0:
@@ -267,6 +258,14 @@ class Catalog:
             picked = view.tail_of(path, k, before)
             edits = view.replacements(path, picked)
         return self._tail_records(st, picked, edits)
+
+    def edits(self, session_id: str) -> dict[str, str]:
+        """Target id -> its latest context edit's id on the kept part of the active branch,
+        from memory: how a reader of messages learns of an edit appended after it read them."""
+        with self._lock:
+            st = self._states.get(session_id)
+            path = self._path(st)[0] if st is not None else []
+        return {target: edit.id for target, edit in view.edits_of(path).items()}
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
         """The messages the agent would send now, system prompt excluded (store reads)."""

@@ -5,6 +5,10 @@ regular expression a good summary matches (case-insensitive). A rejected approac
 stated as rejected, and must not come back among the next steps: such a fact also names a
 pattern that must not appear in the summary's ``Next Steps`` section.
 
+Each fact also names the words of the conversation that state it (``verbatim``), and each
+task the user messages a user would pin (``pins``): the "pins" column checks those words,
+verbatim, in what the model receives after a compaction (tests/bench/pin_column.py).
+
 Pure data and scoring: nothing here calls a model.
 """
 
@@ -15,9 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TASKS", "Fact", "FactResult", "Task", "TaskScore", "next_steps", "score"]
+__all__ = ["PIN_MARK", "TASKS", "Fact", "FactResult", "Task", "TaskScore", "next_steps",
+           "pinned_copy", "score"]
 
 Message = dict[str, Any]
+PIN_MARK = "!pin "  # the default pin pattern's marker, as a user types it
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,7 @@ class Fact:
     name: str
     pattern: str
     not_in_next_steps: str | None = None  # e.g. a rejected approach
+    verbatim: str = ""  # the conversation's own words for it (the pins column checks these)
 
     def check(self, summary: str) -> bool:
         if not re.search(self.pattern, summary, re.IGNORECASE | re.DOTALL):
@@ -38,6 +45,9 @@ class Task:
     name: str
     messages: tuple[Message, ...]
     facts: tuple[Fact, ...]
+    # The user messages (indexes into ``messages``) a user would pin: constraints and
+    # decisions stated once, not the task's progress (that is the summary's job).
+    pins: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,12 @@ def next_steps(summary: str) -> str:
     found = re.search(r"^#+\s*next steps?\s*$(.*?)(?=^#+\s|\Z)", summary,
                       re.IGNORECASE | re.MULTILINE | re.DOTALL)
     return found.group(1) if found else ""
+
+
+def pinned_copy(task: Task) -> tuple[Message, ...]:
+    """The task's messages as the user would have written them pinning ``task.pins``."""
+    return tuple({**m, "content": PIN_MARK + m["content"]} if i in task.pins else m
+                 for i, m in enumerate(task.messages))
 
 
 def score(task: Task, summary: str) -> TaskScore:
@@ -110,17 +126,23 @@ CHECKLIST = Task("checklist", (
     _user("Good. What is left?"),
     _assistant("Two items remain: item 3 (the changelog entry) and item 4 (the announcement)."),
 ), (
-    Fact("constraint", r"database"),
-    Fact("documentation only", r"only (editing )?documentation|documentation only"),
-    Fact("checklist path", re.escape("docs/release/checklist.md")),
-    Fact("changelog path", re.escape("docs/release/CHANGELOG.md")),
-    Fact("error verbatim", re.escape("toctree contains reference to nonexisting document")),
+    Fact("constraint", r"database", verbatim="Leave the database alone."),
+    Fact("documentation only", r"only (editing )?documentation|documentation only",
+         verbatim="Today, we are only editing documentation."),
+    Fact("checklist path", re.escape("docs/release/checklist.md"),
+         verbatim="docs/release/checklist.md"),
+    Fact("changelog path", re.escape("docs/release/CHANGELOG.md"),
+         verbatim="docs/release/CHANGELOG.md"),
+    Fact("error verbatim", re.escape("toctree contains reference to nonexisting document"),
+         verbatim="toctree contains reference to nonexisting document 'release/rollback'"),
     Fact("rejected approach",
          r"(reject\w*|against|not|instead of)\b.{0,60}generat\w*.{0,40}commit"
          r"|commit\w*.{0,80}(reject\w*|noise)",
-         not_in_next_steps=r"generat\w*.{0,40}commit"),
-    Fact("remaining items", r"(item 3|changelog).*(item 4|announcement)"),
-))
+         not_in_next_steps=r"generat\w*.{0,40}commit",
+         verbatim="we reject generating the changelog from commits"),
+    Fact("remaining items", r"(item 3|changelog).*(item 4|announcement)",
+         verbatim="item 3 (the changelog entry) and item 4 (the announcement)"),
+), pins=(1, 9))
 
 CODING = Task("coding", (
     {"role": "system", "content": "You are a coding agent with read, edit and bash tools."},
@@ -139,13 +161,14 @@ CODING = Task("coding", (
     _assistant("Fixed: parse_date now builds date(year, month, day); the tests pass."),
     _user("Thanks. Next, add a test for two-digit years."),
 ), (
-    Fact("failing test", re.escape("test_dates")),
-    Fact("file read and edited", re.escape("src/parse.py")),
-    Fact("error", r"month must be in 1\.\.12"),
-    Fact("the fix", r"swap|day and month|month, day|month and day"),
-    Fact("tests pass", r"pass"),
-    Fact("next step", r"two-digit year"),
-))
+    Fact("failing test", re.escape("test_dates"), verbatim="tests/test_parse.py::test_dates"),
+    Fact("file read and edited", re.escape("src/parse.py"), verbatim="src/parse.py"),
+    Fact("error", r"month must be in 1\.\.12", verbatim="month must be in 1..12"),
+    Fact("the fix", r"swap|day and month|month, day|month and day",
+         verbatim="int(month), int(day)"),
+    Fact("tests pass", r"pass", verbatim="3 passed"),
+    Fact("next step", r"two-digit year", verbatim="add a test for two-digit years"),
+))  # no pins: nothing the user said there is a standing instruction
 
 ASSISTANT = Task("assistant", (
     {"role": "system", "content": "You are a personal assistant. Today is Wednesday."},
@@ -160,13 +183,14 @@ ASSISTANT = Task("assistant", (
     _assistant("I will keep the Lisbon dates open until you decide between May and June."),
     _user("Wednesday morning: what do you have for me today?"),
 ), (
-    Fact("seat preference", r"window"),
-    Fact("time preference", r"9 ?am|9:00|before 9"),
-    Fact("appointment", r"dentist"),
-    Fact("promise", r"remind.*(ana|sister)|(ana|sister).*remind"),
-    Fact("promise time", r"18:00|6 ?pm"),
-    Fact("open question", r"lisbon"),
-    Fact("options", r"may.*june|june.*may"),
-))
+    Fact("seat preference", r"window", verbatim="I prefer window seats"),
+    Fact("time preference", r"9 ?am|9:00|before 9", verbatim="I never fly before 9 am"),
+    Fact("appointment", r"dentist", verbatim="dentist on Thursday next week at 15:00"),
+    Fact("promise", r"remind.*(ana|sister)|(ana|sister).*remind",
+         verbatim="remind you on Wednesday at 18:00 to call Ana"),
+    Fact("promise time", r"18:00|6 ?pm", verbatim="Wednesday at 18:00"),
+    Fact("open question", r"lisbon", verbatim="the Lisbon trip"),
+    Fact("options", r"may.*june|june.*may", verbatim="May or June"),
+), pins=(1,))
 
 TASKS: Sequence[Task] = (CHECKLIST, CODING, ASSISTANT)

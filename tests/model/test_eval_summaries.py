@@ -109,9 +109,14 @@ def test_the_harness_runs_against_the_small_model(model_server: ModelServer,
             assert row["runs"] == 1 and 0.0 <= row["score"] <= 100.0
             assert set(row["facts"]) == {f.name for f in task.facts}
             assert f"{task.name:10} {prompt:9} score" in printed
-    # every summary came from the model: tailfloor's summarizer prompt, then the bare one
+        pins = report[task.name]["pins"]
+        assert pins["runs"] == 1 and pins["pinned"] == len(task.pins)
+        assert pins["with"] >= pins["without"]
+        assert f"{task.name:10} pins      without" in printed
+    # every summary came from the model: tailfloor's summarizer prompt, the bare one, then
+    # tailfloor's summary of what the pins column's compaction summarizes
     calls = relay.chats()
-    assert [c.is_summary for c in calls] == [True, False] * len(TASKS)
+    assert [c.is_summary for c in calls] == [True, False, True] * len(TASKS)
     assert all(c.status == 200 for c in calls)
     with capsys.disabled():
         print("\n" + printed)
