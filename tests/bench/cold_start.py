@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -200,15 +202,43 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (tree_cpu_ns(pid) - before) / 1e6 / seconds
 
 
+def serve_command(root: Path, port: int, admin: int, upstream: int, *extra: str) -> list[str]:
+    """``tailfloor serve`` on ``root`` in front of the fake upstream at ``upstream``."""
+    return [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+            "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
+            "--sessions", str(root), "--log-level", "WARNING", *extra]
+
+
+def sessions_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over generated sessions (``generate``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--dirs", type=int, default=100)
+    parser.add_argument("--per-dir", type=int, default=100)
+    return parser
+
+
+@contextmanager
+def fake_upstream(prefix: str) -> Iterator[tuple[Path, int]]:
+    """A scratch directory and the fake upstream's port, both gone afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    port = free_port()
+    upstream = subprocess.Popen([sys.executable, "tests/fake_upstream.py", "--port", str(port)],
+                                stdout=subprocess.DEVNULL)
+    try:
+        yield work, port
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
             rules: Path | None = None) -> dict[str, Any]:
     port, admin = free_port(), free_port()
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
-         "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
-         "--sessions", str(root), "--log-level", "WARNING", "--tailfloor-header", "detailed",
-         *(["--rules", str(rules)] if rules is not None else [])])
+    proc = subprocess.Popen(serve_command(
+        root, port, admin, upstream, "--tailfloor-header", "detailed",
+        *(["--rules", str(rules)] if rules is not None else [])))
     try:
         out = asyncio.run(watch_start(proc, started, port, admin))
         out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
@@ -223,9 +253,7 @@ def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dirs", type=int, default=100)
-    parser.add_argument("--per-dir", type=int, default=100)
+    parser = sessions_parser(__doc__ or "")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measure")
     parser.add_argument("--storm", type=int, default=0,
                         help="then this many new session files at once (target 4)")
@@ -236,11 +264,7 @@ def main() -> None:
     if args.write_storm is not None:
         write_storm(args.write_storm, args.per_dir)
         return
-    work = Path(tempfile.mkdtemp(prefix="tailfloor-cold-"))
-    upstream_port = free_port()
-    upstream = subprocess.Popen([sys.executable, "tests/fake_upstream.py",
-                                 "--port", str(upstream_port)], stdout=subprocess.DEVNULL)
-    try:
+    with fake_upstream("tailfloor-cold-") as (work, upstream_port):
         empty, full = work / "empty", work / "full"
         empty.mkdir()
         rules = None
@@ -257,11 +281,6 @@ def main() -> None:
                   "baseline_empty_root": run_one(empty, upstream_port, args.idle, rules=rules),
                   "with_sessions": run_one(full, upstream_port, args.idle, args.storm, rules)}
         print(json.dumps(result, indent=2))
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

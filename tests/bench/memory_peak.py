@@ -15,20 +15,16 @@ peak once it keeps the requests).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.bench.cold_start import generate
+from tests.bench.cold_start import fake_upstream, generate, serve_command, sessions_parser
 from tests.bench.procs import rss_mb
 from tests.conftest import free_port
 
@@ -82,10 +78,7 @@ async def load(port: int, bodies: list[bytes]) -> list[int]:
 
 def run_one(root: Path, upstream: int, bodies: list[bytes]) -> dict[str, Any]:
     port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
-         "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
-         "--sessions", str(root), "--log-level", "WARNING"])
+    proc = subprocess.Popen(serve_command(root, port, admin, upstream))
     try:
         ready_s = asyncio.run(wait_ready(admin))
         out: dict[str, Any] = {"ready_s": round(ready_s, 2),
@@ -104,17 +97,11 @@ def run_one(root: Path, upstream: int, bodies: list[bytes]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dirs", type=int, default=100)
-    parser.add_argument("--per-dir", type=int, default=100)
+    parser = sessions_parser(__doc__ or "")
     parser.add_argument("--bodies", type=int, default=8)
     parser.add_argument("--body-mb", type=float, default=7.5)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="tailfloor-memory-"))
-    upstream_port = free_port()
-    upstream = subprocess.Popen([sys.executable, "tests/fake_upstream.py",
-                                 "--port", str(upstream_port)], stdout=subprocess.DEVNULL)
-    try:
+    with fake_upstream("tailfloor-memory-") as (work, upstream_port):
         empty, full = work / "empty", work / "full"
         empty.mkdir()
         size = generate(full, args.dirs, args.per_dir)
@@ -124,11 +111,6 @@ def main() -> None:
                   "baseline_empty_root": run_one(empty, upstream_port, bodies),
                   "with_sessions": run_one(full, upstream_port, bodies)}
         print(json.dumps(result, indent=2))
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder, load_rules_dir, watch_rules
 from proxy.policy.parse import RulesError
 from tests.conftest import registry_sample
+from tests.transcripts.test_idle_watch import CountedStop
 
 GOOD = ('[defaults]\nmin_tail_messages = {n}\n'
         '[[rules]]\nname = "ops"\nagent = "ops-*"\nmode = "off"\n')
@@ -142,19 +143,6 @@ def test_cli_rules_check_reports_every_problem(tmp_path: Path) -> None:
 def cli_parse(argv: list[str]) -> argparse.Namespace:
     from proxy.cli.main import build_parser
     return build_parser().parse_args(argv)
-
-
-class CountedStop(asyncio.Event):
-    """A stop event that counts how often the watcher looks at it: once per step while it
-    polls, so the looks over a quiet second are the wake-ups for nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.looks = 0
-
-    def is_set(self) -> bool:
-        self.looks += 1
-        return super().is_set()
 
 
 async def test_a_quiet_rules_directory_does_not_wake_the_watcher(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ from proxy.transcripts.watch import watch_batches
 
 
 class CountedStop(asyncio.Event):
+    """A stop event that counts how often a watcher looks at it: once per step while it
+    polls, so the looks over a quiet second are its wake-ups for nothing."""
+
     def __init__(self) -> None:
         super().__init__()
         self.looks = 0
