@@ -202,11 +202,21 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (tree_cpu_ns(pid) - before) / 1e6 / seconds
 
 
-def serve_command(root: Path, port: int, admin: int, upstream: int, *extra: str) -> list[str]:
-    """``tailfloor serve`` on ``root`` in front of the fake upstream at ``upstream``."""
-    return [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
-            "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
-            "--sessions", str(root), "--log-level", "WARNING", *extra]
+@contextmanager
+def serving(root: Path, upstream: int, *extra: str
+            ) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
+    """``tailfloor serve`` on ``root`` in front of the fake upstream at ``upstream``: the
+    process, its port and its admin port; stopped afterwards."""
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen([
+        sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+        "--admin-listen", f"127.0.0.1:{admin}", "--upstream", f"http://127.0.0.1:{upstream}",
+        "--sessions", str(root), "--log-level", "WARNING", *extra])
+    try:
+        yield proc, port, admin
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def sessions_parser(doc: str) -> argparse.ArgumentParser:
@@ -234,12 +244,9 @@ def fake_upstream(prefix: str) -> Iterator[tuple[Path, int]]:
 
 def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
             rules: Path | None = None) -> dict[str, Any]:
-    port, admin = free_port(), free_port()
     started = time.monotonic()
-    proc = subprocess.Popen(serve_command(
-        root, port, admin, upstream, "--tailfloor-header", "detailed",
-        *(["--rules", str(rules)] if rules is not None else [])))
-    try:
+    with serving(root, upstream, "--tailfloor-header", "detailed",
+                 *(["--rules", str(rules)] if rules is not None else [])) as (proc, port, admin):
         out = asyncio.run(watch_start(proc, started, port, admin))
         out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
         if idle > 0:
@@ -247,9 +254,6 @@ def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
         if storm_files > 0:
             out["storm"] = asyncio.run(storm(root, admin, storm_files))
         return out
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def main() -> None:

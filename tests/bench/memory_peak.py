@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.bench.cold_start import fake_upstream, generate, serve_command, sessions_parser
+from tests.bench.cold_start import fake_upstream, generate, serving, sessions_parser
 from tests.bench.procs import rss_mb
-from tests.conftest import free_port
 
 HOLD_MS = 2000
 
@@ -77,9 +75,7 @@ async def load(port: int, bodies: list[bytes]) -> list[int]:
 
 
 def run_one(root: Path, upstream: int, bodies: list[bytes]) -> dict[str, Any]:
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(serve_command(root, port, admin, upstream))
-    try:
+    with serving(root, upstream) as (proc, port, admin):
         ready_s = asyncio.run(wait_ready(admin))
         out: dict[str, Any] = {"ready_s": round(ready_s, 2),
                                "rss_ready_mb": round(rss_mb(proc.pid), 1),
@@ -91,9 +87,6 @@ def run_one(root: Path, upstream: int, bodies: list[bytes]) -> dict[str, Any]:
         out["peak_mb"] = round(high_water_mb(proc.pid), 1)
         out["rss_after_mb"] = round(rss_mb(proc.pid), 1)
         return out
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def main() -> None:
