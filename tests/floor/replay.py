@@ -98,12 +98,6 @@ def chat(body: dict[str, Any]) -> ChatRequest:
     return ChatRequest.parse(raw, orjson.loads(raw), None)
 
 
-def expected_tail(catalog: Catalog, session_id: str, n: int, before: str | None = None
-                  ) -> list[dict[str, Any]]:
-    """The last ``n`` raw messages of a session segment, rendered."""
-    return [m for r in catalog.tail(session_id, n, before=before) for m in r.messages]
-
-
 def recorded(run: str, number: int, **changes: Any) -> dict[str, Any]:
     body = next(b for n, _ts, b in bodies(run) if n == number)
     return {**body, **changes}

@@ -14,6 +14,7 @@ from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.boundary import role_problems
 from tests.floor.harness import FloorHarness
+from tests.floor.oracle import transcript_views, wire_view
 from tests.floor.synthetic import (
     Holder,
     Transcript,
@@ -67,8 +68,8 @@ def test_restore_after_compaction_puts_back_the_swallowed_messages() -> None:
     raw = [m for m in sent[2:] if is_counted(m)]
     assert len(raw) >= 10
     # The restored messages are the transcript's, in order, right before the request's own.
-    full = [m for m in (catalog.tail(t.session_id, 200)) for m in m.messages]
-    assert texts(sent[2:]) == texts(full[len(full) - len(sent[2:]):])
+    written = transcript_views(t.objs)
+    assert [wire_view(m) for m in sent[2:]] == written[len(written) - len(sent[2:]):]
     assert role_problems(sent) == []
     assert rewrite.adjust is not None and rewrite.adjust.added > 0
     assert rewrite.decision.session_id == t.session_id
@@ -212,8 +213,8 @@ def test_carry_into_a_new_pi_session_by_fingerprint() -> None:
     assert "previous session" in sent[1]["content"][0]["text"]
     assert "End of the previous session" in sent[-2]["content"][0]["text"]
     carried = sent[2:-2]
-    tail = [m for r in catalog.tail(old.session_id, 200) for m in r.messages]
-    assert texts(carried) == texts(tail[-len(carried):])
+    written = transcript_views(old.objs)
+    assert [wire_view(m) for m in carried] == written[len(written) - len(carried):]
     assert sum(1 for m in carried if is_counted(m)) >= 10
     assert role_problems(sent) == []
     assert metrics.identification.labels(method="fingerprint")._value.get() == 1
