@@ -9,7 +9,7 @@ session it belongs to. Pure apart from the session lookup, which reads the catal
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from proxy.chat import ChatRequest
@@ -19,6 +19,7 @@ from proxy.identity.lineage import Lineage, Tenant
 from proxy.identity.sessions import SessionFinder
 from proxy.policy.agent_keys import AgentKeys, KeyVerdict
 from proxy.policy.records import ModelSpec, Policy, RuleSet
+from proxy.values import frozen_value
 
 __all__ = ["ContextBuilder", "RequestContext", "build_context", "first_of_session",
            "runs_ahead"]
@@ -26,7 +27,7 @@ __all__ = ["ContextBuilder", "RequestContext", "build_context", "first_of_sessio
 _NOT_LOOKED_UP = Tenant(False)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RequestContext:
     chat: ChatRequest
     headers: Mapping[str, str]

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 from proxy.identity.identify import RequestSignals
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.transcripts.records import SessionRecord
+from proxy.values import frozen_value
 
 __all__ = ["ONE_TENANT", "Evidence", "Lineage", "SessionIndex", "Tenant", "find_session"]
 
@@ -76,7 +77,7 @@ class Tenant:
 ONE_TENANT = Tenant(True)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Lineage:
     """The outcome of identification.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from proxy.chat import ChatRequest, Draft
@@ -18,6 +17,7 @@ from proxy.recovery.credential import credential_scope
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
+from proxy.values import frozen_value
 from proxy.wire.content import head_length
 from proxy.wire.summary import summary_message
 
@@ -47,7 +47,7 @@ def derived_session_key(model: str, head: Sequence[Message], conversation: Seque
     return "auto:" + digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RecoveryRequest:
     """A request as recovery works on it, built once per request from its context and what
     the floor made of it (never from an earlier compaction)."""

@@ -7,7 +7,7 @@ and the usage adjustment, each derived once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from proxy.chat import Draft
@@ -15,12 +15,13 @@ from proxy.floor.decision import Decision
 from proxy.recovery.outcome import Compaction, ErrorStep, Prepared
 from proxy.recovery.output import OutputClamp
 from proxy.report import Origin
+from proxy.values import frozen_value
 from proxy.wire.usage import UsageAdjustment
 
 __all__ = ["Outgoing"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Outgoing:
     decision: Decision
     compaction: Compaction | None = None
