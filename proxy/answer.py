@@ -3,15 +3,15 @@ answer tailfloor gives instead, and how an answer ended. Plain records, pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from proxy.values import frozen_value
 from proxy.wire.usage import Usage
 
 __all__ = ["AnswerSeen", "ErrorReply", "UpstreamAnswer"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class UpstreamAnswer:
     """A complete non-streamed upstream answer (an error, when recovery looks at it)."""
 
@@ -20,7 +20,7 @@ class UpstreamAnswer:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class ErrorReply:
     """An answer tailfloor gives the client itself instead of the upstream's."""
 
@@ -28,7 +28,7 @@ class ErrorReply:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class AnswerSeen:
     """How an answer ended, for checks after the fact (silent overflow)."""
 

@@ -9,12 +9,12 @@ once, for every stage.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from proxy.report import AGENT, Origin
+from proxy.values import frozen_value
 from proxy.wire.dialect import opaque
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _large(raw: bytes, body: dict[str, Any]) -> bool:
 _MODEL = re.compile(rb'(?<!\\)"model"\s*:\s*"((?:[^"\\]|\\.){1,200})"')
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class ChatRequest:
     """A chat completion request, parsed once. ``raw`` is exactly what the client sent."""
 
@@ -124,7 +124,7 @@ class ChatRequest:
                    large=is_large_body(len(raw)))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Draft:
     """What the floor made of a chat request: what recovery starts from, and what a retry
     after an overflow compacts again (never an earlier compaction)."""

@@ -9,16 +9,24 @@ session it belongs to. Pure apart from the session lookup, which reads the catal
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from proxy.chat import ChatRequest
 from proxy.facts.resolve import ModelFacts, ModelFactsResolver
 from proxy.identity.identify import RequestSignals, identify
-from proxy.identity.lineage import Lineage, Tenant
+from proxy.identity.lineage import (
+    ERROR,
+    NOT_LOOKED_UP,
+    SUMMARIZATION,
+    UNAUTHENTICATED,
+    Lineage,
+    Tenant,
+)
 from proxy.identity.sessions import SessionFinder
 from proxy.policy.agent_keys import AgentKeys, KeyVerdict
 from proxy.policy.records import ModelSpec, Policy, RuleSet
+from proxy.values import frozen_value
 
 __all__ = ["ContextBuilder", "RequestContext", "build_context", "first_of_session",
            "runs_ahead"]
@@ -26,7 +34,7 @@ __all__ = ["ContextBuilder", "RequestContext", "build_context", "first_of_sessio
 _NOT_LOOKED_UP = Tenant(False)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RequestContext:
     chat: ChatRequest
     headers: Mapping[str, str]
@@ -81,13 +89,13 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
         signals = identify(chat.agent_id, headers, chat.body, rules.identification)
     policy = rules.resolve(signals.agent_id, chat.model,
                            signals.session_key or signals.session_id, chat.route)
-    lineage, tenant, print_ = Lineage("not_looked_up"), _NOT_LOOKED_UP, None
+    lineage, tenant, print_ = NOT_LOOKED_UP, _NOT_LOOKED_UP, None
     error, planted = None, False
     if key in ("missing", "wrong"):
         # A keyed agent's prefix without its key: passed through, never looked up.
-        lineage = Lineage("unauthenticated")
+        lineage = UNAUTHENTICATED
     elif signals.is_summarization:
-        lineage = Lineage("summarization")
+        lineage = SUMMARIZATION
     elif policy.mode != "off" and sessions is not None and isinstance(
             chat.body.get("messages"), list):
         try:
@@ -95,7 +103,7 @@ def build_context(chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet,
             lineage, tenant, print_ = found.lineage, found.tenant, found.print_
             planted = found.planted
         except Exception as exc:  # an identification bug costs the floor, never the request
-            lineage, error = Lineage("error"), f"{type(exc).__name__}: {exc}"[:200]
+            lineage, error = ERROR, f"{type(exc).__name__}: {exc}"[:200]
     model = models.facts(rules, chat.model)
     return RequestContext(chat=chat, headers=headers, signals=signals, policy=policy,
                           model=model, spec=model.spec, window=model.window,

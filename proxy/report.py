@@ -14,9 +14,9 @@ Pure: no I/O, no aiohttp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from proxy.values import frozen_value
 from proxy.wire.usage import Usage
 
 __all__ = ["AGENT", "Attempt", "Origin", "Provenance", "RequestReport", "SummaryMade"]
@@ -26,7 +26,7 @@ Provenance = Literal["agent", "restored", "carried", "summary", "inserted", "pin
 Author = Literal["agent", "tailfloor"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Origin:
     """Where one sent message came from.
 
@@ -68,7 +68,7 @@ class Attempt(NamedTuple):
     traceparent: str | None = None  # the W3C trace context this attempt sent upstream
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class SummaryMade:
     """A summarizer call tailfloor made for this request (all its chunk calls)."""
 
@@ -80,7 +80,7 @@ class SummaryMade:
     failure: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RequestReport:
     request_id: str
     at: float  # wall-clock time (epoch seconds) the request arrived

@@ -4,12 +4,13 @@ records metrics from it, the preview shows it), and the small message edits it m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from proxy.chat import ChatRequest
 from proxy.report import Origin
 from proxy.transcripts.records import SessionRecord
+from proxy.values import frozen_value
 
 __all__ = ["Decision", "DecisionKind", "annotate", "pass_through", "public_verdict",
            "summary_of"]
@@ -18,7 +19,7 @@ Message = dict[str, Any]
 DecisionKind = Literal["floor", "carry", "shadow", "none", "off"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Decision:
     """What the floor decided for one request (the preview shows it as it is)."""
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from proxy.policy.records import Identification
 from proxy.transcripts.entries import assistant_text_key, summary_key, user_text_key
+from proxy.values import frozen_value
 from proxy.wire.boundary import call_ids
 from proxy.wire.content import first_text, head_length, message_text
 from proxy.wire.openclaw import (
@@ -51,7 +51,7 @@ _AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RenderStyle:
     """How the agent renders history, as far as this request shows it."""
 

@@ -33,8 +33,10 @@ from typing import Any, Literal, Protocol
 from proxy.identity.identify import RequestSignals
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.transcripts.records import SessionRecord
+from proxy.values import frozen_value
 
-__all__ = ["ONE_TENANT", "Evidence", "Lineage", "SessionIndex", "Tenant", "find_session"]
+__all__ = ["ERROR", "NOT_LOOKED_UP", "ONE_TENANT", "SUMMARIZATION", "UNAUTHENTICATED", "Evidence",
+           "Lineage", "SessionIndex", "Tenant", "find_session"]
 
 Evidence = Literal["strong", "weak", "claim", "none"]
 _SOURCE_METHOD = {"prompt_cache_key": "prompt_cache_key", "runtime": "runtime"}
@@ -76,7 +78,7 @@ class Tenant:
 ONE_TENANT = Tenant(True)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Lineage:
     """The outcome of identification.
 
@@ -98,6 +100,21 @@ class Lineage:
         return self.session_id is not None or self.predecessor is not None
 
 
+# The outcomes that are only a method (no session, nothing trusted), made once: most
+# requests end in one of them.
+NOT_LOOKED_UP = Lineage("not_looked_up")
+UNAUTHENTICATED = Lineage("unauthenticated")
+SUMMARIZATION = Lineage("summarization")
+ERROR = Lineage("error")
+UNIDENTIFIED = Lineage("unidentified")
+NO_PREDECESSOR = Lineage("no_predecessor")
+UNTRUSTED = Lineage("untrusted")
+AMBIGUOUS = Lineage("ambiguous")
+AGENT_MISMATCH = Lineage("agent_mismatch")
+CONTENT_MISMATCH = Lineage("content_mismatch")
+FINGERPRINT_MISMATCH = Lineage("fingerprint_mismatch")
+
+
 def _agent_conflict(record: SessionRecord, signals: RequestSignals) -> bool:
     # Pi's transcripts carry no agent id of their own (the tracker names them "pi"), so only
     # OpenClaw sessions can contradict the agent a request names.
@@ -114,17 +131,17 @@ def find_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
                  tenant: Tenant = ONE_TENANT) -> Lineage:
     """Identify the request's session and, for a brand-new session, its predecessor."""
     if signals.is_summarization:
-        return Lineage("summarization")
+        return SUMMARIZATION
     if signals.session_id:
         record = catalog.get(signals.session_id)
         method = _SOURCE_METHOD.get(signals.session_source or "", "header")
         if record is not None and not tenant.excludes(record):
             if _agent_conflict(record, signals):
-                return Lineage("agent_mismatch")
+                return AGENT_MISMATCH
             scores = _content_scores(signals, catalog)
             if scores and record.session_id not in scores:
                 # The id says one session, the messages another: trust neither.
-                return Lineage("content_mismatch")
+                return CONTENT_MISMATCH
             found = scores.get(record.session_id)
             evidence: Evidence = found.evidence if found is not None else "claim"
             return _graded(method, record, evidence, tenant, explicit=True)
@@ -193,15 +210,15 @@ def _by_content(signals: RequestSignals, catalog: SessionIndex, tenant: Tenant
                 and not tenant.excludes(record):
             candidates.append(((hits.strong, hits.score), sid, record))
     if not candidates:
-        return Lineage("agent_mismatch")
+        return AGENT_MISMATCH
     if signals.summary_key is not None and not any(c[0][0] for c in candidates):
         # The request holds an agent summary no tracked session wrote: its session is one
         # the watcher has not read yet, whatever texts others share with it.
-        return Lineage("unidentified")
+        return UNIDENTIFIED
     # A session holding something unguessable beats any number of matching texts.
     candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
     if len(candidates) > 1 and candidates[0][0] == candidates[1][0]:
-        return Lineage("ambiguous")
+        return AMBIGUOUS
     _rank, sid, record = candidates[0]
     return record, scores[sid]
 
@@ -212,36 +229,36 @@ def _new_session(signals: RequestSignals, body: Mapping[str, Any], catalog: Sess
     in it is proof, so a predecessor is found only within a certain tenant."""
     if signals.summary_index is not None or signals.has_assistant:
         # A compacted or longer conversation that no transcript holds: not a new session.
-        return Lineage("unidentified")
+        return UNIDENTIFIED
     if signals.session_key and signals.agent_id:
         record = catalog.by_key(signals.session_key)
         if record is None or record.session_id == signals.session_id:
-            return Lineage("no_predecessor")
+            return NO_PREDECESSOR
         if record.agent_id != signals.agent_id or tenant.excludes(record):
-            return Lineage("agent_mismatch")
+            return AGENT_MISMATCH
         if not tenant.admits(record):
-            return Lineage("untrusted")  # a session key is a claim; keys are guessable
+            return UNTRUSTED  # a session key is a claim; keys are guessable
         recorded = prints.get(record.session_id)
         if recorded is not None and print_ is not None and recorded != print_:
-            return Lineage("fingerprint_mismatch")
+            return FINGERPRINT_MISMATCH
         return Lineage("session_key", predecessor=record.session_id, explicit=True,
                        evidence="claim", trusted=True)
     if signals.agent_source == "runtime" or signals.session_key:
-        return Lineage("no_predecessor")
+        return NO_PREDECESSOR
     if print_ is None:
-        return Lineage("unidentified")
+        return UNIDENTIFIED
     holders = [r for r in (catalog.get(s) for s in prints.sessions(print_)) if r is not None]
     if signals.agent_id is not None:
         holders = [r for r in holders if not _agent_conflict(r, signals)]
     if holders and not tenant.certain:
         # A system prompt and tools are no secret: across tenants they prove nothing.
-        return Lineage("untrusted")
+        return UNTRUSTED
     holders = [r for r in holders if tenant.admits(r)]
     superseded = {r.predecessor for r in holders}
     heads = [r for r in holders if r.session_id not in superseded]
     if not heads:
-        return Lineage("no_predecessor")
+        return NO_PREDECESSOR
     if len(heads) > 1:
-        return Lineage("ambiguous")
+        return AMBIGUOUS
     return Lineage("fingerprint", predecessor=heads[0].session_id, evidence="claim",
                    trusted=True)

@@ -8,7 +8,6 @@ No I/O beyond resolving a bound root once; the catalog queries it makes are in m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,13 +16,14 @@ from proxy.identity.identify import RequestSignals
 from proxy.identity.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, find_session
 from proxy.identity.prompt_prints import Fingerprints, fingerprint
 from proxy.policy.records import RuleSet
+from proxy.values import frozen_value
 
 __all__ = ["Found", "SessionFinder"]
 
 _PRINT_CACHE = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Found:
     lineage: Lineage
     tenant: Tenant

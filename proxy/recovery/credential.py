@@ -19,10 +19,11 @@ import hmac
 import logging
 import os
 import secrets
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CREDENTIAL_HEADERS", "credential_scope", "scope_keys"]
+__all__ = ["CREDENTIAL_HEADERS", "CredentialScopes", "credential_scope", "scope_keys"]
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")
 _KEY_FILE = "credential-scope.key"
@@ -38,6 +39,42 @@ def credential_scope(headers: Mapping[str, str], key: bytes) -> str | None:
             text = f"{name}\x00{value.strip()}".encode("utf-8", "surrogateescape")
             return hmac.new(key, text, hashlib.sha256).hexdigest()[:32]
     return None
+
+
+class CredentialScopes:
+    """``credential_scope`` of a request under each key (the current one first), remembered
+    per credential: an agent sends the same credential with every request, and each hash is
+    an HMAC (~3 us), where the lookup is ~0.1 us. Keyed by the exact header and value, so a
+    hit is that credential's own hashes; at most ``MAX_KEPT`` credentials are kept (all
+    forgotten at once past it). The credentials it holds are never logged nor shown: its repr
+    counts them."""
+
+    MAX_KEPT = 4096
+
+    def __init__(self, keys: tuple[bytes, ...] = ()) -> None:
+        self.keys = keys
+        self._kept: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._lock = threading.Lock()  # requests with large bodies are viewed in worker threads
+
+    def of(self, headers: Mapping[str, str]) -> tuple[str, ...] | None:
+        """The hashes under each key, or None when the request sends no credential."""
+        for name in CREDENTIAL_HEADERS:
+            value = headers.get(name)
+            if value:
+                key = (name, value)
+                found = self._kept.get(key)
+                if found is None:
+                    one = {name: value}
+                    found = tuple(credential_scope(one, k) or "" for k in self.keys)
+                    with self._lock:
+                        if len(self._kept) >= self.MAX_KEPT:
+                            self._kept.clear()
+                        self._kept[key] = found
+                return found
+        return None
+
+    def __repr__(self) -> str:
+        return f"CredentialScopes({len(self.keys)} keys, {len(self._kept)} credentials kept)"
 
 
 def scope_keys(store_keys: tuple[bytes, ...] | None, state: Path | None

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.answer import ErrorReply
@@ -20,6 +19,7 @@ from proxy.recovery.detect import OverflowVerdict
 from proxy.recovery.output import OutputClamp
 from proxy.recovery.silent import SilentOverflow
 from proxy.report import Origin
+from proxy.values import frozen_value
 
 __all__ = ["AfterCheck", "Compaction", "ErrorStep", "OverflowOutcome", "Prepared",
            "SummaryAttempt", "Trigger"]
@@ -30,7 +30,7 @@ OverflowOutcome = Literal["recovered", "clamped", "failed", "passthrough", "mid_
 Message = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class SummaryAttempt:
     """One summary asked of the summarizing model (all its chunk calls)."""
 
@@ -43,7 +43,7 @@ class SummaryAttempt:
     began: float = 0.0  # perf_counter() when the first call went out (0: none did)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Compaction:
     """A request compacted (or given a stored compaction) before it goes upstream."""
 
@@ -67,13 +67,13 @@ class Compaction:
         return self.label.endswith(":overflow")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Prepared:
     compaction: Compaction | None = None
     clamp: OutputClamp | None = None  # its body is the one sent (the compaction's, lowered)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class ErrorStep:
     action: Literal["retry", "reply", "pass"]
     compaction: Compaction | None = None  # retry: what to send
@@ -90,7 +90,7 @@ class ErrorStep:
         return cls("pass", **kw)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class AfterCheck:
     overflow: OverflowOutcome | None = None  # mid_stream | silent
     silent: SilentOverflow | None = None

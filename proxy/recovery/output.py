@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.policy.records import Policy
 from proxy.recovery.detect import OverflowVerdict
 from proxy.recovery.request import RecoveryRequest, sent_tokens
 from proxy.tokens import TokenCounter
+from proxy.values import frozen_value
 from proxy.wire.members import with_output_limit
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 ClampTrigger = Literal["preflight", "overflow"]  # tailfloor_output_lowered_total{trigger}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class OutputClamp:
     """A request sent with its output limit lowered, its messages unchanged."""
 

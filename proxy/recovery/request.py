@@ -8,16 +8,16 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from proxy.chat import ChatRequest, Draft
 from proxy.context import RequestContext
 from proxy.policy.records import ModelSpec, Policy
-from proxy.recovery.credential import credential_scope
+from proxy.recovery.credential import CredentialScopes
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
+from proxy.values import frozen_value
 from proxy.wire.content import head_length
 from proxy.wire.summary import summary_message
 
@@ -47,7 +47,7 @@ def derived_session_key(model: str, head: Sequence[Message], conversation: Seque
     return "auto:" + digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class RecoveryRequest:
     """A request as recovery works on it, built once per request from its context and what
     the floor made of it (never from an earlier compaction)."""
@@ -64,7 +64,7 @@ class RecoveryRequest:
 
     @classmethod
     def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None,
-           scope_keys: tuple[bytes, ...] = ()) -> RecoveryRequest | None:
+           scopes: CredentialScopes | None = None) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
         messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -77,9 +77,14 @@ class RecoveryRequest:
         # Nor does a request that did not prove it is a keyed agent (ctx.guarded).
         named = ctx.session if ctx.lineage.trusted and not ctx.guarded else None
         session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
-        scopes = [credential_scope(ctx.headers, k) for k in scope_keys]
-        keys = [session if s is None else f"{session}~{s}" for s in scopes] or [session]
-        return cls(ctx, draft, session, head, conversation, keys[0], tuple(keys[1:]))
+        if scopes is None or not scopes.keys:
+            return cls(ctx, draft, session, head, conversation, session)
+        hashes = scopes.of(ctx.headers)
+        if hashes is None:  # no credential: the session alone, under every key
+            return cls(ctx, draft, session, head, conversation, session,
+                       (session,) * (len(scopes.keys) - 1))
+        return cls(ctx, draft, session, head, conversation, f"{session}~{hashes[0]}",
+                   tuple(f"{session}~{h}" for h in hashes[1:]))
 
     @property
     def chat(self) -> ChatRequest:

@@ -9,7 +9,7 @@ checks are pure functions of the finish reason, the reported usage, the window a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from proxy.values import frozen_value
 
 __all__ = [
     "SilentOverflow",
@@ -29,7 +29,7 @@ _FULL_WINDOW_SHARE = 0.99
 _TRUNCATION_SHARE = 0.5
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class SilentOverflow:
     kind: str  # overflow_finish | prompt_over_window | length_without_output | truncated
     window: int

@@ -42,6 +42,7 @@ from proxy.facts.resolve import ModelFactsResolver
 from proxy.policy.records import Policy, RuleSet
 from proxy.recovery.compacted import dropped, summarized
 from proxy.recovery.compaction_store import Compactions, LocalCompactions, Offload
+from proxy.recovery.credential import CredentialScopes
 from proxy.recovery.detect import (
     OverflowDetector,
     OverflowVerdict,
@@ -91,7 +92,7 @@ class Recovery:
         self._kept = KeptFingerprints()  # the system prompts of derived session keys
         # Credential hashes of store keys are made with the first; the others (a shared
         # store's key being rotated out) still find what was stored with them.
-        self.scope_keys: tuple[bytes, ...] = ()
+        self.scopes = CredentialScopes()  # keys set at start (server/app.py)
 
     # -- life cycle (blocking: the application runs these in a worker thread) -----------
 
@@ -123,7 +124,7 @@ class Recovery:
         an agent's own summarization call, no usable messages)."""
         if self._store is None or ctx.signals.is_summarization:
             return None
-        return RecoveryRequest.of(ctx, draft, self._kept, self.scope_keys)
+        return RecoveryRequest.of(ctx, draft, self._kept, self.scopes)
 
     async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):

@@ -3,14 +3,13 @@ request's dialect) and a complete answer too large to hold, passed on as it arri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.errors import ProxyError, to_response_parts
 from proxy.server.guard import start_answer
 from proxy.upstream.pool import UpstreamResponse
+from proxy.values import frozen_value
 from proxy.wire.dialect import Dialect
 
 __all__ = ["JSON", "Finished", "error_response", "pass_large"]
@@ -18,7 +17,7 @@ __all__ = ["JSON", "Finished", "error_response", "pass_large"]
 JSON = "application/json"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Finished:
     """The answer the client gets, and whether a write found the client gone (a 499)."""
 

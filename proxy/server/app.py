@@ -36,7 +36,7 @@ from proxy.policy.files import RulesHolder, watch_rules
 from proxy.policy.parse import RulesError
 from proxy.policy.prices import PriceList
 from proxy.recovery.compaction_store import LocalCompactions
-from proxy.recovery.credential import scope_keys
+from proxy.recovery.credential import CredentialScopes, scope_keys
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.replicas.service import SharedStore
@@ -192,8 +192,8 @@ async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
                  scratch.name)
         await state.offload(state.recovery.open, Path(scratch.name))
     store = state.settings.store
-    state.recovery.scope_keys = await state.offload(
-        scope_keys, store.keys if store is not None else None, directory if opened else None)
+    state.recovery.scopes = CredentialScopes(await state.offload(
+        scope_keys, store.keys if store is not None else None, directory if opened else None))
     shared = await _shared_store(state)
     yield
     if shared is not None:

@@ -10,7 +10,6 @@ left no answer; every attempt and recovery step is in the request's ``Trail``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -28,6 +27,7 @@ from proxy.telemetry.tracecontext import new_span_id
 from proxy.upstream.headers import forward_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
 from proxy.upstream.stream_options import names_stream_options
+from proxy.values import frozen_value
 from proxy.wire.stream_usage import with_stream_usage
 
 __all__ = ["ERROR_BODY_LIMIT", "Attempted", "UpstreamAttempts"]
@@ -36,7 +36,7 @@ __all__ = ["ERROR_BODY_LIMIT", "Attempted", "UpstreamAttempts"]
 ERROR_BODY_LIMIT = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Attempted:
     """How the upstream call ended: exactly one of ``upstream`` (an answer whose head
     arrived; ``error_answer`` holds the body already read of an error answer passed on),

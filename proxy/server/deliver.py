@@ -96,6 +96,7 @@ class AnswerDelivery:
     def _plain(self, upstream: UpstreamResponse, answer: bytes, attempted: Attempted
                ) -> Finished:
         trail, outgoing = self.trail, attempted.outgoing
+        verdict = outgoing.verdict
         began = time.perf_counter()
         if upstream.status == 200:
             usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust,
@@ -103,10 +104,10 @@ class AnswerDelivery:
             trail.usage, trail.usage_read, trail.finish_reason = usage, True, finish_reason
             self.seen = AnswerSeen(upstream.status, usage, finish_reason, None)
         response = web.Response(body=answer, status=upstream.status,
-                                headers=self._headers(upstream, outgoing.verdict))
+                                headers=self._headers(upstream, verdict))
         trail.proxy_seconds += time.perf_counter() - began
         trail.overhead_seen = True
-        return Finished(response, outgoing.verdict)
+        return Finished(response, verdict)
 
     async def _stream(self, upstream: UpstreamResponse, attempted: Attempted) -> Finished:
         trail, outgoing = self.trail, attempted.outgoing

@@ -10,7 +10,6 @@ is shown only with ``--inspect-content``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from proxy.identity.identify import RequestSignals
 from proxy.identity.lineage import Lineage
@@ -18,11 +17,12 @@ from proxy.inspector.store import CLEAN_SLATE, UNIDENTIFIED, Entry, InspectorSto
 from proxy.report import RequestReport
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
+from proxy.values import frozen_value
 
 __all__ = ["InspectorSink", "KeptTrail"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class _Context:
     """The part of a request's context a report reads: no headers."""
 
@@ -84,7 +84,8 @@ class InspectorSink:
             sid = decision.session_id
         compaction = outgoing.compaction if outgoing is not None else None
         after = trail.after
-        overflowed = any(step.overflow for step in trail.steps) or (
+        steps = trail.steps  # most requests take none: no generator made for them
+        overflowed = (bool(steps) and any(step.overflow for step in steps)) or (
             after is not None and bool(after.overflow or after.recovered or after.clamped))
         self.store.add(Entry(
             sid or UNIDENTIFIED, trail.at, agent, method,

@@ -7,7 +7,7 @@ and the usage adjustment, each derived once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from proxy.chat import Draft
@@ -15,12 +15,13 @@ from proxy.floor.decision import Decision
 from proxy.recovery.outcome import Compaction, ErrorStep, Prepared
 from proxy.recovery.output import OutputClamp
 from proxy.report import Origin
+from proxy.values import frozen_value
 from proxy.wire.usage import UsageAdjustment
 
 __all__ = ["Outgoing"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Outgoing:
     decision: Decision
     compaction: Compaction | None = None
@@ -55,14 +56,17 @@ class Outgoing:
 
     @property
     def verdict(self) -> str:
-        floor = self.decision
-        recovery = [done.label for done in (self.compaction, self.clamp) if done is not None]
-        if not recovery:
-            return floor.verdict
+        # Read for every request (header, log line, report): no list made on the way.
+        floor, compaction, clamp = self.decision, self.compaction, self.clamp
+        if compaction is None:
+            if clamp is None:
+                return floor.verdict
+            recovery = clamp.label
+        else:
+            recovery = compaction.label if clamp is None else \
+                f"{compaction.label}+{clamp.label}"
         # A pass-through verdict ("none; reason=...") says nothing once recovery changed it.
-        if floor.kind != "none":
-            recovery.insert(0, floor.verdict)
-        return "+".join(recovery)
+        return recovery if floor.kind == "none" else f"{floor.verdict}+{recovery}"
 
     @property
     def adjust(self) -> UsageAdjustment | None:

@@ -22,10 +22,10 @@ sent them:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from urllib.parse import unquote
 
 from proxy.errors import InvalidTarget
+from proxy.values import frozen_value
 
 __all__ = ["Target", "parse_target", "route_path"]
 
@@ -36,7 +36,7 @@ _PLAIN = frozenset(range(0x21, 0x7F))
 _FORBIDDEN = frozenset(range(0x00, 0x21)) | {0x7F}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Target:
     """Where a request goes: ``path`` and ``query`` as the upstream should see them."""
 

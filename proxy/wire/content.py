@@ -67,8 +67,10 @@ def first_text(message: object) -> str | None:
 def head_length(messages: Sequence[Any]) -> int:
     """How many leading system/developer messages a request has."""
     n = 0
-    for message in messages:
-        if not has_role(message, HEAD_ROLES):
+    for message in messages:  # has_role inlined: this runs on every message of the head
+        role = message.get("role") if message.__class__ is dict or isinstance(
+            message, Mapping) else None
+        if not isinstance(role, str) or role not in HEAD_ROLES:
             break
         n += 1
     return n

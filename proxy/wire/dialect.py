@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from proxy.values import frozen_value
 from proxy.wire.content import content_text
 from proxy.wire.usage import Usage, UsageAdjustment
 
@@ -31,7 +32,7 @@ SYSTEM: Span = (-1, -1)
 _OUTPUT_KEYS = ("max_completion_tokens", "max_tokens")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Translation:
     """A dialect request as the stages see it. ``sources[i]`` is the span of dialect items
     (``items[start:end]``) that ``chat["messages"][i]`` came from."""
@@ -44,7 +45,7 @@ class Translation:
     pass_reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class EventFacts:
     """What one stream event or one complete answer says about usage and how it ended."""
 

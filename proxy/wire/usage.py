@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.values import frozen_value
+
 __all__ = ["Usage", "UsageAdjustment"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
 class Usage:
     """Token usage as an OpenAI-compatible upstream reports it; None where it says nothing
     (a missing ``prompt_tokens`` is not 0 prompt tokens)."""

@@ -10,8 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.floor.clean_slate import marked_clean, without_marker
+from proxy.policy.pin_patterns import ENVELOPE
 from proxy.tokens import TokenCounter
 from proxy.transcripts.catalog import Catalog
 from tests.floor.harness import FloorHarness
@@ -57,6 +60,24 @@ def test_the_marker_behind_openclaw_s_timestamp_and_in_parts() -> None:
                                          {"type": "text", "text": "--clean stays"}]}
     assert without_marker(parts, "--clean")["content"] == [
         {"type": "text", "text": "hi"}, {"type": "text", "text": "--clean stays"}]
+
+
+def _marked_by_regex(text: str, marker: str | None) -> bool:
+    """marked_clean as it was before its substring test."""
+    if not marker:
+        return False
+    body = ENVELOPE.sub("", text.lstrip(), count=1)
+    return body == marker or body.startswith(marker + " ") or body.startswith(marker + "\n")
+
+
+_PIECES = st.sampled_from(["--clean", "--clean ", "--cl", "ean", " ", "\n", "hi",
+                           "[Wed 2026-12-02 17:10 UTC] ", "[Wed 2026-12-02 17:10 UTC]", "!"])
+
+
+@given(st.lists(_PIECES, max_size=6).map("".join),
+       st.sampled_from(["--clean", "", "[", " x", "--clean now"]) | st.none())
+def test_the_substring_test_decides_as_the_regex_did(text: str, marker: str | None) -> None:
+    assert marked_clean(text, marker) == _marked_by_regex(text, marker)
 
 
 def test_an_empty_marker_turns_it_off_and_shadow_mode_sends_the_original() -> None:

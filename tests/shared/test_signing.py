@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.recovery.credential import credential_scope, scope_keys
+from proxy.recovery.credential import CredentialScopes, credential_scope, scope_keys
 from proxy.replicas.signing import Signer, read_key
 
 NEW, OLD = b"n" * 32, b"o" * 32
@@ -69,3 +69,26 @@ def test_the_credential_scope_differs_by_credential_and_hides_it(tmp_path: Path)
     assert credential_scope({"x-api-key": "k"}, scope_keys((NEW,), None)[0]) != \
         credential_scope({"x-api-key": "k"}, scope_keys((OLD,), None)[0])
     assert scope_keys(None, None) != scope_keys(None, None)  # no state: one per process
+
+
+def test_remembered_credential_scopes_are_the_hashes_themselves() -> None:
+    """What ``CredentialScopes`` remembers is exactly ``credential_scope`` under each key, for
+    the header that decides (authorization first), whitespace as sent; it forgets past its
+    bound and never shows a credential."""
+    keys = (NEW, OLD)
+    scopes = CredentialScopes(keys)
+    cases: list[dict[str, str]] = [
+        {"authorization": "Bearer sk-a"}, {"authorization": " Bearer sk-a "},
+        {"x-api-key": "sk-a"}, {"api-key": "sk-a"}, {"authorization": "", "x-api-key": "sk-b"},
+        {"authorization": "Bearer sk-a", "x-api-key": "sk-b"}, {"x-api-key": "\udcff"}]
+    for _ in range(2):  # first computed, then remembered
+        for headers in cases:
+            assert scopes.of(headers) == tuple(credential_scope(headers, k) for k in keys)
+    assert scopes.of({}) is None and scopes.of({"authorization": ""}) is None
+    assert "sk-" not in repr(scopes) and "Bearer" not in repr(scopes)
+    small = CredentialScopes((NEW,))
+    small.MAX_KEPT = 3
+    for n in range(10):
+        headers = {"authorization": f"Bearer sk-{n}"}
+        assert small.of(headers) == (credential_scope(headers, NEW),)
+        assert len(small._kept) <= 3
