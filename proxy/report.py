@@ -78,6 +78,7 @@ class SummaryMade:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failure: str | None = None
+    traceparent: str | None = None  # what its calls sent upstream (spans are exported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class RequestReport:
     attempts: tuple[Attempt, ...] = ()
     usage: Usage | None = None  # as the upstream reported it (before any adjustment)
     finish_reason: str | None = None
+    response_model: str | None = None  # the model the answer named, as it named it
     window: int | None = None
     # What was sent, by reference (see the module docstring): the chat body the last attempt
     # sent (the bytes the stages made; for a dialect request before it was rendered) and its

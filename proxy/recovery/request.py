@@ -17,6 +17,7 @@ from proxy.policy.records import ModelSpec, Policy
 from proxy.recovery.credential import credential_scope
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
 from proxy.wire.content import head_length
 from proxy.wire.summary import summary_message
@@ -61,6 +62,8 @@ class RecoveryRequest:
     # hash of its credential (proxy/recovery/credential.py).
     key: str
     older_keys: tuple[str, ...] = ()  # the same, under a shared store's previous key
+    # Spans are exported: the request's trace, which the summarizer's calls join.
+    trace: TraceContext | None = None
 
     @classmethod
     def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None,

@@ -48,6 +48,7 @@ class TrailFacts(Protocol):
     stream: StreamOutcome | None
     usage: Usage | None
     finish_reason: str | None
+    response_model: str | None
     after: AfterCheck | None
     proxy_seconds: float
     status: int
@@ -100,7 +101,7 @@ def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
                     model=made.model, seconds=made.seconds,
                     started=made.began - trail.started if made.began else 0.0,
                     prompt_tokens=made.prompt_tokens, completion_tokens=made.completion_tokens,
-                    failure=made.failure)
+                    failure=made.failure, traceparent=made.traceparent)
         if outgoing.clamp is not None:
             fields["clamp"] = (outgoing.clamp.requested, outgoing.clamp.limit)
     overflow = next((s.overflow for s in reversed(trail.steps) if s.overflow), None)
@@ -113,6 +114,7 @@ def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
         status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
         seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
         attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason,
+        response_model=trail.response_model,
         traceparent=trail.client_traceparent, overflow=overflow, **fields)
 
 

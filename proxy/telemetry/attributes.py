@@ -4,7 +4,7 @@ client-inference.md) plus tailfloor's own ``tailfloor.*``.
 
 Only counts, names and verdicts: never a message, a header or a key. A model or agent name
 goes out only as the Prometheus labels would show it (``label``: the same vetting, see
-proxy/metrics.py). Pure: no I/O, no OpenTelemetry import.
+proxy/metrics.py). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Upstream:
 
 @dataclass(frozen=True, slots=True)
 class SpanPlan:
-    """One span to make: times are epoch seconds; ``span_id`` / ``trace_id`` are set when
-    the request path already sent them (an attempt's traceparent)."""
+    """One span to make: times are epoch seconds; ``span_id`` is set when the request path
+    already sent it (an attempt's or the summarizer's traceparent)."""
 
     name: str
     kind: Literal["server", "client"]
@@ -70,8 +70,10 @@ def provider_of(host: str) -> str | None:
 
 
 def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
-               agent_label: Label, span_ids: Callable[[str], int]) -> list[SpanPlan]:
-    """The server span first, then each attempt's client span and the summarizer's."""
+               agent_label: Label, span_ids: Callable[[str], int], *,
+               response_label: Label | None = None) -> list[SpanPlan]:
+    """The server span first, then each attempt's client span and the summarizer's.
+    ``response_label``: how ``gen_ai.response.model`` is vetted (None: left out)."""
     at = report.at
     plans = [_server(report, agent_label)]
     model = label(report.model)
@@ -85,6 +87,9 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
         attributes = _chat(model, provider, upstream)
         attributes["gen_ai.request.stream"] = report.stream
         attributes.update(_attempt(report, attempt, index == last))
+        if index == last and report.response_model is not None \
+                and response_label is not None and attempt.error is None:
+            attributes["gen_ai.response.model"] = response_label(report.response_model)
         error = attempt.error or (f"{attempt.status}" if attempt.status is not None
                                   and attempt.status >= 400 else None)
         if error is not None:
@@ -104,7 +109,9 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
             attributes["error.type"] = made.failure
         start = at + made.started
         plans.append(SpanPlan(f"chat {summary_model}", "client", start, start + made.seconds,
-                              attributes, error=made.failure))
+                              attributes, error=made.failure,
+                              span_id=span_ids(made.traceparent) if made.traceparent
+                              else None))
     return plans
 
 

@@ -1,33 +1,34 @@
-"""The OTLP instruments: the GenAI client-inference metrics and tailfloor's own, fed from
+"""The OTLP metrics: the GenAI client-inference instruments and tailfloor's own, fed from
 each finished request's report with the counts Prometheus is given for the same request.
 
-The counters are kept here as plain sums, by attribute set, and read by observable counters
-when the SDK collects (every export interval): the SDK's synchronous ``add`` validates and
-hashes its attributes on every call, which cost more than the rest of a request's report.
-Only the two histograms are recorded as they come.
+Held as plain dicts keyed by attribute tuple (counters as sums; histograms as bucket counts,
+sum, min and max) and encoded to OTLP only when an export is due: adding to a dict is all a
+request costs. Used from the telemetry thread only, so nothing here locks. Bounded: model
+and agent labels are capped like Prometheus's (proxy/metrics.py), the other attributes are
+enums.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
-
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from bisect import bisect_left
+from collections.abc import Callable
 
 from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
 from proxy.report import RequestReport
+from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import Label, Upstream
 
 __all__ = ["Instruments"]
 
-_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
-                     20.48, 40.96, 81.92]
-_CHUNK_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                  2.5, 5.0, 7.5, 10.0]
+# The GenAI conventions' advice for these two (client-inference metrics).
+_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                     20.48, 40.96, 81.92)
+_CHUNK_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                  2.5, 5.0, 7.5, 10.0)
 Attributes = tuple[tuple[str, str | int], ...]
 
-# name, unit, description of each counter, in the order record() fills them.
+# name, unit, description of each counter.
 _COUNTERS = (
     ("gen_ai.client.inference.usage.input_tokens", "{token}",
      "Input tokens the upstream reported, cached ones included"),
@@ -43,60 +44,76 @@ _COUNTERS = (
     ("tailfloor.cost", "USD", "Dollars by the rules' [[prices]], by kind (request, floor, "
      "summary, saved), as tailfloor_cost_usd_total"),
 )
+_INPUT, _OUTPUT, _CACHED = (name for name, _, _ in _COUNTERS[:3])
+_DURATION = ("gen_ai.client.inference.duration", "s", "Each upstream attempt, to its end",
+             _DURATION_BUCKETS)
+_FIRST_CHUNK = ("gen_ai.client.inference.time_to_first_chunk", "s",
+                "From sending a streamed request to its first chunk", _CHUNK_BUCKETS)
+
+
+class _Histogram:
+    """Explicit buckets as OTLP counts them: bucket i holds bounds[i-1] < v <= bounds[i]."""
+
+    __slots__ = ("counts", "maximum", "minimum", "total")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.total = 0.0
+        self.minimum = float("inf")
+        self.maximum = float("-inf")
+
+    def add(self, value: float, bounds: tuple[float, ...]) -> None:
+        self.counts[bisect_left(bounds, value)] += 1
+        self.total += value
+        self.minimum = min(self.minimum, value)
+        self.maximum = max(self.maximum, value)
 
 
 class Instruments:
-    def __init__(self, meter: Meter, upstream: Upstream, label: Label,
-                 agent_label: Label, prices: Callable[[], PriceList]) -> None:
+    def __init__(self, upstream: Upstream, label: Label, agent_label: Label,
+                 prices: Callable[[], PriceList], *, delta: bool, start_ns: int) -> None:
         self._upstream, self._label, self._agent_label = upstream, label, agent_label
         self._prices = prices
-        # Bounded: model and agent labels are capped like Prometheus's, the rest are enums.
+        self._delta = delta
+        self._start_ns = start_ns  # cumulative: since the sink started; delta: the last export
         self._sums: dict[str, dict[Attributes, float]] = {name: {} for name, _, _ in _COUNTERS}
-        self._lock = threading.Lock()  # the SDK collects on its own thread
-        for name, unit, description in _COUNTERS:
-            meter.create_observable_counter(name, [self._reader(name)], unit, description)
-        self.duration = meter.create_histogram(
-            "gen_ai.client.inference.duration", "s", "Each upstream attempt, to its end",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS)
-        self.first_chunk = meter.create_histogram(
-            "gen_ai.client.inference.time_to_first_chunk", "s",
-            "From sending a streamed request to its first chunk",
-            explicit_bucket_boundaries_advisory=_CHUNK_BUCKETS)
-
-    def _reader(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        sums = self._sums[name]
-
-        def observe(options: CallbackOptions) -> Iterable[Observation]:
-            with self._lock:
-                found = list(sums.items())
-            return [Observation(value, dict(attributes)) for attributes, value in found]
-
-        return observe
+        self._histograms: dict[str, dict[Attributes, _Histogram]] = {
+            _DURATION[0]: {}, _FIRST_CHUNK[0]: {}}
+        self._number_attributes = wire.AttributeCache(7)
+        self._histogram_attributes = wire.AttributeCache(9)
 
     def _add(self, name: str, value: float, attributes: Attributes) -> None:
         sums = self._sums[name]
-        with self._lock:
-            sums[attributes] = sums.get(attributes, 0) + value
+        sums[attributes] = sums.get(attributes, 0) + value
+
+    def _observe(self, name: str, bounds: tuple[float, ...], value: float,
+                 attributes: Attributes) -> None:
+        points = self._histograms[name]
+        point = points.get(attributes)
+        if point is None:
+            point = points[attributes] = _Histogram(len(bounds) + 1)
+        point.add(value, bounds)
 
     def record(self, report: RequestReport) -> None:
         model = self._label(report.model)
         agent = self._agent_label(report.agent or "none")
-        provider = self._upstream.provider or (
+        upstream = self._upstream
+        provider = upstream.provider or (
             "anthropic" if report.route == "messages" else "openai")
         base: Attributes = (
             ("gen_ai.operation.name", "chat"), ("gen_ai.provider.name", provider),
-            ("gen_ai.request.model", model), ("server.address", self._upstream.address),
-            ("server.port", self._upstream.port))
+            ("gen_ai.request.model", model), ("server.address", upstream.address),
+            ("server.port", upstream.port))
         own: Attributes = (("tailfloor.agent", agent), ("tailfloor.route", report.route))
         usage = report.usage
         if usage is not None:
             tokens = (*base, *own, ("gen_ai.token.modality", "text"))
-            for name, value in ((_COUNTERS[0][0], usage.prompt_tokens),
-                                (_COUNTERS[1][0], usage.completion_tokens),
-                                (_COUNTERS[2][0], usage.cached_tokens)):
+            for name, value in ((_INPUT, usage.prompt_tokens),
+                                (_OUTPUT, usage.completion_tokens),
+                                (_CACHED, usage.cached_tokens)):
                 if value:
                     self._add(name, value, tokens)
-        self._histograms(report, dict(base))
+        self._attempts(report, base)
         self._add("tailfloor.floors", 1, (*own, ("tailfloor.floor.kind", report.floor_kind)))
         if report.carried:
             self._add("tailfloor.carried.messages", report.carried, own)
@@ -115,14 +132,46 @@ class Instruments:
                     self._add("tailfloor.cost", dollars, (
                         *own, ("gen_ai.request.model", model), ("tailfloor.cost.kind", kind)))
 
-    def _histograms(self, report: RequestReport, base: dict[str, str | int]) -> None:
+    def _attempts(self, report: RequestReport, base: Attributes) -> None:
         last = len(report.attempts) - 1
         for index, attempt in enumerate(report.attempts):
             seconds = report.seconds - attempt.started if index == last \
                 and attempt.error is None else attempt.latency
             error = attempt.error or (str(attempt.status) if attempt.status is not None
                                       and attempt.status >= 400 else None)
-            self.duration.record(max(seconds, 0.0),
-                                 {**base, "error.type": error} if error else base)
+            self._observe(_DURATION[0], _DURATION_BUCKETS, max(seconds, 0.0),
+                          (*base, ("error.type", error)) if error else base)
             if attempt.first_chunk is not None:
-                self.first_chunk.record(max(attempt.first_chunk - attempt.started, 0.0), base)
+                self._observe(_FIRST_CHUNK[0], _CHUNK_BUCKETS,
+                              max(attempt.first_chunk - attempt.started, 0.0), base)
+
+    def collect(self, now_ns: int) -> list[bytes]:
+        """Every metric with a point, framed for ScopeMetrics.metrics (delta: what came
+        since the last collection, which starts over)."""
+        start = self._start_ns
+        temporality = wire.DELTA if self._delta else wire.CUMULATIVE
+        found: list[bytes] = []
+        numbers = self._number_attributes.encode
+        for name, unit, description in _COUNTERS:
+            sums = self._sums[name]
+            if sums:
+                points = [wire.number_point(numbers(attributes), start, now_ns, value)
+                          for attributes, value in sums.items()]
+                found.append(wire.metric(name, description, unit,
+                                         wire.sum_(points, temporality, monotonic=True)))
+        histograms = self._histogram_attributes.encode
+        for name, unit, description, bounds in (_DURATION, _FIRST_CHUNK):
+            kept = self._histograms[name]
+            if kept:
+                points = [wire.histogram_point(
+                    histograms(attributes), start, now_ns, h.counts, bounds, total=h.total,
+                    minimum=h.minimum, maximum=h.maximum) for attributes, h in kept.items()]
+                found.append(wire.metric(name, description, unit,
+                                         wire.histogram(points, temporality)))
+        if self._delta:
+            self._start_ns = now_ns
+            for sums in self._sums.values():
+                sums.clear()
+            for kept in self._histograms.values():
+                kept.clear()
+        return found

@@ -38,6 +38,7 @@ def otel_env(receiver: OtlpReceiver, **more: str) -> dict[str, str]:
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             "OTEL_EXPORTER_OTLP_HEADERS": f"x-collector-token={CANARY_HEADER}",
             "OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
             "OTEL_SERVICE_NAME": "tailfloor-under-test", **more}
 
 
