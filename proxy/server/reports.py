@@ -61,10 +61,12 @@ class TrailFacts(Protocol):
     def verdict(self) -> str: ...
 
 
-def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
-    """``seconds``: the request's time, when measured at its end (a report made later).
-    One constructor call: each ``dataclasses.replace`` of a report this wide costs as much
-    as building it."""
+def report_of(trail: TrailFacts, seconds: float | None = None, *,
+              content: bool = True) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later);
+    ``content``: with the body and messages sent (the inspector's pages show them; a
+    report queued for telemetry must not hold them). One constructor call: each
+    ``dataclasses.replace`` of a report this wide costs as much as building it."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
     fields: dict[str, Any] = {}
     if ctx is not None:
@@ -86,10 +88,11 @@ def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
             capped=decision.capped,
             session_id=fields.get("session_id") or decision.session_id)
     if outgoing is not None:
-        found = chat.body.get("messages")
-        messages = outgoing.messages if outgoing.messages is not None \
-            else found if isinstance(found, list) else None
-        fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
+        if content:
+            found = chat.body.get("messages")
+            messages = outgoing.messages if outgoing.messages is not None \
+                else found if isinstance(found, list) else None
+            fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
         compaction = outgoing.compaction
         if compaction is not None:
             fields.update(compaction=compaction.label, compaction_why=compaction.why,

@@ -23,7 +23,7 @@ __all__ = [
     "CLIENT", "CUMULATIVE", "DELTA", "SERVER", "AttributeCache", "Value", "any_value",
     "delimited", "double", "export_metrics", "export_traces", "fixed64", "gauge",
     "histogram", "histogram_point", "key_value", "metric", "number_point", "resource",
-    "scope", "span", "sum_", "tag", "varint",
+    "scope", "span", "span_fixed", "sum_", "tag", "varint",
 ]
 
 Value = str | bool | int | float | tuple[str, ...]
@@ -104,32 +104,43 @@ def key_value(key: str, value: Value) -> bytes:
 
 
 class AttributeCache:
-    """Attributes as the repeated KeyValue field ``field`` of one message kind, each pair
-    encoded once: a request's names, models and verdicts repeat from one request to the
-    next. Numbers (token counts, seconds) rarely repeat and are cheap: encoded each time.
-    Bounded: emptied when full (a model name a client made up never grows it forever)."""
+    """Attributes as the repeated KeyValue field ``field`` of one message kind. A string,
+    bool or array pair is encoded once (a request's names, models and verdicts repeat from
+    one request to the next; one dict per type, True == 1 as dict keys); a number is encoded
+    each time (counts and seconds rarely repeat) behind its key, itself encoded once.
+    Bounded: a dict is emptied when full (a model name a client made up never grows it
+    forever)."""
 
-    __slots__ = ("_field", "_limit", "_pairs")
+    __slots__ = ("_by_type", "_field", "_keys", "_limit")
 
     def __init__(self, field: int, limit: int = 4096) -> None:
         self._field = tag(field, _LENGTH)
         self._limit = limit
-        self._pairs: dict[tuple[str, Value], bytes] = {}
+        self._by_type: dict[type, dict[tuple[str, Value], bytes]] = {
+            str: {}, bool: {}, tuple: {}}
+        self._keys: dict[str, bytes] = {}  # a number's key, with the value's tag
 
     def encode(self, pairs: Iterable[tuple[str, Value]]) -> bytes:
-        found = self._pairs
+        by_type = self._by_type
         out: list[bytes] = []
         for pair in pairs:
-            kind = pair[1].__class__
-            if kind is str or kind is tuple:
+            key, value = pair
+            found = by_type.get(value.__class__)
+            if found is not None:
                 framed = found.get(pair)
                 if framed is None:
                     if len(found) >= self._limit:
                         found.clear()
-                    framed = found[pair] = delimited(self._field, key_value(*pair))
+                    framed = found[pair] = delimited(self._field, key_value(key, value))
                 out.append(framed)
-            else:  # True == 1 == 1.0 as dict keys: numbers and bools are never cached
-                out.append(delimited(self._field, key_value(*pair)))
+                continue
+            head = self._keys.get(key)
+            if head is None:
+                head = self._keys[key] = delimited(_KEY, key.encode()) + _VALUE
+            number = _INT + varint(value) if value.__class__ is int \
+                else _DOUBLE + _F64.pack(value)
+            # An int's or double's AnyValue is at most 11 bytes: its length is one byte.
+            out.append(delimited(self._field, head + _ONE[len(number)] + number))
         return b"".join(out)
 
 
@@ -161,18 +172,24 @@ _SPAN = tag(2, _LENGTH)  # ScopeSpans.spans: a span framed for its batch
 FLAG_SAMPLED, HAS_IS_REMOTE, IS_REMOTE = 0x1, 0x100, 0x200  # Span.flags (SpanFlags)
 
 
-def span(trace_id: bytes, span_id: bytes, parent_span_id: bytes | None, name: str,
-         kind: int, *, start_ns: int, end_ns: int, attributes: bytes, error: bool = False,
+def span_fixed(name: str, kind: int, attributes: bytes) -> bytes:
+    """A span's name, kind and ``attributes`` (from an ``AttributeCache(9)``): the part
+    many spans share, encoded once. Protobuf reads fields in any order, and a repeated
+    field's items wherever they are, so this sits in a span as one piece."""
+    return delimited(_NAME, name.encode()) + _KIND + _ONE[kind] + attributes
+
+
+def span(trace_id: bytes, span_id: bytes, parent_span_id: bytes | None, fixed: bytes, *,
+         start_ns: int, end_ns: int, attributes: bytes = b"", error: bool = False,
          trace_state: str = "", flags: int = FLAG_SAMPLED | HAS_IS_REMOTE) -> bytes:
-    """One Span framed as ScopeSpans.spans: batches join these as they are.
-    ``attributes``: from an ``AttributeCache(9)``."""
+    """One Span framed as ScopeSpans.spans: batches join these as they are. ``fixed``:
+    from ``span_fixed``; ``attributes``: more of them (from an ``AttributeCache(9)``)."""
     parts = [_TRACE_ID, trace_id, _SPAN_ID, span_id]
     if trace_state:
         parts.append(delimited(_TRACE_STATE, trace_state.encode()))
     if parent_span_id:
         parts += (_PARENT, parent_span_id)
-    parts += (delimited(_NAME, name.encode()), _KIND, _ONE[kind],
-              _START, _U64.pack(start_ns), _END, _U64.pack(end_ns), attributes)
+    parts += (fixed, _START, _U64.pack(start_ns), _END, _U64.pack(end_ns), attributes)
     if error:
         parts.append(_STATUS_ERROR)
     parts += (_FLAGS, _U32.pack(flags))

@@ -88,7 +88,12 @@ class TelemetrySink:
         if len(self._pending) >= _PENDING:
             self._reports_dropped.inc()
             return
-        self._pending.append(replace(report, body=None, messages=None, origins=None))
+        if report.body is not None or report.messages is not None \
+                or report.origins is not None:
+            # The recorder's reports come without them (report_of(content=False)); a
+            # copy costs as much as the rest of this export, so only when they are there.
+            report = replace(report, body=None, messages=None, origins=None)
+        self._pending.append(report)
 
     def _batch_of(self, spans: Sequence[bytes]) -> bytes:
         return wire.export_traces(self._resource, _SCOPE, spans)

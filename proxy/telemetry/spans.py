@@ -1,11 +1,12 @@
 """A finished request's report as encoded OTLP spans, with the ids the request path sent.
 
-``plan_spans`` (attributes.py) says what the spans are; this turns them into protobuf
-(protowire.py): the server span, the parent of the others, takes the client's context as its
-parent (or none); each attempt's client span takes the id its ``traceparent`` gave the
-upstream, and so does the summarizer's. The trace is recorded only when the sampler keeps it
-(sampling.py): the same decision the request path made when it told the upstream.
-Used from the telemetry thread only.
+What the spans are is attributes.py's: each span's fixed part (name, most attributes) is
+made from its key and encoded once per distinct key (requests of one agent and model share
+it), its numbers are encoded every time. The server span, the parent of the others, takes
+the client's context as its parent (or none); each attempt's client span takes the id its
+``traceparent`` gave the upstream, and so does the summarizer's. The trace is recorded only
+when the sampler keeps it (sampling.py): the same decision the request path made when it
+told the upstream. Used from the telemetry thread only.
 """
 
 from __future__ import annotations
@@ -14,17 +15,30 @@ import random
 
 from proxy.report import RequestReport
 from proxy.telemetry import protowire as wire
-from proxy.telemetry.attributes import Label, Upstream, plan_spans
+from proxy.telemetry.attributes import (
+    Fixed,
+    Key,
+    Label,
+    SpanPlan,
+    Upstream,
+    attempt_fixed,
+    attempt_key,
+    attempt_numbers,
+    plan_spans,
+    server_fixed,
+    server_key,
+    server_numbers,
+)
 from proxy.telemetry.sampling import TraceSampler
 from proxy.telemetry.tracecontext import parse_traceparent
 
 __all__ = ["SpanEncoder"]
 
-_KINDS = {"server": wire.SERVER, "client": wire.CLIENT}
 # Span.flags: the W3C flags, and whether the parent was remote (the server span's is the
 # client's, when it sent one; the others' is tailfloor's own server span).
 _LOCAL = wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE
 _REMOTE = _LOCAL | wire.IS_REMOTE
+_FIXED_KEPT = 4096  # distinct fixed parts kept per span kind; emptied when full
 
 
 class SpanEncoder:
@@ -35,6 +49,9 @@ class SpanEncoder:
         self._response_label = response_label
         self._sampler = sampler
         self._attributes = wire.AttributeCache(9)
+        # key -> (span_fixed bytes, error)
+        self._servers: dict[Key, tuple[bytes, bool]] = {}
+        self._attempts: dict[Key, tuple[bytes, bool]] = {}
         self._random = random.Random()  # ids need to be unique, not secret
 
     def _new_id(self, bits: int) -> int:
@@ -43,10 +60,19 @@ class SpanEncoder:
             if found:
                 return found
 
+    def _fixed(self, kept: dict[Key, tuple[bytes, bool]], key: Key, kind: int,
+               made: Fixed) -> tuple[bytes, bool]:
+        if len(kept) >= _FIXED_KEPT:
+            kept.clear()
+        found = kept[key] = (wire.span_fixed(made.name, kind, self._attributes.encode(
+            made.attributes.items())), made.error is not None)
+        return found
+
     def encode(self, report: RequestReport) -> list[bytes]:
         """The report's spans, framed for a batch; none when the trace is not sampled."""
-        client = parse_traceparent(report.traceparent)
-        sent = next((a.traceparent for a in report.attempts if a.traceparent), None)
+        client = parse_traceparent(report.traceparent) if report.traceparent else None
+        attempts = report.attempts
+        sent = attempts[0].traceparent if attempts else None
         if client is not None:
             trace_hex = client.trace_id
         elif sent is not None:
@@ -55,28 +81,51 @@ class SpanEncoder:
             trace_hex = f"{self._new_id(128):032x}"
         if not self._sampler.sampled(trace_hex, client):
             return []
-        plans = plan_spans(report, self._upstream, self._label, self._agent_label,
-                           _span_id, response_label=self._response_label)
         trace_id = bytes.fromhex(trace_hex)
         server_id = self._new_id(64).to_bytes(8, "big")
         parent = bytes.fromhex(client.parent_id) if client is not None \
             and client.parent_id is not None else None
-        encode = self._attributes.encode
-        out: list[bytes] = []
-        for index, plan in enumerate(plans):
-            if index == 0:
-                span_id, parent_id, flags = server_id, parent, \
-                    _REMOTE if parent is not None else _LOCAL
-            else:
-                span_id = plan.span_id.to_bytes(8, "big") if plan.span_id is not None \
-                    else self._new_id(64).to_bytes(8, "big")
-                parent_id, flags = server_id, _LOCAL
+        numbers = self._attributes.encode
+        at, seconds = report.at, report.seconds
+        key = server_key(report, self._agent_label)
+        fixed, error = self._servers.get(key) or self._fixed(
+            self._servers, key, wire.SERVER, server_fixed(key))
+        out = [wire.span(trace_id, server_id, parent, fixed, start_ns=int(at * 1e9),
+                         end_ns=int((at + seconds) * 1e9),
+                         attributes=numbers(server_numbers(report)), error=error,
+                         flags=_REMOTE if parent is not None else _LOCAL)]
+        model = self._label(report.model)
+        last = len(attempts) - 1
+        for index, attempt in enumerate(attempts):
+            start = at + attempt.started
+            # The last attempt's answer is relayed to its end; an earlier one ended at its
+            # error (as plan_spans says).
+            end = at + seconds if index == last and attempt.error is None \
+                else start + attempt.latency
+            key = attempt_key(report, attempt, index == last, model, self._response_label)
+            fixed, error = self._attempts.get(key) or self._fixed(
+                self._attempts, key, wire.CLIENT, attempt_fixed(key, self._upstream))
+            span_id = int(attempt.traceparent[36:52], 16) if attempt.traceparent \
+                else self._new_id(64)
             out.append(wire.span(
-                trace_id, span_id, parent_id, plan.name, _KINDS[plan.kind],
-                start_ns=int(plan.start * 1e9), end_ns=int(plan.end * 1e9),
-                attributes=encode(plan.attributes.items()), error=plan.error is not None,
-                flags=flags))
+                trace_id, span_id.to_bytes(8, "big"), server_id, fixed,
+                start_ns=int(start * 1e9), end_ns=int(max(end, start) * 1e9),
+                attributes=numbers(attempt_numbers(report, attempt, key)), error=error,
+                flags=_LOCAL))
+        if report.summary is not None:  # rare: the general way
+            plan = plan_spans(report, self._upstream, self._label, self._agent_label,
+                              _span_id)[-1]
+            out.append(self._whole(trace_id, server_id, plan))
         return out
+
+    def _whole(self, trace_id: bytes, parent: bytes, plan: SpanPlan) -> bytes:
+        span_id = plan.span_id if plan.span_id is not None else self._new_id(64)
+        return wire.span(
+            trace_id, span_id.to_bytes(8, "big"), parent,
+            wire.span_fixed(plan.name, wire.CLIENT, b""), start_ns=int(plan.start * 1e9),
+            end_ns=int(plan.end * 1e9),
+            attributes=self._attributes.encode(plan.attributes.items()),
+            error=plan.error is not None, flags=_LOCAL)
 
 
 def _span_id(traceparent: str) -> int:
