@@ -22,12 +22,12 @@ from urllib.parse import urlsplit
 
 from proxy.report import Attempt, RequestReport
 
-__all__ = ["Fixed", "SpanPlan", "Upstream", "attempt_fixed", "attempt_key", "attempt_numbers",
-           "plan_spans", "provider_of", "server_fixed", "server_key", "server_numbers"]
+__all__ = ["ATTEMPT_NUMBERS", "SERVER_NUMBERS", "Fixed", "SpanPlan", "Upstream", "attempt_fixed",
+           "attempt_key", "attempt_numbers", "plan_spans", "provider_of", "server_fixed",
+           "server_key", "server_numbers"]
 
 Value = str | bool | int | float | tuple[str, ...]
 Label = Callable[[str | None], str]
-Pairs = list[tuple[str, Value]]
 Key = tuple[Any, ...]
 
 ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
@@ -94,7 +94,8 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
     at = report.at
     fixed = server_fixed(server_key(report, agent_label))
     plans = [SpanPlan(fixed.name, "server", at, at + report.seconds,
-                      {**fixed.attributes, **dict(server_numbers(report))}, fixed.error)]
+                      {**fixed.attributes, **_named(SERVER_NUMBERS, server_numbers(report))},
+                      fixed.error)]
     model = label(report.model)
     last = len(report.attempts) - 1
     for index, attempt in enumerate(report.attempts):
@@ -106,7 +107,8 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
         fixed = attempt_fixed(key, upstream)
         plans.append(SpanPlan(
             fixed.name, "client", start, max(end, start),
-            {**fixed.attributes, **dict(attempt_numbers(report, attempt, key))},
+            {**fixed.attributes,
+             **_named(ATTEMPT_NUMBERS, attempt_numbers(report, attempt, key))},
             error=fixed.error,
             span_id=span_ids(attempt.traceparent) if attempt.traceparent else None))
     made = report.summary
@@ -157,15 +159,20 @@ def server_fixed(key: Key) -> Fixed:
     return Fixed(f"POST {path}", attributes, error)
 
 
-def server_numbers(report: RequestReport) -> Pairs:
-    found: Pairs = [("tailfloor.proxy_seconds", round(report.proxy_seconds, 6))]
-    for key, value in (("tailfloor.floor.restored", report.restored),
-                       ("tailfloor.floor.carried", report.carried),
-                       ("tailfloor.floor.added_tokens", report.added_tokens),
-                       ("tailfloor.compaction.tokens_removed", report.tokens_removed)):
-        if value:
-            found.append((key, value))
-    return found
+# The numbers' names, in the order ``*_numbers`` give their values (None: left out).
+SERVER_NUMBERS = ("tailfloor.proxy_seconds", "tailfloor.floor.restored",
+                  "tailfloor.floor.carried", "tailfloor.floor.added_tokens",
+                  "tailfloor.compaction.tokens_removed")
+ATTEMPT_NUMBERS = ("gen_ai.response.time_to_first_chunk", "gen_ai.usage.input_tokens",
+                   "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+                   "gen_ai.usage.reasoning.output_tokens")
+Numbers = tuple[float | None, ...]
+
+
+def server_numbers(report: RequestReport) -> Numbers:
+    # Seconds as they are: a double is eight bytes however it is rounded.
+    return (report.proxy_seconds, report.restored or None, report.carried or None,
+            report.added_tokens or None, report.tokens_removed or None)
 
 
 def attempt_key(report: RequestReport, attempt: Attempt, last: bool, model: str,
@@ -203,20 +210,18 @@ def attempt_fixed(key: Key, upstream: Upstream) -> Fixed:
     return Fixed(f"chat {model}", attributes, error)
 
 
-def attempt_numbers(report: RequestReport, attempt: Attempt, key: Key) -> Pairs:
-    found: Pairs = []
-    if attempt.first_chunk is not None:
-        found.append(("gen_ai.response.time_to_first_chunk",
-                      round(attempt.first_chunk - attempt.started, 6)))
+def attempt_numbers(report: RequestReport, attempt: Attempt, key: Key) -> Numbers:
+    first = attempt.first_chunk - attempt.started if attempt.first_chunk is not None else None
     usage = report.usage
-    if key[-1] and usage is not None:
-        for name, value in (("gen_ai.usage.input_tokens", usage.prompt_tokens),
-                            ("gen_ai.usage.output_tokens", usage.completion_tokens),
-                            ("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens),
-                            ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)):
-            if value is not None:
-                found.append((name, value))
-    return found
+    if not key[-1] or usage is None:
+        return (first, None, None, None, None)
+    return (first, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+            usage.reasoning_tokens)
+
+
+def _named(names: tuple[str, ...], values: Numbers) -> dict[str, Value]:
+    return {name: value for name, value in zip(names, values, strict=True)
+            if value is not None}
 
 
 def _provider(route: str, upstream: Upstream) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from typing import NamedTuple
 
 from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
@@ -69,6 +70,13 @@ class _Histogram:
         self.maximum = max(self.maximum, value)
 
 
+class _Shape(NamedTuple):
+    base: Attributes  # the GenAI client attributes
+    own: Attributes  # tailfloor's: agent, route
+    tokens: Attributes  # the token counters'
+    floors: dict[str, Attributes]  # the floors counter's, by floor kind
+
+
 class Instruments:
     def __init__(self, upstream: Upstream, label: Label, agent_label: Label,
                  prices: Callable[[], PriceList], *, delta: bool, start_ns: int) -> None:
@@ -79,6 +87,10 @@ class Instruments:
         self._sums: dict[str, dict[Attributes, float]] = {name: {} for name, _, _ in _COUNTERS}
         self._histograms: dict[str, dict[Attributes, _Histogram]] = {
             _DURATION[0]: {}, _FIRST_CHUNK[0]: {}}
+        self._input, self._output, self._cached = (self._sums[name]
+                                                   for name in (_INPUT, _OUTPUT, _CACHED))
+        self._floors = self._sums["tailfloor.floors"]
+        self._shapes: dict[tuple[str, str, str], _Shape] = {}
         self._number_attributes = wire.AttributeCache(7)
         self._histogram_attributes = wire.AttributeCache(9)
 
@@ -94,27 +106,42 @@ class Instruments:
             point = points[attributes] = _Histogram(len(bounds) + 1)
         point.add(value, bounds)
 
-    def record(self, report: RequestReport) -> None:
-        model = self._label(report.model)
-        agent = self._agent_label(report.agent or "none")
+    def _shape(self, key: tuple[str, str, str]) -> _Shape:
+        """The attribute sets every request of one (model, agent, route) counts under."""
+        model, agent, route = key
         upstream = self._upstream
-        provider = upstream.provider or (
-            "anthropic" if report.route == "messages" else "openai")
+        provider = upstream.provider or ("anthropic" if route == "messages" else "openai")
         base: Attributes = (
             ("gen_ai.operation.name", "chat"), ("gen_ai.provider.name", provider),
             ("gen_ai.request.model", model), ("server.address", upstream.address),
             ("server.port", upstream.port))
-        own: Attributes = (("tailfloor.agent", agent), ("tailfloor.route", report.route))
+        own: Attributes = (("tailfloor.agent", agent), ("tailfloor.route", route))
+        if len(self._shapes) >= 4096:  # bounded by the labels' caps; this is a backstop
+            self._shapes.clear()
+        found = self._shapes[key] = _Shape(
+            base, own, (*base, *own, ("gen_ai.token.modality", "text")), {})
+        return found
+
+    def record(self, report: RequestReport) -> None:
+        model = self._label(report.model)
+        key = (model, self._agent_label(report.agent or "none"), report.route)
+        shape = self._shapes.get(key) or self._shape(key)
+        own = shape.own
         usage = report.usage
         if usage is not None:
-            tokens = (*base, *own, ("gen_ai.token.modality", "text"))
-            for name, value in ((_INPUT, usage.prompt_tokens),
-                                (_OUTPUT, usage.completion_tokens),
-                                (_CACHED, usage.cached_tokens)):
+            tokens = shape.tokens
+            for sums, value in ((self._input, usage.prompt_tokens),
+                                (self._output, usage.completion_tokens),
+                                (self._cached, usage.cached_tokens)):
                 if value:
-                    self._add(name, value, tokens)
-        self._attempts(report, base)
-        self._add("tailfloor.floors", 1, (*own, ("tailfloor.floor.kind", report.floor_kind)))
+                    sums[tokens] = sums.get(tokens, 0) + value
+        if report.attempts:
+            self._attempts(report, shape.base)
+        kind = report.floor_kind
+        floors = shape.floors.get(kind)
+        if floors is None:
+            floors = shape.floors[kind] = (*own, ("tailfloor.floor.kind", kind))
+        self._floors[floors] = self._floors.get(floors, 0) + 1
         if report.carried:
             self._add("tailfloor.carried.messages", report.carried, own)
         if report.restored:

@@ -20,10 +20,32 @@ from collections.abc import Iterable, Sequence
 from struct import Struct
 
 __all__ = [
-    "CLIENT", "CUMULATIVE", "DELTA", "SERVER", "AttributeCache", "Value", "any_value",
-    "delimited", "double", "export_metrics", "export_traces", "fixed64", "gauge",
-    "histogram", "histogram_point", "key_value", "metric", "number_point", "resource",
-    "scope", "span", "span_fixed", "sum_", "tag", "varint",
+    "CLIENT",
+    "CUMULATIVE",
+    "DELTA",
+    "SERVER",
+    "AttributeCache",
+    "NumberKeys",
+    "Value",
+    "any_value",
+    "delimited",
+    "double",
+    "export_metrics",
+    "export_traces",
+    "fixed64",
+    "gauge",
+    "histogram",
+    "histogram_point",
+    "key_value",
+    "metric",
+    "number_point",
+    "resource",
+    "scope",
+    "span",
+    "span_fixed",
+    "sum_",
+    "tag",
+    "varint",
 ]
 
 Value = str | bool | int | float | tuple[str, ...]
@@ -44,6 +66,8 @@ def varint(value: int) -> bytes:
     (ten bytes), as protobuf writes int64."""
     if 0 <= value < 128:
         return _ONE[value]
+    if 0 < value < 16384:  # a span's or a batch's length, mostly: two bytes
+        return bytes((value & 0x7F | 0x80, value >> 7))
     value &= _MASK64
     out = bytearray()
     while value > 0x7F:
@@ -60,7 +84,11 @@ def tag(field: int, wire: int) -> bytes:
 def delimited(field_tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (a string, bytes or a sub-message) with its tag."""
     size = len(payload)
-    return field_tag + (_ONE[size] if size < 128 else varint(size)) + payload
+    if size < 128:
+        return field_tag + _ONE[size] + payload
+    if size < 16384:
+        return field_tag + bytes((size & 0x7F | 0x80, size >> 7)) + payload
+    return field_tag + varint(size) + payload
 
 
 def fixed64(field_tag: bytes, value: int) -> bytes:
@@ -144,6 +172,45 @@ class AttributeCache:
         return b"".join(out)
 
 
+class NumberKeys:
+    """Numbers under keys known in advance, as the repeated KeyValue field ``field``: each
+    key's KeyValue up to the number itself is encoded once, for every length an int's
+    varint or a double takes, so a number costs its own bytes and one concatenation.
+    ``encode`` takes the values in the keys' order, None for one left out."""
+
+    __slots__ = ("_heads",)
+
+    def __init__(self, field: int, keys: Sequence[str]) -> None:
+        framed = tag(field, _LENGTH)
+
+        def head(key_part: bytes, value_tag: bytes, size: int) -> bytes:
+            # The KeyValue's length counts the key, the AnyValue's tag, length and value.
+            kv = len(key_part) + 2 + 1 + size
+            return framed + varint(kv) + key_part + _VALUE + _ONE[1 + size] + value_tag
+
+        self._heads: list[tuple[bytes, ...]] = []
+        for key in keys:
+            part = delimited(_KEY, key.encode())
+            # [0]: a double; [n]: an int whose varint takes n bytes (1 to 10).
+            self._heads.append((head(part, _DOUBLE, 8),
+                                *(head(part, _INT, n) for n in range(1, 11))))
+
+    def encode(self, values: Sequence[float | None]) -> bytes:
+        out: list[bytes] = []
+        for heads, value in zip(self._heads, values, strict=True):
+            if value is None:
+                continue
+            if value.__class__ is int:
+                if 0 <= value < 128:
+                    out.append(heads[1] + _ONE[value])
+                else:
+                    number = varint(value)
+                    out.append(heads[len(number)] + number)
+            else:
+                out.append(heads[0] + _F64.pack(value))
+        return b"".join(out)
+
+
 # -- resource.proto: Resource { attributes 1 }; common.proto: InstrumentationScope
 #    { name 1, version 2 }
 
@@ -165,7 +232,9 @@ def scope(name: str, version: str = "") -> bytes:
 _TRACE_ID, _SPAN_ID = tag(1, _LENGTH) + b"\x10", tag(2, _LENGTH) + b"\x08"
 _TRACE_STATE, _PARENT = tag(3, _LENGTH), tag(4, _LENGTH) + b"\x08"
 _NAME, _KIND = tag(5, _LENGTH), tag(6, _VARINT)
-_START, _END = tag(7, _FIXED64), tag(8, _FIXED64)
+# Both times in one pack: their tags are one byte each (fields 7 and 8, fixed64).
+_START_TAG, _END_TAG = 7 << 3 | _FIXED64, 8 << 3 | _FIXED64
+_TIMES = Struct("<BQBQ")
 _STATUS_ERROR = delimited(tag(15, _LENGTH), tag(3, _VARINT) + b"\x02")  # STATUS_CODE_ERROR
 _FLAGS = tag(16, _FIXED32)
 _SPAN = tag(2, _LENGTH)  # ScopeSpans.spans: a span framed for its batch
@@ -179,21 +248,32 @@ def span_fixed(name: str, kind: int, attributes: bytes) -> bytes:
     return delimited(_NAME, name.encode()) + _KIND + _ONE[kind] + attributes
 
 
-def span(trace_id: bytes, span_id: bytes, parent_span_id: bytes | None, fixed: bytes, *,
+def span(trace_id: bytes, span_id: bytes, parent_span_id: bytes | None, fixed: bytes,  # noqa: PLR0917
          start_ns: int, end_ns: int, attributes: bytes = b"", error: bool = False,
-         trace_state: str = "", flags: int = FLAG_SAMPLED | HAS_IS_REMOTE) -> bytes:
+         flags: int = FLAG_SAMPLED | HAS_IS_REMOTE, trace_state: str = "") -> bytes:
     """One Span framed as ScopeSpans.spans: batches join these as they are. ``fixed``:
-    from ``span_fixed``; ``attributes``: more of them (from an ``AttributeCache(9)``)."""
-    parts = [_TRACE_ID, trace_id, _SPAN_ID, span_id]
-    if trace_state:
-        parts.append(delimited(_TRACE_STATE, trace_state.encode()))
-    if parent_span_id:
-        parts += (_PARENT, parent_span_id)
-    parts += (fixed, _START, _U64.pack(start_ns), _END, _U64.pack(end_ns), attributes)
-    if error:
-        parts.append(_STATUS_ERROR)
-    parts += (_FLAGS, _U32.pack(flags))
-    return delimited(_SPAN, b"".join(parts))
+    from ``span_fixed``; ``attributes``: more of them (from an ``AttributeCache(9)``).
+    Positional: called for every span, where passing by keyword costs."""
+    body = b"".join((
+        _TRACE_ID, trace_id, _SPAN_ID, span_id,
+        _PARENT + parent_span_id if parent_span_id else b"",
+        delimited(_TRACE_STATE, trace_state.encode()) if trace_state else b"",
+        fixed, _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), attributes,
+        _TAILS.get((error, flags)) or _tail(error, flags)))
+    size = len(body)
+    if size < 16384:
+        return _SPAN + (_ONE[size] if size < 128 else bytes((size & 0x7F | 0x80, size >> 7))) \
+            + body
+    return _SPAN + varint(size) + body
+
+
+def _tail(error: bool, flags: int) -> bytes:
+    return (_STATUS_ERROR if error else b"") + _FLAGS + _U32.pack(flags)
+
+
+# The status and flags ending each span, by (error, flags).
+_TAILS = {(error, flags): _tail(error, flags) for error in (False, True)
+          for flags in (FLAG_SAMPLED | HAS_IS_REMOTE, FLAG_SAMPLED | HAS_IS_REMOTE | IS_REMOTE)}
 
 
 def export_traces(resource_attributes: bytes, scope_message: bytes,

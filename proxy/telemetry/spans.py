@@ -16,6 +16,8 @@ import random
 from proxy.report import RequestReport
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import (
+    ATTEMPT_NUMBERS,
+    SERVER_NUMBERS,
     Fixed,
     Key,
     Label,
@@ -49,6 +51,8 @@ class SpanEncoder:
         self._response_label = response_label
         self._sampler = sampler
         self._attributes = wire.AttributeCache(9)
+        self._server_numbers = wire.NumberKeys(9, SERVER_NUMBERS)
+        self._attempt_numbers = wire.NumberKeys(9, ATTEMPT_NUMBERS)
         # key -> (span_fixed bytes, error)
         self._servers: dict[Key, tuple[bytes, bool]] = {}
         self._attempts: dict[Key, tuple[bytes, bool]] = {}
@@ -85,15 +89,14 @@ class SpanEncoder:
         server_id = self._new_id(64).to_bytes(8, "big")
         parent = bytes.fromhex(client.parent_id) if client is not None \
             and client.parent_id is not None else None
-        numbers = self._attributes.encode
         at, seconds = report.at, report.seconds
         key = server_key(report, self._agent_label)
         fixed, error = self._servers.get(key) or self._fixed(
             self._servers, key, wire.SERVER, server_fixed(key))
-        out = [wire.span(trace_id, server_id, parent, fixed, start_ns=int(at * 1e9),
-                         end_ns=int((at + seconds) * 1e9),
-                         attributes=numbers(server_numbers(report)), error=error,
-                         flags=_REMOTE if parent is not None else _LOCAL)]
+        out = [wire.span(trace_id, server_id, parent, fixed, int(at * 1e9),
+                         int((at + seconds) * 1e9),
+                         self._server_numbers.encode(server_numbers(report)), error,
+                         _REMOTE if parent is not None else _LOCAL)]
         model = self._label(report.model)
         last = len(attempts) - 1
         for index, attempt in enumerate(attempts):
@@ -108,10 +111,10 @@ class SpanEncoder:
             span_id = int(attempt.traceparent[36:52], 16) if attempt.traceparent \
                 else self._new_id(64)
             out.append(wire.span(
-                trace_id, span_id.to_bytes(8, "big"), server_id, fixed,
-                start_ns=int(start * 1e9), end_ns=int(max(end, start) * 1e9),
-                attributes=numbers(attempt_numbers(report, attempt, key)), error=error,
-                flags=_LOCAL))
+                trace_id, span_id.to_bytes(8, "big"), server_id, fixed, int(start * 1e9),
+                int(max(end, start) * 1e9),
+                self._attempt_numbers.encode(attempt_numbers(report, attempt, key)), error,
+                _LOCAL))
         if report.summary is not None:  # rare: the general way
             plan = plan_spans(report, self._upstream, self._label, self._agent_label,
                               _span_id)[-1]
@@ -122,10 +125,9 @@ class SpanEncoder:
         span_id = plan.span_id if plan.span_id is not None else self._new_id(64)
         return wire.span(
             trace_id, span_id.to_bytes(8, "big"), parent,
-            wire.span_fixed(plan.name, wire.CLIENT, b""), start_ns=int(plan.start * 1e9),
-            end_ns=int(plan.end * 1e9),
-            attributes=self._attributes.encode(plan.attributes.items()),
-            error=plan.error is not None, flags=_LOCAL)
+            wire.span_fixed(plan.name, wire.CLIENT, b""), int(plan.start * 1e9),
+            int(plan.end * 1e9), self._attributes.encode(plan.attributes.items()),
+            plan.error is not None, _LOCAL)
 
 
 def _span_id(traceparent: str) -> int:
