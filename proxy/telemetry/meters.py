@@ -66,8 +66,11 @@ class _Histogram:
     def add(self, value: float, bounds: tuple[float, ...]) -> None:
         self.counts[bisect_left(bounds, value)] += 1
         self.total += value
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
+        # Comparisons, not min() and max(): a call costs more (every attempt passes here).
+        if value < self.minimum:  # noqa: PLR1730
+            self.minimum = value
+        if value > self.maximum:  # noqa: PLR1730
+            self.maximum = value
 
 
 class _Shape(NamedTuple):
@@ -90,6 +93,8 @@ class Instruments:
         self._input, self._output, self._cached = (self._sums[name]
                                                    for name in (_INPUT, _OUTPUT, _CACHED))
         self._floors = self._sums["tailfloor.floors"]
+        self._durations = self._histograms[_DURATION[0]]
+        self._chunks = self._histograms[_FIRST_CHUNK[0]]
         self._shapes: dict[tuple[str, str, str], _Shape] = {}
         self._number_attributes = wire.AttributeCache(7)
         self._histogram_attributes = wire.AttributeCache(9)
@@ -97,14 +102,6 @@ class Instruments:
     def _add(self, name: str, value: float, attributes: Attributes) -> None:
         sums = self._sums[name]
         sums[attributes] = sums.get(attributes, 0) + value
-
-    def _observe(self, name: str, bounds: tuple[float, ...], value: float,
-                 attributes: Attributes) -> None:
-        points = self._histograms[name]
-        point = points.get(attributes)
-        if point is None:
-            point = points[attributes] = _Histogram(len(bounds) + 1)
-        point.add(value, bounds)
 
     def _shape(self, key: tuple[str, str, str]) -> _Shape:
         """The attribute sets every request of one (model, agent, route) counts under."""
@@ -130,11 +127,15 @@ class Instruments:
         usage = report.usage
         if usage is not None:
             tokens = shape.tokens
-            for sums, value in ((self._input, usage.prompt_tokens),
-                                (self._output, usage.completion_tokens),
-                                (self._cached, usage.cached_tokens)):
-                if value:
-                    sums[tokens] = sums.get(tokens, 0) + value
+            if usage.prompt_tokens:
+                sums = self._input
+                sums[tokens] = sums.get(tokens, 0) + usage.prompt_tokens
+            if usage.completion_tokens:
+                sums = self._output
+                sums[tokens] = sums.get(tokens, 0) + usage.completion_tokens
+            if usage.cached_tokens:
+                sums = self._cached
+                sums[tokens] = sums.get(tokens, 0) + usage.cached_tokens
         if report.attempts:
             self._attempts(report, shape.base)
         kind = report.floor_kind
@@ -151,6 +152,9 @@ class Instruments:
         if report.compaction is not None:
             self._add("tailfloor.compactions", 1,
                       (*own, ("tailfloor.compaction", report.compaction)))
+        self._cost(report, model, own)
+
+    def _cost(self, report: RequestReport, model: str, own: Attributes) -> None:
         prices = self._prices()
         costs = costs_of(report, prices) if prices else None
         if costs is not None:
@@ -161,16 +165,24 @@ class Instruments:
 
     def _attempts(self, report: RequestReport, base: Attributes) -> None:
         last = len(report.attempts) - 1
+        durations, chunks = self._durations, self._chunks
         for index, attempt in enumerate(report.attempts):
             seconds = report.seconds - attempt.started if index == last \
                 and attempt.error is None else attempt.latency
-            error = attempt.error or (str(attempt.status) if attempt.status is not None
-                                      and attempt.status >= 400 else None)
-            self._observe(_DURATION[0], _DURATION_BUCKETS, max(seconds, 0.0),
-                          (*base, ("error.type", error)) if error else base)
+            status = attempt.status
+            error = attempt.error or (str(status) if status is not None and status >= 400
+                                      else None)
+            attributes = (*base, ("error.type", error)) if error else base
+            point = durations.get(attributes)
+            if point is None:
+                point = durations[attributes] = _Histogram(len(_DURATION_BUCKETS) + 1)
+            point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
             if attempt.first_chunk is not None:
-                self._observe(_FIRST_CHUNK[0], _CHUNK_BUCKETS,
-                              max(attempt.first_chunk - attempt.started, 0.0), base)
+                point = chunks.get(base)
+                if point is None:
+                    point = chunks[base] = _Histogram(len(_CHUNK_BUCKETS) + 1)
+                first = attempt.first_chunk - attempt.started
+                point.add(first if first > 0.0 else 0.0, _CHUNK_BUCKETS)
 
     def collect(self, now_ns: int) -> list[bytes]:
         """Every metric with a point, framed for ScopeMetrics.metrics (delta: what came

@@ -43,6 +43,9 @@ __all__ = [
     "scope",
     "span",
     "span_fixed",
+    "span_parent",
+    "span_prefix",
+    "span_tail",
     "sum_",
     "tag",
     "varint",
@@ -195,9 +198,13 @@ class NumberKeys:
             self._heads.append((head(part, _DOUBLE, 8),
                                 *(head(part, _INT, n) for n in range(1, 11))))
 
+    def double(self, index: int, value: float) -> bytes:
+        """The number of key ``index`` alone, a double."""
+        return self._heads[index][0] + _F64.pack(value)
+
     def encode(self, values: Sequence[float | None]) -> bytes:
         out: list[bytes] = []
-        for heads, value in zip(self._heads, values, strict=True):
+        for heads, value in zip(self._heads, values, strict=False):  # as many: the caller's
             if value is None:
                 continue
             if value.__class__ is int:
@@ -248,32 +255,38 @@ def span_fixed(name: str, kind: int, attributes: bytes) -> bytes:
     return delimited(_NAME, name.encode()) + _KIND + _ONE[kind] + attributes
 
 
-def span(trace_id: bytes, span_id: bytes, parent_span_id: bytes | None, fixed: bytes,  # noqa: PLR0917
-         start_ns: int, end_ns: int, attributes: bytes = b"", error: bool = False,
-         flags: int = FLAG_SAMPLED | HAS_IS_REMOTE, trace_state: str = "") -> bytes:
-    """One Span framed as ScopeSpans.spans: batches join these as they are. ``fixed``:
-    from ``span_fixed``; ``attributes``: more of them (from an ``AttributeCache(9)``).
-    Positional: called for every span, where passing by keyword costs."""
-    body = b"".join((
-        _TRACE_ID, trace_id, _SPAN_ID, span_id,
-        _PARENT + parent_span_id if parent_span_id else b"",
-        delimited(_TRACE_STATE, trace_state.encode()) if trace_state else b"",
-        fixed, _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), attributes,
-        _TAILS.get((error, flags)) or _tail(error, flags)))
-    size = len(body)
-    if size < 16384:
-        return _SPAN + (_ONE[size] if size < 128 else bytes((size & 0x7F | 0x80, size >> 7))) \
-            + body
-    return _SPAN + varint(size) + body
+def span_prefix(trace_id: bytes) -> bytes:
+    """What every span of trace ``trace_id`` begins with: its trace id and the span id's
+    tag (the 8-byte span id follows)."""
+    return _TRACE_ID + trace_id + _SPAN_ID
 
 
-def _tail(error: bool, flags: int) -> bytes:
+def span_parent(parent_span_id: bytes | None, trace_state: str = "") -> bytes:
+    """The parent_span_id (and trace_state) fields; empty for a root span."""
+    found = _PARENT + parent_span_id if parent_span_id else b""
+    return found + delimited(_TRACE_STATE, trace_state.encode()) if trace_state else found
+
+
+def span_tail(error: bool, flags: int) -> bytes:
+    """The status (error, or unset) and flags fields."""
     return (_STATUS_ERROR if error else b"") + _FLAGS + _U32.pack(flags)
 
 
-# The status and flags ending each span, by (error, flags).
-_TAILS = {(error, flags): _tail(error, flags) for error in (False, True)
-          for flags in (FLAG_SAMPLED | HAS_IS_REMOTE, FLAG_SAMPLED | HAS_IS_REMOTE | IS_REMOTE)}
+def span(prefix: bytes, span_id: bytes, parent: bytes, fixed: bytes,  # noqa: PLR0917
+         start_ns: int, end_ns: int, attributes: bytes, tail: bytes) -> bytes:
+    """One Span framed as ScopeSpans.spans: batches join these as they are. ``prefix``,
+    ``parent``, ``tail``: from ``span_prefix``, ``span_parent``, ``span_tail``, shared by
+    many spans; ``fixed``: from ``span_fixed``; ``attributes``: more of them (from an
+    ``AttributeCache(9)`` or ``NumberKeys(9, ...)``). Positional: called for every span,
+    where passing by keyword costs."""
+    body = b"".join((prefix, span_id, parent, fixed,
+                     _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), attributes, tail))
+    size = len(body)
+    if size < 128:
+        return _SPAN + _ONE[size] + body
+    if size < 16384:
+        return _SPAN + bytes((size & 0x7F | 0x80, size >> 7)) + body
+    return _SPAN + varint(size) + body
 
 
 def export_traces(resource_attributes: bytes, scope_message: bytes,

@@ -33,7 +33,10 @@ from proxy.telemetry.spans import SpanEncoder
 __all__ = ["TelemetrySink"]
 
 _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
-_POLL = 0.1  # seconds between the thread's looks at the queue
+# Seconds between the thread's looks at the queue (a look costs as much as describing a
+# request; the poster sends every OTEL_BSP_SCHEDULE_DELAY anyway), or sooner when the queue
+# is half full.
+_POLL = 0.5
 _SCOPE = wire.scope("tailfloor", __version__)
 log = logging.getLogger("tailfloor.telemetry")
 
@@ -73,7 +76,9 @@ class TelemetrySink:
         self._poster = Poster(config, traces, metrics_endpoint, episodes=self.episodes,
                               batch_of=self._batch_of, on_dropped=on_dropped)
         self._pending: deque[RequestReport] = deque()
-        self._stopping = threading.Event()
+        self._poll = min(_POLL, config.schedule_delay)
+        self._wake = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._work, name="tailfloor-telemetry",
                                         daemon=True)
         self._thread.start()
@@ -93,7 +98,10 @@ class TelemetrySink:
             # The recorder's reports come without them (report_of(content=False)); a
             # copy costs as much as the rest of this export, so only when they are there.
             report = replace(report, body=None, messages=None, origins=None)
-        self._pending.append(report)
+        pending = self._pending
+        pending.append(report)
+        if len(pending) == _PENDING // 2:
+            self._wake.set()
 
     def _batch_of(self, spans: Sequence[bytes]) -> bytes:
         return wire.export_traces(self._resource, _SCOPE, spans)
@@ -102,7 +110,9 @@ class TelemetrySink:
         failed = False
         due = time.monotonic() + self._interval
         while True:
-            stopping = self._stopping.wait(_POLL)
+            self._wake.wait(self._poll)
+            self._wake.clear()
+            stopping = self._stopping
             built: list[bytes] = []
             while self._pending:
                 report = self._pending.popleft()
@@ -130,7 +140,8 @@ class TelemetrySink:
     def shutdown(self) -> None:
         """Describe what is queued, send it (bounded by the exporter's timeout) and stop
         the threads."""
-        self._stopping.set()
+        self._stopping = True
+        self._wake.set()
         self._thread.join()
         self._poster.shutdown()
 
@@ -139,8 +150,15 @@ def _answered_models(labels: BoundedLabel) -> Callable[[str | None], str]:
     """``gen_ai.response.model``: the model an upstream's successful answer named, vetted
     as the Prometheus model label is (a plain name, no credential, at most 64 of them; else
     ``other``)."""
+    found: dict[str | None, str] = {}  # a label, once given, stays what it is
+
     def label(model: str | None) -> str:
-        labels.admit(model)
-        return labels(model)
+        given = found.get(model)
+        if given is None:
+            labels.admit(model)
+            given = labels(model)
+            if len(found) < 1024:
+                found[model] = given
+        return given
 
     return label

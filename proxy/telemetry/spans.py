@@ -41,6 +41,8 @@ __all__ = ["SpanEncoder"]
 _LOCAL = wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE
 _REMOTE = _LOCAL | wire.IS_REMOTE
 _FIXED_KEPT = 4096  # distinct fixed parts kept per span kind; emptied when full
+_TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True)
+          for flags in (_LOCAL, _REMOTE)}
 
 
 class SpanEncoder:
@@ -85,18 +87,22 @@ class SpanEncoder:
             trace_hex = f"{self._new_id(128):032x}"
         if not self._sampler.sampled(trace_hex, client):
             return []
-        trace_id = bytes.fromhex(trace_hex)
+        prefix = wire.span_prefix(bytes.fromhex(trace_hex))
         server_id = self._new_id(64).to_bytes(8, "big")
-        parent = bytes.fromhex(client.parent_id) if client is not None \
-            and client.parent_id is not None else None
+        parent = wire.span_parent(bytes.fromhex(client.parent_id)) if client is not None \
+            and client.parent_id is not None else b""
+        under_server = wire.span_parent(server_id)
         at, seconds = report.at, report.seconds
         key = server_key(report, self._agent_label)
         fixed, error = self._servers.get(key) or self._fixed(
             self._servers, key, wire.SERVER, server_fixed(key))
-        out = [wire.span(trace_id, server_id, parent, fixed, int(at * 1e9),
-                         int((at + seconds) * 1e9),
-                         self._server_numbers.encode(server_numbers(report)), error,
-                         _REMOTE if parent is not None else _LOCAL)]
+        if report.restored or report.carried or report.added_tokens or report.tokens_removed:
+            numbers = self._server_numbers.encode(server_numbers(report))
+        else:  # most requests: tailfloor's own time alone (server_numbers' first)
+            numbers = self._server_numbers.double(0, report.proxy_seconds)
+        out = [wire.span(prefix, server_id, parent, fixed, int(at * 1e9),
+                         int((at + seconds) * 1e9), numbers,
+                         _TAILS[error, _REMOTE if parent else _LOCAL])]
         model = self._label(report.model)
         last = len(attempts) - 1
         for index, attempt in enumerate(attempts):
@@ -111,23 +117,23 @@ class SpanEncoder:
             span_id = int(attempt.traceparent[36:52], 16) if attempt.traceparent \
                 else self._new_id(64)
             out.append(wire.span(
-                trace_id, span_id.to_bytes(8, "big"), server_id, fixed, int(start * 1e9),
+                prefix, span_id.to_bytes(8, "big"), under_server, fixed, int(start * 1e9),
                 int(max(end, start) * 1e9),
-                self._attempt_numbers.encode(attempt_numbers(report, attempt, key)), error,
-                _LOCAL))
+                self._attempt_numbers.encode(attempt_numbers(report, attempt, key)),
+                _TAILS[error, _LOCAL]))
         if report.summary is not None:  # rare: the general way
             plan = plan_spans(report, self._upstream, self._label, self._agent_label,
                               _span_id)[-1]
-            out.append(self._whole(trace_id, server_id, plan))
+            out.append(self._whole(prefix, under_server, plan))
         return out
 
-    def _whole(self, trace_id: bytes, parent: bytes, plan: SpanPlan) -> bytes:
+    def _whole(self, prefix: bytes, parent: bytes, plan: SpanPlan) -> bytes:
         span_id = plan.span_id if plan.span_id is not None else self._new_id(64)
         return wire.span(
-            trace_id, span_id.to_bytes(8, "big"), parent,
+            prefix, span_id.to_bytes(8, "big"), parent,
             wire.span_fixed(plan.name, wire.CLIENT, b""), int(plan.start * 1e9),
             int(plan.end * 1e9), self._attributes.encode(plan.attributes.items()),
-            plan.error is not None, _LOCAL)
+            _TAILS[plan.error is not None, _LOCAL])
 
 
 def _span_id(traceparent: str) -> int:

@@ -71,10 +71,13 @@ def test_a_span_and_its_request() -> None:
     fixed = wire.span_fixed("chat model-x", wire.CLIENT,
                             wire.AttributeCache(9).encode([("gen_ai.request.model", LONG)]))
     start, end = 1_700_000_000_123_456_789, 1_700_000_001_987_654_321
-    framed = wire.span(TRACE, SPAN, PARENT, fixed, start, end,
-                       wire.NumberKeys(9, ("n",)).encode((42,)), True,
-                       wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE | wire.IS_REMOTE, "vendor=1")
-    plain = wire.span(TRACE, PARENT, None, wire.span_fixed(HUGE, wire.SERVER, b""), 0, 1)
+    prefix = wire.span_prefix(TRACE)
+    framed = wire.span(prefix, SPAN, wire.span_parent(PARENT, "vendor=1"), fixed, start, end,
+                       wire.NumberKeys(9, ("n",)).encode((42,)), wire.span_tail(
+                           True, wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE | wire.IS_REMOTE))
+    plain = wire.span(prefix, PARENT, wire.span_parent(None),
+                      wire.span_fixed(HUGE, wire.SERVER, b""), 0, 1, b"",
+                      wire.span_tail(False, wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE))
     request = ExportTraceServiceRequest.FromString(wire.export_traces(
         wire.resource([("service.name", "svc"), ("deployment.environment", "prod")]),
         wire.scope("tailfloor", "9.9"), [framed, plain]))
