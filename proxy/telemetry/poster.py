@@ -75,7 +75,8 @@ class Poster:
                 self._send_metrics(self._metric_exports.popleft(), self._metric_timeout)
             now = time.monotonic()
             # Full batches now; a partial one only once the delay has passed.
-            while self._spans and (now >= due or len(self._spans) >= self._max_batch):
+            while self._spans and not self._stopping \
+                    and (now >= due or len(self._spans) >= self._max_batch):
                 self._send_batch(self._span_timeout)
             if now >= due:
                 due = time.monotonic() + self._delay
@@ -106,11 +107,15 @@ class Poster:
         self._wake.set()
         self._thread.join()
         deadline = time.monotonic() + self._flush_bound
-        while self._metric_exports:
+        while self._metric_exports and time.monotonic() < deadline:
             self._send_metrics(self._metric_exports.popleft(),
                                min(self._metric_timeout, deadline - time.monotonic()))
-        while self._spans:
+        while self._spans and time.monotonic() < deadline:
             self._send_batch(min(self._span_timeout, deadline - time.monotonic()))
+        if self._metric_exports:
+            self._on_dropped("metrics", len(self._metric_exports))
+        if self._spans:
+            self._on_dropped("traces", len(self._spans))
         for endpoint in (self._traces, self._metrics):
             if endpoint is not None:
                 endpoint.close()
