@@ -67,7 +67,8 @@ class RecoveryRequest:
 
     @classmethod
     def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None,
-           scope_keys: tuple[bytes, ...] = ()) -> RecoveryRequest | None:
+           scope_keys: tuple[bytes, ...] = (), trace: TraceContext | None = None
+           ) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
         messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -82,7 +83,7 @@ class RecoveryRequest:
         session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
         scopes = [credential_scope(ctx.headers, k) for k in scope_keys]
         keys = [session if s is None else f"{session}~{s}" for s in scopes] or [session]
-        return cls(ctx, draft, session, head, conversation, keys[0], tuple(keys[1:]))
+        return cls(ctx, draft, session, head, conversation, keys[0], tuple(keys[1:]), trace)
 
     @property
     def chat(self) -> ChatRequest:

@@ -57,6 +57,7 @@ from proxy.recovery.silent import check_silent_overflow
 from proxy.recovery.sqlite_store import CompactionStore, StoredCompaction
 from proxy.recovery.summarize.service import Summaries
 from proxy.recovery.summarize.summarizer import SummarizerTransport
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
 __all__ = ["Offload", "Recovery", "SummaryLock"]
@@ -118,12 +119,13 @@ class Recovery:
 
     # -- the three phases ----------------------------------------------------------------
 
-    def view(self, ctx: RequestContext, draft: Draft) -> RecoveryRequest | None:
+    def view(self, ctx: RequestContext, draft: Draft, trace: TraceContext | None = None
+             ) -> RecoveryRequest | None:
         """The request as recovery sees it (once per request); None: left alone (no store,
         an agent's own summarization call, no usable messages)."""
         if self._store is None or ctx.signals.is_summarization:
             return None
-        return RecoveryRequest.of(ctx, draft, self._kept, self.scope_keys)
+        return RecoveryRequest.of(ctx, draft, self._kept, self.scope_keys, trace)
 
     async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):

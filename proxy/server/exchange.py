@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 from aiohttp import web
 
@@ -151,11 +150,9 @@ class ChatExchange:
                 or ctx.lineage.method == "unauthenticated":  # untouched, by the agent's key
             return None
         recovery = self.state.recovery
-        view = (await self.state.offload(recovery.view, ctx, outgoing.draft) if ctx.large
-                else recovery.view(ctx, outgoing.draft))
-        if view is not None and self.trail.trace is not None:
-            view = replace(view, trace=self.trail.trace)  # the summarizer's calls join it
-        return view
+        trace = self.trail.trace  # the summarizer's calls join it
+        return (await self.state.offload(recovery.view, ctx, outgoing.draft, trace)
+                if ctx.large else recovery.view(ctx, outgoing.draft, trace))
 
     # A bug in recovery must cost the recovery, never the request: each phase falls back to
     # doing nothing, and says so in the log.
