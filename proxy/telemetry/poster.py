@@ -71,12 +71,17 @@ class Poster:
             self._wake.clear()
             if self._stopping:
                 break
-            while self._metric_exports:
+            # What is queued now, and no more: a collector slower than what comes in must
+            # not keep one signal waiting on the other.
+            for _ in range(len(self._metric_exports)):
                 self._send_metrics(self._metric_exports.popleft(), self._metric_timeout)
             now = time.monotonic()
             # Full batches now; a partial one only once the delay has passed.
-            while self._spans and not self._stopping \
-                    and (now >= due or len(self._spans) >= self._max_batch):
+            queued = len(self._spans)
+            batches = -(-queued // self._max_batch) if now >= due else queued // self._max_batch
+            for _ in range(batches):
+                if self._stopping:
+                    break
                 self._send_batch(self._span_timeout)
             if now >= due:
                 due = time.monotonic() + self._delay
