@@ -92,7 +92,7 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
     """The server span first, then each attempt's client span and the summarizer's.
     ``response_label``: how ``gen_ai.response.model`` is vetted (None: left out)."""
     at = report.at
-    fixed = server_fixed(server_key(report, agent_label))
+    fixed = server_fixed(server_key(report, agent_label(report.agent or "none")))
     plans = [SpanPlan(fixed.name, "server", at, at + report.seconds,
                       {**fixed.attributes, **_named(SERVER_NUMBERS, server_numbers(report))},
                       fixed.error)]
@@ -129,9 +129,10 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
     return plans
 
 
-def server_key(report: RequestReport, agent_label: Label) -> Key:
+def server_key(report: RequestReport, agent: str) -> Key:
+    """``agent``: the report's, labelled."""
     return (report.route, report.status, report.verdict.split(";", 1)[0], report.floor_kind,
-            agent_label(report.agent or "none"), report.floor_reason, report.method,
+            agent, report.floor_reason, report.method,
             report.carried_from, report.compaction, report.overflow, report.named_session)
 
 

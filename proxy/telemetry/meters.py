@@ -18,7 +18,7 @@ from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
 from proxy.report import RequestReport
 from proxy.telemetry import protowire as wire
-from proxy.telemetry.attributes import Label, Upstream
+from proxy.telemetry.attributes import Upstream
 
 __all__ = ["Instruments"]
 
@@ -81,9 +81,9 @@ class _Shape(NamedTuple):
 
 
 class Instruments:
-    def __init__(self, upstream: Upstream, label: Label, agent_label: Label,
-                 prices: Callable[[], PriceList], *, delta: bool, start_ns: int) -> None:
-        self._upstream, self._label, self._agent_label = upstream, label, agent_label
+    def __init__(self, upstream: Upstream, prices: Callable[[], PriceList], *, delta: bool,
+                 start_ns: int) -> None:
+        self._upstream = upstream
         self._prices = prices
         self._delta = delta
         self._start_ns = start_ns  # cumulative: since the sink started; delta: the last export
@@ -119,9 +119,9 @@ class Instruments:
             base, own, (*base, *own, ("gen_ai.token.modality", "text")), {})
         return found
 
-    def record(self, report: RequestReport) -> None:
-        model = self._label(report.model)
-        key = (model, self._agent_label(report.agent or "none"), report.route)
+    def record(self, report: RequestReport, model: str, agent: str) -> None:
+        """``model``, ``agent``: the report's, labelled (the spans need them too)."""
+        key = (model, agent, report.route)
         shape = self._shapes.get(key) or self._shape(key)
         own = shape.own
         usage = report.usage

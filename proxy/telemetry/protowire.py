@@ -69,8 +69,10 @@ def varint(value: int) -> bytes:
     (ten bytes), as protobuf writes int64."""
     if 0 <= value < 128:
         return _ONE[value]
-    if 0 < value < 16384:  # a span's or a batch's length, mostly: two bytes
+    if 0 < value < 16384:  # a span's length, a token count: two bytes, or three
         return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 < value < 2097152:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     value &= _MASK64
     out = bytearray()
     while value > 0x7F:
@@ -210,6 +212,8 @@ class NumberKeys:
             if value.__class__ is int:
                 if 0 <= value < 128:
                     out.append(heads[1] + _ONE[value])
+                elif 0 < value < 16384:
+                    out.append(heads[2] + bytes((value & 0x7F | 0x80, value >> 7)))
                 else:
                     number = varint(value)
                     out.append(heads[len(number)] + number)

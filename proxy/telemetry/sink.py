@@ -46,6 +46,7 @@ class TelemetrySink:
                  prices: Callable[[], PriceList]) -> None:
         upstream = Upstream.of(upstream_url)
         label, agent_label = metrics.model_label, metrics.agent_label
+        self._label, self._agent_label = label, agent_label
         dropped = metrics.otlp_dropped
 
         def on_dropped(signal: str, count: int) -> None:
@@ -68,8 +69,8 @@ class TelemetrySink:
                               certificate=config.certificate)
         self._instruments: Instruments | None = None
         if config.metrics_endpoint is not None:
-            self._instruments = Instruments(upstream, label, agent_label, prices,
-                                            delta=config.delta, start_ns=time.time_ns())
+            self._instruments = Instruments(upstream, prices, delta=config.delta,
+                                            start_ns=time.time_ns())
             metrics_endpoint = Endpoint(config.metrics_endpoint, headers,
                                         compress=config.gzip, certificate=config.certificate)
         self._interval = config.export_interval
@@ -117,10 +118,12 @@ class TelemetrySink:
             while self._pending:
                 report = self._pending.popleft()
                 try:
+                    model = self._label(report.model)
+                    agent = self._agent_label(report.agent or "none")
                     if self._instruments is not None:
-                        self._instruments.record(report)
+                        self._instruments.record(report, model, agent)
                     if self._spans is not None:
-                        built += self._spans.encode(report)
+                        built += self._spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request
                     if not failed:
                         failed = True

@@ -74,8 +74,9 @@ class SpanEncoder:
             made.attributes.items())), made.error is not None)
         return found
 
-    def encode(self, report: RequestReport) -> list[bytes]:
-        """The report's spans, framed for a batch; none when the trace is not sampled."""
+    def encode(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
+        """The report's spans, framed for a batch; none when the trace is not sampled.
+        ``model``, ``agent``: the report's, labelled (the metrics need them too)."""
         client = parse_traceparent(report.traceparent) if report.traceparent else None
         attempts = report.attempts
         sent = attempts[0].traceparent if attempts else None
@@ -93,7 +94,7 @@ class SpanEncoder:
             and client.parent_id is not None else b""
         under_server = wire.span_parent(server_id)
         at, seconds = report.at, report.seconds
-        key = server_key(report, self._agent_label)
+        key = server_key(report, agent)
         fixed, error = self._servers.get(key) or self._fixed(
             self._servers, key, wire.SERVER, server_fixed(key))
         if report.restored or report.carried or report.added_tokens or report.tokens_removed:
@@ -103,7 +104,6 @@ class SpanEncoder:
         out = [wire.span(prefix, server_id, parent, fixed, int(at * 1e9),
                          int((at + seconds) * 1e9), numbers,
                          _TAILS[error, _REMOTE if parent else _LOCAL])]
-        model = self._label(report.model)
         last = len(attempts) - 1
         for index, attempt in enumerate(attempts):
             start = at + attempt.started
@@ -114,10 +114,10 @@ class SpanEncoder:
             key = attempt_key(report, attempt, index == last, model, self._response_label)
             fixed, error = self._attempts.get(key) or self._fixed(
                 self._attempts, key, wire.CLIENT, attempt_fixed(key, self._upstream))
-            span_id = int(attempt.traceparent[36:52], 16) if attempt.traceparent \
-                else self._new_id(64)
+            span_id = bytes.fromhex(attempt.traceparent[36:52]) if attempt.traceparent \
+                else self._new_id(64).to_bytes(8, "big")
             out.append(wire.span(
-                prefix, span_id.to_bytes(8, "big"), under_server, fixed, int(start * 1e9),
+                prefix, span_id, under_server, fixed, int(start * 1e9),
                 int(max(end, start) * 1e9),
                 self._attempt_numbers.encode(attempt_numbers(report, attempt, key)),
                 _TAILS[error, _LOCAL]))

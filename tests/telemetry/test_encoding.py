@@ -69,7 +69,8 @@ def test_the_encoded_spans_are_the_planned_ones(shape: str) -> None:
     labels, agents, answered = BoundedLabel(8), BoundedLabel(8), BoundedLabel(8)
     encoder = SpanEncoder(UPSTREAM, labels, agents, answered, TraceSampler(Sampler()))
     for _ in range(2):  # the second time from the fixed parts kept
-        body = wire.export_traces(b"", wire.scope("t"), encoder.encode(r))
+        body = wire.export_traces(b"", wire.scope("t"), encoder.encode(
+            r, labels(r.model), agents(r.agent or "none")))
         spans = ExportTraceServiceRequest.FromString(body).resource_spans[0] \
             .scope_spans[0].spans
         plans = plan_spans(r, UPSTREAM, labels, agents, lambda tp: ids_of(tp)[1],
@@ -101,8 +102,8 @@ def test_a_trace_the_sampler_drops_is_not_encoded() -> None:
     encoder = SpanEncoder(UPSTREAM, BoundedLabel(8), BoundedLabel(8), BoundedLabel(8),
                           TraceSampler(Sampler("parentbased_always_on")))
     unsampled = f"00-{CLIENT_TRACE}-00f067aa0ba902b7-00"
-    assert encoder.encode(report(traceparent=unsampled)) == []
-    assert len(encoder.encode(report())) == 2
+    assert encoder.encode(report(traceparent=unsampled), "m", "a") == []
+    assert len(encoder.encode(report(), "m", "a")) == 2
 
 
 class FakeEndpoint:
