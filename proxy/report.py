@@ -14,6 +14,7 @@ Pure: no I/O, no aiohttp.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from proxy.values import frozen_value
@@ -78,9 +79,14 @@ class SummaryMade:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failure: str | None = None
+    traceparent: str | None = None  # what its calls sent upstream (spans are exported)
 
 
-@frozen_value
+# Not frozen, unlike the others: a frozen dataclass's __init__ sets each of these forty
+# fields through object.__setattr__, which cost five times as much as plain slots, and a
+# report is built for every request telemetry or prices see. Nothing changes a report
+# once made; its consumers only read it.
+@dataclass(slots=True)
 class RequestReport:
     request_id: str
     at: float  # wall-clock time (epoch seconds) the request arrived
@@ -117,6 +123,7 @@ class RequestReport:
     attempts: tuple[Attempt, ...] = ()
     usage: Usage | None = None  # as the upstream reported it (before any adjustment)
     finish_reason: str | None = None
+    response_model: str | None = None  # the model the answer named, as it named it
     window: int | None = None
     # What was sent, by reference (see the module docstring): the chat body the last attempt
     # sent (the bytes the stages made; for a dialect request before it was rendered) and its

@@ -41,6 +41,7 @@ class SummaryAttempt:
     failure: str | None = None  # SummarizerError kind; None: a summary was made
     detail: str = ""
     began: float = 0.0  # perf_counter() when the first call went out (0: none did)
+    traceparent: str | None = None  # what its calls sent upstream (spans are exported)
 
 
 @frozen_value

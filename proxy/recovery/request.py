@@ -16,6 +16,7 @@ from proxy.policy.records import ModelSpec, Policy
 from proxy.recovery.credential import CredentialScopes
 from proxy.recovery.message_chain import KeptFingerprints, message_fingerprint
 from proxy.recovery.plan import Prior
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.tokens import REPLY_PRIMING, TokenCounter, requested_output, with_margin
 from proxy.values import frozen_value
 from proxy.wire.content import head_length
@@ -61,10 +62,13 @@ class RecoveryRequest:
     # hash of its credential (proxy/recovery/credential.py).
     key: str
     older_keys: tuple[str, ...] = ()  # the same, under a shared store's previous key
+    # Spans are exported: the request's trace, which the summarizer's calls join.
+    trace: TraceContext | None = None
 
     @classmethod
     def of(cls, ctx: RequestContext, draft: Draft, kept: KeptFingerprints | None = None,
-           scopes: CredentialScopes | None = None) -> RecoveryRequest | None:
+           scopes: CredentialScopes | None = None, trace: TraceContext | None = None
+           ) -> RecoveryRequest | None:
         """None for a request recovery leaves alone (no usable messages)."""
         messages = draft.message_list(ctx.chat)
         if not messages or not all(isinstance(m, dict) for m in messages):
@@ -78,13 +82,13 @@ class RecoveryRequest:
         named = ctx.session if ctx.lineage.trusted and not ctx.guarded else None
         session = named or derived_session_key(ctx.chat.model, head, conversation, kept)
         if scopes is None or not scopes.keys:
-            return cls(ctx, draft, session, head, conversation, session)
+            return cls(ctx, draft, session, head, conversation, session, (), trace)
         hashes = scopes.of(ctx.headers)
         if hashes is None:  # no credential: the session alone, under every key
             return cls(ctx, draft, session, head, conversation, session,
-                       (session,) * (len(scopes.keys) - 1))
+                       (session,) * (len(scopes.keys) - 1), trace)
         return cls(ctx, draft, session, head, conversation, f"{session}~{hashes[0]}",
-                   tuple(f"{session}~{h}" for h in hashes[1:]))
+                   tuple(f"{session}~{h}" for h in hashes[1:]), trace)
 
     @property
     def chat(self) -> ChatRequest:

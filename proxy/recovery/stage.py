@@ -43,11 +43,7 @@ from proxy.policy.records import Policy, RuleSet
 from proxy.recovery.compacted import dropped, summarized
 from proxy.recovery.compaction_store import Compactions, LocalCompactions, Offload
 from proxy.recovery.credential import CredentialScopes
-from proxy.recovery.detect import (
-    OverflowDetector,
-    OverflowVerdict,
-    context_length_exceeded_body,
-)
+from proxy.recovery.detect import OverflowDetector, OverflowVerdict, context_length_exceeded_body
 from proxy.recovery.locks import SessionLocks
 from proxy.recovery.message_chain import KeptFingerprints
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, Trigger
@@ -58,6 +54,7 @@ from proxy.recovery.silent import check_silent_overflow
 from proxy.recovery.sqlite_store import CompactionStore, StoredCompaction
 from proxy.recovery.summarize.service import Summaries
 from proxy.recovery.summarize.summarizer import SummarizerTransport
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.tokens import TokenCounter, requested_output, with_margin
 
 __all__ = ["Offload", "Recovery", "SummaryLock"]
@@ -119,12 +116,13 @@ class Recovery:
 
     # -- the three phases ----------------------------------------------------------------
 
-    def view(self, ctx: RequestContext, draft: Draft) -> RecoveryRequest | None:
+    def view(self, ctx: RequestContext, draft: Draft, trace: TraceContext | None = None
+             ) -> RecoveryRequest | None:
         """The request as recovery sees it (once per request); None: left alone (no store,
         an agent's own summarization call, no usable messages)."""
         if self._store is None or ctx.signals.is_summarization:
             return None
-        return RecoveryRequest.of(ctx, draft, self._kept, self.scopes)
+        return RecoveryRequest.of(ctx, draft, self._kept, self.scopes, trace)
 
     async def before_send(self, request: RecoveryRequest | None) -> Prepared | None:
         if request is None or request.policy.mode != "enforce" or self._surely_fits(request):

@@ -22,7 +22,7 @@ from proxy.server.answers import JSON, Finished, error_response, pass_large
 from proxy.server.attempts import Attempted
 from proxy.server.guard import start_answer
 from proxy.server.relay import relay_stream
-from proxy.server.sse import StreamScanner, read_body_usage
+from proxy.server.sse import StreamScanner, read_body_facts
 from proxy.server.state import ProxyState
 from proxy.server.trail import Trail
 from proxy.upstream.headers import response_headers
@@ -99,8 +99,8 @@ class AnswerDelivery:
         verdict = outgoing.verdict
         began = time.perf_counter()
         if upstream.status == 200:
-            usage, answer, finish_reason = read_body_usage(answer, outgoing.adjust,
-                                                           trail.chat.dialect)
+            usage, answer, finish_reason, trail.response_model = read_body_facts(
+                answer, outgoing.adjust, trail.chat.dialect)
             trail.usage, trail.usage_read, trail.finish_reason = usage, True, finish_reason
             self.seen = AnswerSeen(upstream.status, usage, finish_reason, None)
         response = web.Response(body=answer, status=upstream.status,
@@ -150,4 +150,5 @@ class AnswerDelivery:
         trail.usage = scanner.usage
         trail.usage_read = complete or scanner.usage is not None
         trail.finish_reason = scanner.finish_reason
+        trail.response_model = scanner.model
         self.seen = AnswerSeen(200, scanner.usage, scanner.finish_reason, scanner.error)

@@ -34,7 +34,7 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.state import ProxyState
 from proxy.server.target import Target
 from proxy.server.trail import Trail
-from proxy.telemetry.tracecontext import TraceContext, parse_traceparent
+from proxy.telemetry.tracecontext import parse_traceparent
 
 __all__ = ["ChatExchange"]
 
@@ -53,10 +53,10 @@ class ChatExchange:
         # While the first scan runs the catalog is incomplete, and looking in it would wait
         # on the scan: the request goes upstream as it came, at once.
         self._indexing = state.transcripts is not None and not state.transcripts.indexed
-        if state.traces:
+        if state.traces is not None:
             sent = request.headers.get("traceparent")
             client = parse_traceparent(sent)
-            self.trail.trace = client or TraceContext.new()
+            self.trail.trace = state.traces.context(client)
             self.trail.client_traceparent = sent if client is not None else None
 
     async def run(self) -> Finished:
@@ -150,8 +150,9 @@ class ChatExchange:
                 or ctx.lineage.method == "unauthenticated":  # untouched, by the agent's key
             return None
         recovery = self.state.recovery
-        return (await self.state.offload(recovery.view, ctx, outgoing.draft) if ctx.large
-                else recovery.view(ctx, outgoing.draft))
+        trace = self.trail.trace  # the summarizer's calls join it
+        return (await self.state.offload(recovery.view, ctx, outgoing.draft, trace)
+                if ctx.large else recovery.view(ctx, outgoing.draft, trace))
 
     # A bug in recovery must cost the recovery, never the request: each phase falls back to
     # doing nothing, and says so in the log.

@@ -36,8 +36,8 @@ class KeptTrail:
 
     __slots__ = ("after", "at", "attempts", "chat", "client_gone", "client_traceparent",
                  "ctx", "decision", "finish_reason", "outgoing", "proxy_seconds",
-                 "request_id", "seconds", "started", "status", "steps", "stream", "usage",
-                 "verdict")
+                 "request_id", "response_model", "seconds", "started", "status", "steps",
+                 "stream", "usage", "verdict")
 
     def __init__(self, trail: Trail, seconds: float) -> None:
         ctx = trail.ctx
@@ -47,6 +47,7 @@ class KeptTrail:
         self.steps, self.attempts, self.stream = trail.steps, trail.attempts, trail.stream
         self.usage, self.finish_reason, self.after = trail.usage, trail.finish_reason, \
             trail.after
+        self.response_model = trail.response_model
         self.proxy_seconds, self.status = trail.proxy_seconds, trail.status
         self.client_gone, self.client_traceparent = trail.client_gone, \
             trail.client_traceparent

@@ -5,7 +5,7 @@ The floor returns a ``Decision``, recovery a ``Prepared`` (a ``Compaction``, an
 the relay a ``StreamOutcome``; the exchange keeps them in the request's ``Trail`` and hands
 it here once (``finished``). No stage touches a metric itself, so what is counted is exactly
 what happened to the request. The same trail becomes the ``RequestReport`` each consumer
-(``ReportSink``: the inspector, telemetry) is handed.
+(``ReportSink``: telemetry) is handed; the inspector keeps the trail itself (``TrailSink``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _FAILURES_LOGGED = 1000
 
 
 class ReportSink(Protocol):
-    """A consumer of finished requests (the inspector, telemetry)."""
+    """A consumer of finished requests' reports, without their content (telemetry)."""
 
     def keep(self, report: RequestReport) -> None: ...
 
@@ -102,7 +102,9 @@ class Recorder:
             self.overhead(chat.route, trail.proxy_seconds)
         prices = self.prices() if self.prices is not None else None
         if self.sinks or prices:
-            report = report_of(trail)
+            # Without the body and messages: a sink's queue must not keep a request's
+            # content alive (and none reads it: the inspector keeps trails, not reports).
+            report = report_of(trail, content=False)
             if prices:
                 self.cost(report, prices)
             for sink in self.sinks:

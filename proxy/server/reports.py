@@ -48,6 +48,7 @@ class TrailFacts(Protocol):
     stream: StreamOutcome | None
     usage: Usage | None
     finish_reason: str | None
+    response_model: str | None
     after: AfterCheck | None
     proxy_seconds: float
     status: int
@@ -60,60 +61,77 @@ class TrailFacts(Protocol):
     def verdict(self) -> str: ...
 
 
-def report_of(trail: TrailFacts, seconds: float | None = None) -> RequestReport:
-    """``seconds``: the request's time, when measured at its end (a report made later).
-    One constructor call: each ``dataclasses.replace`` of a report this wide costs as much
-    as building it."""
+def report_of(trail: TrailFacts, seconds: float | None = None, *,
+              content: bool = True) -> RequestReport:
+    """``seconds``: the request's time, when measured at its end (a report made later);
+    ``content``: with the body and messages sent (the inspector's pages show them; a
+    report queued for telemetry must not hold them). One constructor call: each
+    ``dataclasses.replace`` of a report this wide costs as much as building it."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
+    # Locals and one call with every common field named: a dict of fields merged into the
+    # call costs more than the report itself. ``fields``: the rarer ones.
     fields: dict[str, Any] = {}
+    session_id = method = named_session = window = None
     if ctx is not None:
         # A header, the prompt cache key or OpenClaw's Runtime line: the agent named it.
-        signals = ctx.signals
-        fields.update(session_id=ctx.lineage.session_id, method=ctx.lineage.method,
-                      named_session=signals.session_id if signals.session_source is not None
-                      else None, window=ctx.window)
+        signals, lineage = ctx.signals, ctx.lineage
+        session_id, method, window = lineage.session_id, lineage.method, ctx.window
+        named_session = signals.session_id if signals.session_source is not None else None
+        agent = signals.agent_id
+    else:
+        agent = chat.agent_id
+    floor_kind, floor_reason, carried_from, capped = "none", None, None, False
+    restored = carried = added_tokens = 0
     if decision is not None:
         verdict = decision.verdict
-        kind = decision.kind
-        fields.update(
-            floor_kind=kind,
-            floor_reason=verdict.split("reason=", 1)[1] if "reason=" in verdict else None,
-            restored=decision.added_raw if kind == "floor" else 0,
-            carried=decision.added_raw if kind == "carry" else 0,
-            carried_from=decision.source_session if kind == "carry" else None,
-            added_tokens=decision.added_tokens if decision.added_to_request else 0,
-            capped=decision.capped,
-            session_id=fields.get("session_id") or decision.session_id)
+        floor_kind = decision.kind
+        if "reason=" in verdict:
+            floor_reason = verdict.split("reason=", 1)[1]
+        if floor_kind == "floor":
+            restored = decision.added_raw
+        elif floor_kind == "carry":
+            carried, carried_from = decision.added_raw, decision.source_session
+        if decision.added_to_request:
+            added_tokens = decision.added_tokens
+        capped = decision.capped
+        session_id = session_id or decision.session_id
     if outgoing is not None:
-        found = chat.body.get("messages")
-        messages = outgoing.messages if outgoing.messages is not None \
-            else found if isinstance(found, list) else None
-        fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
+        if content:
+            found = chat.body.get("messages")
+            messages = outgoing.messages if outgoing.messages is not None \
+                else found if isinstance(found, list) else None
+            fields.update(body=outgoing.body, origins=outgoing.origins, messages=messages)
         compaction = outgoing.compaction
         if compaction is not None:
             fields.update(compaction=compaction.label, compaction_why=compaction.why,
-                          replaced=compaction.replaced, tokens_removed=compaction.tokens_removed,
-                          window=compaction.window)
+                          replaced=compaction.replaced, tokens_removed=compaction.tokens_removed)
+            window = compaction.window
             made = compaction.summary
             if made is not None:
                 fields["summary"] = SummaryMade(
                     model=made.model, seconds=made.seconds,
                     started=made.began - trail.started if made.began else 0.0,
                     prompt_tokens=made.prompt_tokens, completion_tokens=made.completion_tokens,
-                    failure=made.failure)
+                    failure=made.failure, traceparent=made.traceparent)
         if outgoing.clamp is not None:
             fields["clamp"] = (outgoing.clamp.requested, outgoing.clamp.limit)
-    overflow = next((s.overflow for s in reversed(trail.steps) if s.overflow), None)
+    steps = trail.steps
+    overflow = next((s.overflow for s in reversed(steps) if s.overflow), None) if steps \
+        else None
     after = trail.after
     if after is not None and (after.overflow or after.recovered or after.clamped):
         overflow = after.overflow or ("recovered" if after.recovered else "clamped")
     return RequestReport(
         request_id=trail.request_id, at=trail.at, route=chat.route, model=chat.model,
-        agent=ctx.signals.agent_id if ctx is not None else chat.agent_id, stream=chat.stream,
+        agent=agent, stream=chat.stream,
         status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
         seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
-        attempts=_attempts(trail), usage=trail.usage, finish_reason=trail.finish_reason,
-        traceparent=trail.client_traceparent, overflow=overflow, **fields)
+        session_id=session_id, method=method, named_session=named_session,
+        floor_kind=floor_kind, floor_reason=floor_reason, restored=restored, carried=carried,
+        carried_from=carried_from, added_tokens=added_tokens, capped=capped,
+        overflow=overflow, attempts=_attempts(trail), usage=trail.usage,
+        finish_reason=trail.finish_reason, response_model=trail.response_model,
+        window=window, traceparent=trail.client_traceparent, **fields)
 
 
 def _now(trail: TrailFacts) -> float:
@@ -121,7 +139,7 @@ def _now(trail: TrailFacts) -> float:
 
 
 def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:
-    attempts = tuple(trail.attempts)
+    attempts = trail.attempts  # a tuple already (the trail's and the inspector's)
     stream = trail.stream
     if attempts and stream is not None and stream.first_chunk_at is not None:
         attempts = (*attempts[:-1], attempts[-1]._replace(

@@ -14,7 +14,7 @@ for its end, which is harmless because a client cannot use half an event either.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -44,6 +44,7 @@ class StreamScanner:
         self.usage: Usage | None = None
         self.error: dict[str, Any] | None = None
         self.finish_reason: str | None = None
+        self.model: str | None = None  # the model the events name
         self.saw_done = False
         self.events = 0
         self._pending = b""
@@ -147,6 +148,8 @@ class StreamScanner:
             self.error = facts.error
         if facts.finish_reason is not None:
             self.finish_reason = facts.finish_reason
+        if facts.model is not None:
+            self.model = facts.model
 
     def _read_line(self, line: bytes) -> dict[str, Any] | None:
         payload = event_data(line)
@@ -175,34 +178,52 @@ class StreamScanner:
             reason = choices[0].get("finish_reason")
             if isinstance(reason, str):
                 self.finish_reason = reason
+        model = parsed.get("model")
+        if isinstance(model, str):
+            self.model = model
         return parsed
+
+
+class BodyFacts(NamedTuple):
+    usage: Usage | None
+    body: bytes  # what the client gets
+    finish_reason: str | None
+    model: str | None  # the model the answer names
+
+
+def read_body_facts(body: bytes, adjust: UsageAdjustment | None = None,
+                    dialect: Dialect | None = None) -> BodyFacts:
+    """Usage, finish reason and model of a non-streaming chat completion body (parsed
+    once), and the body the client gets: the same bytes, or the body with its usage
+    adjusted when tailfloor changed the prompt."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return BodyFacts(None, body, None, None)
+    if not isinstance(parsed, dict):
+        return BodyFacts(None, body, None, None)
+    if dialect is not None:
+        facts = dialect.answer_facts(parsed)
+        if facts.usage is None:
+            return BodyFacts(None, body, facts.finish_reason, facts.model)
+        if adjust is not None:
+            body = orjson.dumps(dialect.adjusted_answer(parsed, adjust))
+        return BodyFacts(dialect.usage(facts.usage), body, facts.finish_reason, facts.model)
+    reason = _finish_reason(parsed)
+    model = parsed.get("model")
+    model = model if isinstance(model, str) else None
+    usage = parsed.get("usage")
+    if not isinstance(usage, dict):
+        return BodyFacts(None, body, reason, model)
+    if adjust is not None:
+        body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
+    return BodyFacts(Usage.from_dict(usage), body, reason, model)
 
 
 def read_body_usage(body: bytes, adjust: UsageAdjustment | None = None,
                     dialect: Dialect | None = None) -> tuple[Usage | None, bytes, str | None]:
-    """Usage and finish reason of a non-streaming chat completion body (parsed once), and the
-    body the client gets: the same bytes, or the body with its usage adjusted when tailfloor
-    changed the prompt."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None, body, None
-    if not isinstance(parsed, dict):
-        return None, body, None
-    if dialect is not None:
-        facts = dialect.answer_facts(parsed)
-        if facts.usage is None:
-            return None, body, facts.finish_reason
-        if adjust is not None:
-            body = orjson.dumps(dialect.adjusted_answer(parsed, adjust))
-        return dialect.usage(facts.usage), body, facts.finish_reason
-    reason = _finish_reason(parsed)
-    usage = parsed.get("usage")
-    if not isinstance(usage, dict):
-        return None, body, reason
-    if adjust is not None:
-        body = orjson.dumps({**parsed, "usage": adjust.apply(usage)})
-    return Usage.from_dict(usage), body, reason
+    """``read_body_facts`` without the model."""
+    return read_body_facts(body, adjust, dialect)[:3]
 
 
 def _finish_reason(parsed: dict[str, Any]) -> str | None:

@@ -25,6 +25,7 @@ from proxy.server.held_bodies import BodyBudget
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
 from proxy.settings import Settings
+from proxy.telemetry.sampling import TraceSampler
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Upstream
@@ -56,7 +57,8 @@ class ProxyState:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("tailfloor"))
     draining: bool = False
     body_reads: BodyReads = field(default_factory=BodyReads)  # bodies arriving (drain)
-    traces: bool = False  # spans are exported: each attempt sends its own traceparent
+    # Spans are exported (by this sampler): each attempt sends its own traceparent.
+    traces: TraceSampler | None = None
     ready: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())

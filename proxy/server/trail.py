@@ -45,6 +45,7 @@ class Trail:
     usage: Usage | None = None
     usage_read: bool = False  # an answer was read for its usage (a 200)
     finish_reason: str | None = None
+    response_model: str | None = None  # the model the answer named
     after: AfterCheck | None = None
     proxy_seconds: float = 0.0  # tailfloor's own time, the answer's part included
     overhead_seen: bool = False  # the answer was complete: proxy_seconds is whole

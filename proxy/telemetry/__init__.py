@@ -1,8 +1,8 @@
 """Traces and metrics over OTLP/HTTP, made from each finished request's report.
 
-The OpenTelemetry SDK is an optional extra (``tailfloor[otel]``): nothing here imports it
-until ``start`` is asked for an export, so without the extra, or without the variables,
-tailfloor neither imports nor does anything more.
+Written here, from the OTLP protobuf definitions (protowire.py), with the standard library's
+HTTP client: export needs nothing beyond tailfloor itself. Without the standard
+OTEL_EXPORTER_OTLP_* variables nothing here starts, and the request path does nothing more.
 """
 
 from __future__ import annotations
@@ -25,15 +25,11 @@ log = logging.getLogger("tailfloor.telemetry")
 
 
 def start(config: TelemetryConfig, metrics: Metrics, upstream_url: str,
-          prices: Callable[[], PriceList]) -> TelemetrySink | None:
-    """The sink exporting what ``config`` asks for; None (said in one line) when the
-    ``otel`` extra is not installed."""
-    try:
-        from proxy.telemetry.sink import TelemetrySink
-    except ImportError as exc:
-        log.warning("OTEL_EXPORTER_OTLP_* is set but the OpenTelemetry SDK is not installed "
-                    "(pip install 'tailfloor[otel]'): nothing is exported (%s)", exc.name)
-        return None
+          prices: Callable[[], PriceList]) -> TelemetrySink:
+    """The sink exporting what ``config`` asks for (its threads started); each value that
+    was set but is not used is said once."""
+    from proxy.telemetry.sink import TelemetrySink  # only when an export is asked for
+
     for note in config.notes:
         log.warning("%s", note)
     return TelemetrySink(config, metrics, upstream_url, prices)

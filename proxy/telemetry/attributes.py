@@ -4,22 +4,31 @@ client-inference.md) plus tailfloor's own ``tailfloor.*``.
 
 Only counts, names and verdicts: never a message, a header or a key. A model or agent name
 goes out only as the Prometheus labels would show it (``label``: the same vetting, see
-proxy/metrics.py). Pure: no I/O, no OpenTelemetry import.
+proxy/metrics.py). Pure: no I/O.
+
+Each span is made of three parts, so the telemetry thread can encode most of it once
+(spans.py): a ``*_key`` (the few report values the rest depends on, which repeat from one
+request to the next), the ``*_fixed`` part made from that key alone (name, error, most
+attributes), and the ``*_numbers`` (seconds, token and message counts: new every request).
+``plan_spans`` puts them together: what the spans are, in one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from proxy.report import Attempt, RequestReport
 
-__all__ = ["SpanPlan", "Upstream", "plan_spans", "provider_of"]
+__all__ = ["ATTEMPT_NUMBERS", "SERVER_NUMBERS", "Fixed", "SpanPlan", "Upstream", "attempt_fixed",
+           "attempt_key", "attempt_numbers", "plan_spans", "provider_of", "server_fixed",
+           "server_key", "server_numbers"]
 
 Value = str | bool | int | float | tuple[str, ...]
 Label = Callable[[str | None], str]
+Key = tuple[Any, ...]
 
 ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
           "messages": "/v1/messages"}
@@ -47,10 +56,18 @@ class Upstream:
         return cls(host, port, provider_of(host))
 
 
+class Fixed(NamedTuple):
+    """What a span is but its ids, times and numbers."""
+
+    name: str
+    attributes: dict[str, Value]
+    error: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class SpanPlan:
-    """One span to make: times are epoch seconds; ``span_id`` / ``trace_id`` are set when
-    the request path already sent them (an attempt's traceparent)."""
+    """One span to make: times are epoch seconds; ``span_id`` is set when the request path
+    already sent it (an attempt's or the summarizer's traceparent)."""
 
     name: str
     kind: Literal["server", "client"]
@@ -70,32 +87,34 @@ def provider_of(host: str) -> str | None:
 
 
 def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
-               agent_label: Label, span_ids: Callable[[str], int]) -> list[SpanPlan]:
-    """The server span first, then each attempt's client span and the summarizer's."""
+               agent_label: Label, span_ids: Callable[[str], int], *,
+               response_label: Label | None = None) -> list[SpanPlan]:
+    """The server span first, then each attempt's client span and the summarizer's.
+    ``response_label``: how ``gen_ai.response.model`` is vetted (None: left out)."""
     at = report.at
-    plans = [_server(report, agent_label)]
+    fixed = server_fixed(server_key(report, agent_label(report.agent or "none")))
+    plans = [SpanPlan(fixed.name, "server", at, at + report.seconds,
+                      {**fixed.attributes, **_named(SERVER_NUMBERS, server_numbers(report))},
+                      fixed.error)]
     model = label(report.model)
-    provider = upstream.provider or ("anthropic" if report.route == "messages" else "openai")
     last = len(report.attempts) - 1
     for index, attempt in enumerate(report.attempts):
         start = at + attempt.started
         # The last attempt's answer is relayed to its end; an earlier one ended at its error.
         end = at + report.seconds if index == last and attempt.error is None \
             else start + attempt.latency
-        attributes = _chat(model, provider, upstream)
-        attributes["gen_ai.request.stream"] = report.stream
-        attributes.update(_attempt(report, attempt, index == last))
-        error = attempt.error or (f"{attempt.status}" if attempt.status is not None
-                                  and attempt.status >= 400 else None)
-        if error is not None:
-            attributes["error.type"] = error
+        key = attempt_key(report, attempt, index == last, model, response_label)
+        fixed = attempt_fixed(key, upstream)
         plans.append(SpanPlan(
-            f"chat {model}", "client", start, max(end, start), attributes, error=error,
+            fixed.name, "client", start, max(end, start),
+            {**fixed.attributes,
+             **_named(ATTEMPT_NUMBERS, attempt_numbers(report, attempt, key))},
+            error=fixed.error,
             span_id=span_ids(attempt.traceparent) if attempt.traceparent else None))
     made = report.summary
     if made is not None:
         summary_model = label(made.model)
-        attributes = _chat(summary_model, provider, upstream)
+        attributes = _chat(summary_model, _provider(report.route, upstream), upstream)
         attributes["tailfloor.summarizer"] = True
         if made.failure is None:
             attributes["gen_ai.usage.input_tokens"] = made.prompt_tokens
@@ -104,67 +123,113 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
             attributes["error.type"] = made.failure
         start = at + made.started
         plans.append(SpanPlan(f"chat {summary_model}", "client", start, start + made.seconds,
-                              attributes, error=made.failure))
+                              attributes, error=made.failure,
+                              span_id=span_ids(made.traceparent) if made.traceparent
+                              else None))
     return plans
 
 
-def _server(report: RequestReport, agent_label: Label) -> SpanPlan:
-    route = ROUTES.get(report.route, report.route)
+def server_key(report: RequestReport, agent: str) -> Key:
+    """``agent``: the report's, labelled."""
+    return (report.route, report.status, report.verdict.split(";", 1)[0], report.floor_kind,
+            agent, report.floor_reason, report.method,
+            report.carried_from, report.compaction, report.overflow, report.named_session)
+
+
+def server_fixed(key: Key) -> Fixed:
+    (route, status, verdict, floor_kind, agent, floor_reason, method, carried_from,
+     compaction, overflow, session) = key
+    path: str = ROUTES.get(route) or route
     attributes: dict[str, Value] = {
-        "http.request.method": "POST", "http.route": route,
-        "http.response.status_code": report.status,
-        "tailfloor.proxy_seconds": round(report.proxy_seconds, 6),
-        "tailfloor.verdict": report.verdict.split(";", 1)[0],
-        "tailfloor.floor.kind": report.floor_kind,
-        "tailfloor.agent": agent_label(report.agent or "none"),
+        "http.request.method": "POST", "http.route": path,
+        "http.response.status_code": status, "tailfloor.verdict": verdict,
+        "tailfloor.floor.kind": floor_kind, "tailfloor.agent": agent,
     }
     optional: dict[str, Value | None] = {
-        "tailfloor.floor.reason": report.floor_reason,
-        "tailfloor.identification.method": report.method,
-        "tailfloor.floor.restored": report.restored or None,
-        "tailfloor.floor.carried": report.carried or None,
-        "tailfloor.floor.carried_from": report.carried_from,
-        "tailfloor.floor.added_tokens": report.added_tokens or None,
-        "tailfloor.compaction": report.compaction,
-        "tailfloor.compaction.tokens_removed": report.tokens_removed or None,
-        "tailfloor.overflow": report.overflow,
-        "gen_ai.conversation.id": report.named_session,
+        "tailfloor.floor.reason": floor_reason,
+        "tailfloor.identification.method": method,
+        "tailfloor.floor.carried_from": carried_from,
+        "tailfloor.compaction": compaction,
+        "tailfloor.overflow": overflow,
+        "gen_ai.conversation.id": session,
     }
     attributes.update({k: v for k, v in optional.items() if v is not None})
-    error = f"{report.status}" if report.status >= 500 else None
+    error = f"{status}" if status >= 500 else None
     if error is not None:
         attributes["error.type"] = error
-    return SpanPlan(f"POST {route}", "server", report.at, report.at + report.seconds,
-                    attributes, error=error)
+    return Fixed(f"POST {path}", attributes, error)
+
+
+# The numbers' names, in the order ``*_numbers`` give their values (None: left out).
+SERVER_NUMBERS = ("tailfloor.proxy_seconds", "tailfloor.floor.restored",
+                  "tailfloor.floor.carried", "tailfloor.floor.added_tokens",
+                  "tailfloor.compaction.tokens_removed")
+ATTEMPT_NUMBERS = ("gen_ai.response.time_to_first_chunk", "gen_ai.usage.input_tokens",
+                   "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+                   "gen_ai.usage.reasoning.output_tokens")
+Numbers = tuple[float | None, ...]
+
+
+def server_numbers(report: RequestReport) -> Numbers:
+    # Seconds as they are: a double is eight bytes however it is rounded.
+    return (report.proxy_seconds, report.restored or None, report.carried or None,
+            report.added_tokens or None, report.tokens_removed or None)
+
+
+def attempt_key(report: RequestReport, attempt: Attempt, last: bool, model: str,
+                response_label: Label | None) -> Key:
+    """``model``: the request's, labelled. Its last item: the answer's usage is counted
+    (the last attempt, answered; ``attempt_numbers`` reads it)."""
+    ended = last and attempt.error is None  # this attempt's answer is the client's
+    response = response_label(report.response_model) if ended and response_label \
+        is not None and report.response_model is not None else None
+    return (model, report.route, report.stream, attempt.number, attempt.status,
+            attempt.compacted, report.named_session, attempt.error,
+            report.finish_reason if ended else None, response,
+            ended and report.usage is not None and report.status < 400)
+
+
+def attempt_fixed(key: Key, upstream: Upstream) -> Fixed:
+    (model, route, stream, number, status, compacted, session, error_kind, finish,
+     response, _) = key
+    attributes = _chat(model, _provider(route, upstream), upstream)
+    attributes["gen_ai.request.stream"] = stream
+    attributes["tailfloor.retry"] = number
+    if status is not None:
+        attributes["http.response.status_code"] = status
+    if compacted:
+        attributes["gen_ai.conversation.compacted"] = True
+    if session is not None:
+        attributes["gen_ai.conversation.id"] = session
+    if finish is not None:
+        attributes["gen_ai.response.finish_reasons"] = (finish,)
+    if response is not None:
+        attributes["gen_ai.response.model"] = response
+    error = error_kind or (f"{status}" if status is not None and status >= 400 else None)
+    if error is not None:
+        attributes["error.type"] = error
+    return Fixed(f"chat {model}", attributes, error)
+
+
+def attempt_numbers(report: RequestReport, attempt: Attempt, key: Key) -> Numbers:
+    first = attempt.first_chunk - attempt.started if attempt.first_chunk is not None else None
+    usage = report.usage
+    if not key[-1] or usage is None:
+        return (first, None, None, None, None)
+    return (first, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+            usage.reasoning_tokens)
+
+
+def _named(names: tuple[str, ...], values: Numbers) -> dict[str, Value]:
+    return {name: value for name, value in zip(names, values, strict=True)
+            if value is not None}
+
+
+def _provider(route: str, upstream: Upstream) -> str:
+    return upstream.provider or ("anthropic" if route == "messages" else "openai")
 
 
 def _chat(model: str, provider: str, upstream: Upstream) -> dict[str, Value]:
     return {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
             "gen_ai.request.model": model, "server.address": upstream.address,
             "server.port": upstream.port}
-
-
-def _attempt(report: RequestReport, attempt: Attempt, last: bool) -> dict[str, Value]:
-    found: dict[str, Value] = {"tailfloor.retry": attempt.number}
-    if attempt.status is not None:
-        found["http.response.status_code"] = attempt.status
-    if attempt.compacted:
-        found["gen_ai.conversation.compacted"] = True
-    if report.named_session is not None:
-        found["gen_ai.conversation.id"] = report.named_session
-    if attempt.first_chunk is not None:
-        found["gen_ai.response.time_to_first_chunk"] = round(
-            attempt.first_chunk - attempt.started, 6)
-    if not last or attempt.error is not None:
-        return found
-    usage = report.usage
-    if usage is not None and report.status < 400:
-        for key, value in (("gen_ai.usage.input_tokens", usage.prompt_tokens),
-                           ("gen_ai.usage.output_tokens", usage.completion_tokens),
-                           ("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens),
-                           ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)):
-            if value is not None:
-                found[key] = value
-    if report.finish_reason is not None:
-        found["gen_ai.response.finish_reasons"] = (report.finish_reason,)
-    return found

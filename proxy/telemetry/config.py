@@ -1,10 +1,9 @@
 """OTLP export settings, read from the standard OpenTelemetry environment variables.
 
-tailfloor reads them itself rather than through the SDK's configurator, so what is exported
-and where is decided in one pure function with its own tests, and the SDK is imported only
-when an export is asked for. Values the specification defines but tailfloor cannot honour
-(gRPC, another exporter) are not errors: the signal keeps its default and a note says why,
-as the SDK would warn. Pure: no I/O, no OpenTelemetry import.
+tailfloor reads them itself, as the specification defines them, so what is exported and
+where is decided in one pure function with its own tests. Values the specification defines
+but tailfloor cannot honour (gRPC, another exporter) are not errors: the signal keeps its
+default and a note says why, as an SDK would warn. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,6 +39,15 @@ class TelemetryConfig:
     sampler: Sampler = Sampler()
     export_interval: float = _DEFAULT_INTERVAL_MS / 1000  # seconds between metric exports
     timeout: float = _DEFAULT_TIMEOUT_MS / 1000  # seconds for one export call
+    # The batch span processor's settings (OTEL_BSP_*), as the specification defines them.
+    schedule_delay: float = 5.0  # seconds between span exports
+    max_queue: int = 2048  # spans held for export; more are dropped
+    max_batch: int = 512  # spans in one export (at most max_queue)
+    export_timeout: float = 30.0  # seconds a span export may take, all of it
+    metric_timeout: float = 30.0  # seconds a metric export may take
+    delta: bool = False  # metrics as deltas (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE)
+    gzip: bool = False  # OTEL_EXPORTER_OTLP_COMPRESSION=gzip
+    certificate: str | None = None  # a CA file for https (OTEL_EXPORTER_OTLP_CERTIFICATE)
     notes: tuple[str, ...] = ()  # values that were set but are not used, and why
 
 
@@ -69,6 +77,12 @@ def telemetry_config(env: Mapping[str, str]) -> TelemetryConfig | None:
             == "true":
         notes.append("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is not supported: "
                      "no message content is exported")
+    compression = env.get("OTEL_EXPORTER_OTLP_COMPRESSION", "").strip().lower()
+    if compression not in ("", "none", "gzip"):
+        notes.append(f"OTEL_EXPORTER_OTLP_COMPRESSION={compression} is not supported; "
+                     "exporting uncompressed")
+    queue = _count(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048, notes)
+    batch = _count(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, notes)
     return TelemetryConfig(
         traces_endpoint=traces, metrics_endpoint=metrics,
         service_name=env.get("OTEL_SERVICE_NAME", "").strip() or "tailfloor",
@@ -80,6 +94,12 @@ def telemetry_config(env: Mapping[str, str]) -> TelemetryConfig | None:
         export_interval=_millis(env, "OTEL_METRIC_EXPORT_INTERVAL", _DEFAULT_INTERVAL_MS,
                                 notes),
         timeout=_millis(env, "OTEL_EXPORTER_OTLP_TIMEOUT", _DEFAULT_TIMEOUT_MS, notes),
+        schedule_delay=_millis(env, "OTEL_BSP_SCHEDULE_DELAY", 5000, notes),
+        max_queue=queue, max_batch=min(batch, queue),
+        export_timeout=_millis(env, "OTEL_BSP_EXPORT_TIMEOUT", 30_000, notes),
+        metric_timeout=_millis(env, "OTEL_METRIC_EXPORT_TIMEOUT", 30_000, notes),
+        delta=_delta(env, notes), gzip=compression == "gzip",
+        certificate=env.get("OTEL_EXPORTER_OTLP_CERTIFICATE", "").strip() or None,
         notes=tuple(notes))
 
 
@@ -151,3 +171,30 @@ def _millis(env: Mapping[str, str], name: str, default: int, notes: list[str]) -
                      f"{default}")
         value = default
     return value / 1000
+
+
+def _count(env: Mapping[str, str], name: str, default: int, notes: list[str]) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        notes.append(f"{name}={raw!r} is not a positive number; using {default}")
+        return default
+    return value
+
+
+def _delta(env: Mapping[str, str], notes: list[str]) -> bool:
+    """Cumulative, the specification's default for OTLP; ``delta`` and ``lowmemory`` ask
+    for deltas (tailfloor's counters and histograms are all of the kinds both make delta)."""
+    raw = env.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "").strip().lower()
+    if raw in ("", "cumulative"):
+        return False
+    if raw in ("delta", "lowmemory"):
+        return True
+    notes.append(f"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE={raw} is not "
+                 "cumulative, delta or lowmemory; using cumulative")
+    return False

@@ -1,39 +1,33 @@
-"""The OTLP exporters, watched: a collector that fails is said once per episode (a WARNING
-when export starts failing, an INFO when it works again) and what it could not take is
-counted, never retried from the request path.
+"""Posting OTLP/HTTP, watched: one signal's collector over one kept-alive connection
+(``Endpoint``), and each signal's failing episodes (``Episodes``): a WARNING when export
+starts failing, an INFO when it works again, what could not be sent dropped and counted,
+never retried from the request path.
 
-The SDK's exporters and processors log every failed batch themselves; their loggers are
-quietened here because a collector down for an hour would otherwise write a line per
-batch, and tailfloor's own line says the same once.
+The standard library's ``http.client``, http or https; the body is protobuf
+(``application/x-protobuf``), gzipped when OTEL_EXPORTER_OTLP_COMPRESSION asks. Any 2xx is a
+success (OTLP/HTTP answers 200 with an ExportServiceResponse whose partial-success counts
+are not read); anything else, a timeout or a refused connection, is a failure.
 """
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import logging
+import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
-from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-)
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from proxy import __version__
 
-__all__ = ["Episodes", "WatchedMetricExporter", "WatchedSpanExporter", "quieten_sdk"]
+__all__ = ["Endpoint", "Episodes"]
 
 log = logging.getLogger("tailfloor.telemetry")
 
 
-def quieten_sdk() -> None:
-    for name in ("opentelemetry.exporter", "opentelemetry.sdk._shared_internal",
-                 "opentelemetry.sdk.metrics._internal.export"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
 class Episodes:
-    """Failing or not, per signal; the export threads report here."""
+    """Failing or not, per signal; the poster reports here."""
 
     def __init__(self, on_dropped: Callable[[str, int], None]) -> None:
         self._lock = threading.Lock()
@@ -58,44 +52,54 @@ class Episodes:
             log.info("OTLP export of %s to %s works again", signal, endpoint)
 
 
-class WatchedSpanExporter(SpanExporter):
-    def __init__(self, inner: SpanExporter, endpoint: str, episodes: Episodes) -> None:
-        self._inner, self._endpoint, self._episodes = inner, endpoint, episodes
+class Endpoint:
+    """One signal's URL. Used from the poster thread only."""
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def __init__(self, url: str, headers: Mapping[str, str], *, compress: bool = False,
+                 certificate: str | None = None) -> None:
+        parts = urlsplit(url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._https else 80)
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # What a log line may show: no user, password or query (a key may sit there).
+        self.shown = f"{parts.scheme}://{self._host}:{self._port}{parts.path or '/'}"
+        self._compress = compress
+        self._headers = {**headers, "Content-Type": "application/x-protobuf",
+                         "User-Agent": f"tailfloor/{__version__} (OTLP/HTTP exporter)"}
+        if compress:
+            self._headers["Content-Encoding"] = "gzip"
+        self._context = ssl.create_default_context(cafile=certificate) if self._https \
+            else None
+        self._connection: http.client.HTTPConnection | None = None
+
+    def post(self, body: bytes, timeout: float) -> bool:
+        """Send one export request; True when the collector took it (2xx)."""
+        if timeout <= 0:
+            return False
+        if self._compress:
+            body = gzip.compress(body, compresslevel=6)
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=timeout, context=self._context) \
+                if self._context is not None else \
+                http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
         try:
-            result = self._inner.export(spans)
-        except Exception:  # the exporter's bug: the same as a failed export
-            result = SpanExportResult.FAILURE
-        self._episodes.outcome("traces", result is SpanExportResult.SUCCESS, len(spans),
-                               self._endpoint)
-        return result
+            connection.request("POST", self._path, body, self._headers)
+            response = connection.getresponse()
+            response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()  # a timeout leaves the connection in an unknown state
+            return False
+        if response.will_close:
+            self.close()
+        return 200 <= response.status < 300
 
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class WatchedMetricExporter(MetricExporter):
-    def __init__(self, inner: MetricExporter, endpoint: str, episodes: Episodes) -> None:
-        super().__init__(preferred_temporality=inner._preferred_temporality,
-                         preferred_aggregation=inner._preferred_aggregation)
-        self._inner, self._endpoint, self._episodes = inner, endpoint, episodes
-
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
-               **kwargs: object) -> MetricExportResult:
-        try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
-        except Exception:
-            result = MetricExportResult.FAILURE
-        self._episodes.outcome("metrics", result is MetricExportResult.SUCCESS, 1,
-                               self._endpoint)
-        return result
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis)
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

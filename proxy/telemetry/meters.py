@@ -1,33 +1,35 @@
-"""The OTLP instruments: the GenAI client-inference metrics and tailfloor's own, fed from
+"""The OTLP metrics: the GenAI client-inference instruments and tailfloor's own, fed from
 each finished request's report with the counts Prometheus is given for the same request.
 
-The counters are kept here as plain sums, by attribute set, and read by observable counters
-when the SDK collects (every export interval): the SDK's synchronous ``add`` validates and
-hashes its attributes on every call, which cost more than the rest of a request's report.
-Only the two histograms are recorded as they come.
+Held as plain dicts keyed by attribute tuple (counters as sums; histograms as bucket counts,
+sum, min and max) and encoded to OTLP only when an export is due: adding to a dict is all a
+request costs. Used from the telemetry thread only, so nothing here locks. Bounded: model
+and agent labels are capped like Prometheus's (proxy/metrics.py), the other attributes are
+enums.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
-
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import NamedTuple
 
 from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
 from proxy.report import RequestReport
-from proxy.telemetry.attributes import Label, Upstream
+from proxy.telemetry import protowire as wire
+from proxy.telemetry.attributes import Upstream
 
 __all__ = ["Instruments"]
 
-_DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
-                     20.48, 40.96, 81.92]
-_CHUNK_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                  2.5, 5.0, 7.5, 10.0]
+# The GenAI conventions' advice for these two (client-inference metrics).
+_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                     20.48, 40.96, 81.92)
+_CHUNK_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                  2.5, 5.0, 7.5, 10.0)
 Attributes = tuple[tuple[str, str | int], ...]
 
-# name, unit, description of each counter, in the order record() fills them.
+# name, unit, description of each counter.
 _COUNTERS = (
     ("gen_ai.client.inference.usage.input_tokens", "{token}",
      "Input tokens the upstream reported, cached ones included"),
@@ -43,61 +45,104 @@ _COUNTERS = (
     ("tailfloor.cost", "USD", "Dollars by the rules' [[prices]], by kind (request, floor, "
      "summary, saved), as tailfloor_cost_usd_total"),
 )
+_INPUT, _OUTPUT, _CACHED = (name for name, _, _ in _COUNTERS[:3])
+_DURATION = ("gen_ai.client.inference.duration", "s", "Each upstream attempt, to its end",
+             _DURATION_BUCKETS)
+_FIRST_CHUNK = ("gen_ai.client.inference.time_to_first_chunk", "s",
+                "From sending a streamed request to its first chunk", _CHUNK_BUCKETS)
+
+
+class _Histogram:
+    """Explicit buckets as OTLP counts them: bucket i holds bounds[i-1] < v <= bounds[i]."""
+
+    __slots__ = ("counts", "maximum", "minimum", "total")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.total = 0.0
+        self.minimum = float("inf")
+        self.maximum = float("-inf")
+
+    def add(self, value: float, bounds: tuple[float, ...]) -> None:
+        self.counts[bisect_left(bounds, value)] += 1
+        self.total += value
+        # Comparisons, not min() and max(): a call costs more (every attempt passes here).
+        if value < self.minimum:  # noqa: PLR1730
+            self.minimum = value
+        if value > self.maximum:  # noqa: PLR1730
+            self.maximum = value
+
+
+class _Shape(NamedTuple):
+    base: Attributes  # the GenAI client attributes
+    own: Attributes  # tailfloor's: agent, route
+    tokens: Attributes  # the token counters'
+    floors: dict[str, Attributes]  # the floors counter's, by floor kind
 
 
 class Instruments:
-    def __init__(self, meter: Meter, upstream: Upstream, label: Label,
-                 agent_label: Label, prices: Callable[[], PriceList]) -> None:
-        self._upstream, self._label, self._agent_label = upstream, label, agent_label
+    def __init__(self, upstream: Upstream, prices: Callable[[], PriceList], *, delta: bool,
+                 start_ns: int) -> None:
+        self._upstream = upstream
         self._prices = prices
-        # Bounded: model and agent labels are capped like Prometheus's, the rest are enums.
+        self._delta = delta
+        self._start_ns = start_ns  # cumulative: since the sink started; delta: the last export
         self._sums: dict[str, dict[Attributes, float]] = {name: {} for name, _, _ in _COUNTERS}
-        self._lock = threading.Lock()  # the SDK collects on its own thread
-        for name, unit, description in _COUNTERS:
-            meter.create_observable_counter(name, [self._reader(name)], unit, description)
-        self.duration = meter.create_histogram(
-            "gen_ai.client.inference.duration", "s", "Each upstream attempt, to its end",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS)
-        self.first_chunk = meter.create_histogram(
-            "gen_ai.client.inference.time_to_first_chunk", "s",
-            "From sending a streamed request to its first chunk",
-            explicit_bucket_boundaries_advisory=_CHUNK_BUCKETS)
-
-    def _reader(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        sums = self._sums[name]
-
-        def observe(options: CallbackOptions) -> Iterable[Observation]:
-            with self._lock:
-                found = list(sums.items())
-            return [Observation(value, dict(attributes)) for attributes, value in found]
-
-        return observe
+        self._histograms: dict[str, dict[Attributes, _Histogram]] = {
+            _DURATION[0]: {}, _FIRST_CHUNK[0]: {}}
+        self._input, self._output, self._cached = (self._sums[name]
+                                                   for name in (_INPUT, _OUTPUT, _CACHED))
+        self._floors = self._sums["tailfloor.floors"]
+        self._durations = self._histograms[_DURATION[0]]
+        self._chunks = self._histograms[_FIRST_CHUNK[0]]
+        self._shapes: dict[tuple[str, str, str], _Shape] = {}
+        self._number_attributes = wire.AttributeCache(7)
+        self._histogram_attributes = wire.AttributeCache(9)
 
     def _add(self, name: str, value: float, attributes: Attributes) -> None:
         sums = self._sums[name]
-        with self._lock:
-            sums[attributes] = sums.get(attributes, 0) + value
+        sums[attributes] = sums.get(attributes, 0) + value
 
-    def record(self, report: RequestReport) -> None:
-        model = self._label(report.model)
-        agent = self._agent_label(report.agent or "none")
-        provider = self._upstream.provider or (
-            "anthropic" if report.route == "messages" else "openai")
+    def _shape(self, key: tuple[str, str, str]) -> _Shape:
+        """The attribute sets every request of one (model, agent, route) counts under."""
+        model, agent, route = key
+        upstream = self._upstream
+        provider = upstream.provider or ("anthropic" if route == "messages" else "openai")
         base: Attributes = (
             ("gen_ai.operation.name", "chat"), ("gen_ai.provider.name", provider),
-            ("gen_ai.request.model", model), ("server.address", self._upstream.address),
-            ("server.port", self._upstream.port))
-        own: Attributes = (("tailfloor.agent", agent), ("tailfloor.route", report.route))
+            ("gen_ai.request.model", model), ("server.address", upstream.address),
+            ("server.port", upstream.port))
+        own: Attributes = (("tailfloor.agent", agent), ("tailfloor.route", route))
+        if len(self._shapes) >= 4096:  # bounded by the labels' caps; this is a backstop
+            self._shapes.clear()
+        found = self._shapes[key] = _Shape(
+            base, own, (*base, *own, ("gen_ai.token.modality", "text")), {})
+        return found
+
+    def record(self, report: RequestReport, model: str, agent: str) -> None:
+        """``model``, ``agent``: the report's, labelled (the spans need them too)."""
+        key = (model, agent, report.route)
+        shape = self._shapes.get(key) or self._shape(key)
+        own = shape.own
         usage = report.usage
         if usage is not None:
-            tokens = (*base, *own, ("gen_ai.token.modality", "text"))
-            for name, value in ((_COUNTERS[0][0], usage.prompt_tokens),
-                                (_COUNTERS[1][0], usage.completion_tokens),
-                                (_COUNTERS[2][0], usage.cached_tokens)):
-                if value:
-                    self._add(name, value, tokens)
-        self._histograms(report, dict(base))
-        self._add("tailfloor.floors", 1, (*own, ("tailfloor.floor.kind", report.floor_kind)))
+            tokens = shape.tokens
+            if usage.prompt_tokens:
+                sums = self._input
+                sums[tokens] = sums.get(tokens, 0) + usage.prompt_tokens
+            if usage.completion_tokens:
+                sums = self._output
+                sums[tokens] = sums.get(tokens, 0) + usage.completion_tokens
+            if usage.cached_tokens:
+                sums = self._cached
+                sums[tokens] = sums.get(tokens, 0) + usage.cached_tokens
+        if report.attempts:
+            self._attempts(report, shape.base)
+        kind = report.floor_kind
+        floors = shape.floors.get(kind)
+        if floors is None:
+            floors = shape.floors[kind] = (*own, ("tailfloor.floor.kind", kind))
+        self._floors[floors] = self._floors.get(floors, 0) + 1
         if report.carried:
             self._add("tailfloor.carried.messages", report.carried, own)
         if report.restored:
@@ -107,6 +152,9 @@ class Instruments:
         if report.compaction is not None:
             self._add("tailfloor.compactions", 1,
                       (*own, ("tailfloor.compaction", report.compaction)))
+        self._cost(report, model, own)
+
+    def _cost(self, report: RequestReport, model: str, own: Attributes) -> None:
         prices = self._prices()
         costs = costs_of(report, prices) if prices else None
         if costs is not None:
@@ -115,14 +163,54 @@ class Instruments:
                     self._add("tailfloor.cost", dollars, (
                         *own, ("gen_ai.request.model", model), ("tailfloor.cost.kind", kind)))
 
-    def _histograms(self, report: RequestReport, base: dict[str, str | int]) -> None:
+    def _attempts(self, report: RequestReport, base: Attributes) -> None:
         last = len(report.attempts) - 1
+        durations, chunks = self._durations, self._chunks
         for index, attempt in enumerate(report.attempts):
             seconds = report.seconds - attempt.started if index == last \
                 and attempt.error is None else attempt.latency
-            error = attempt.error or (str(attempt.status) if attempt.status is not None
-                                      and attempt.status >= 400 else None)
-            self.duration.record(max(seconds, 0.0),
-                                 {**base, "error.type": error} if error else base)
+            status = attempt.status
+            error = attempt.error or (str(status) if status is not None and status >= 400
+                                      else None)
+            attributes = (*base, ("error.type", error)) if error else base
+            point = durations.get(attributes)
+            if point is None:
+                point = durations[attributes] = _Histogram(len(_DURATION_BUCKETS) + 1)
+            point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
             if attempt.first_chunk is not None:
-                self.first_chunk.record(max(attempt.first_chunk - attempt.started, 0.0), base)
+                point = chunks.get(base)
+                if point is None:
+                    point = chunks[base] = _Histogram(len(_CHUNK_BUCKETS) + 1)
+                first = attempt.first_chunk - attempt.started
+                point.add(first if first > 0.0 else 0.0, _CHUNK_BUCKETS)
+
+    def collect(self, now_ns: int) -> list[bytes]:
+        """Every metric with a point, framed for ScopeMetrics.metrics (delta: what came
+        since the last collection, which starts over)."""
+        start = self._start_ns
+        temporality = wire.DELTA if self._delta else wire.CUMULATIVE
+        found: list[bytes] = []
+        numbers = self._number_attributes.encode
+        for name, unit, description in _COUNTERS:
+            sums = self._sums[name]
+            if sums:
+                points = [wire.number_point(numbers(attributes), start, now_ns, value)
+                          for attributes, value in sums.items()]
+                found.append(wire.metric(name, description, unit,
+                                         wire.sum_(points, temporality, monotonic=True)))
+        histograms = self._histogram_attributes.encode
+        for name, unit, description, bounds in (_DURATION, _FIRST_CHUNK):
+            kept = self._histograms[name]
+            if kept:
+                points = [wire.histogram_point(
+                    histograms(attributes), start, now_ns, h.counts, bounds, total=h.total,
+                    minimum=h.minimum, maximum=h.maximum) for attributes, h in kept.items()]
+                found.append(wire.metric(name, description, unit,
+                                         wire.histogram(points, temporality)))
+        if self._delta:
+            self._start_ns = now_ns
+            for sums in self._sums.values():
+                sums.clear()
+            for kept in self._histograms.values():
+                kept.clear()
+        return found

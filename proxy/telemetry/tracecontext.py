@@ -18,7 +18,9 @@ __all__ = ["TraceContext", "ids_of", "new_span_id", "parse_traceparent"]
 # version 00 exactly as the specification spells it; a later version is read by its first
 # four fields, as the specification asks of a version it does not know.
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-_random = random.SystemRandom()
+# Ids must be unique, not secret (the specification asks for randomness, not for a
+# cryptographic source): the module's generator, one C call, not os.urandom per id.
+_getrandbits = random.getrandbits
 
 
 class TraceContext(NamedTuple):
@@ -28,7 +30,7 @@ class TraceContext(NamedTuple):
 
     @classmethod
     def new(cls) -> TraceContext:
-        return cls(f"{_nonzero(128):032x}", None, "01")
+        return cls(f"{_getrandbits(128) or _nonzero(128):032x}", None, "01")
 
     def traceparent(self, span_id: str) -> str:
         """The header an upstream call made in span ``span_id`` carries."""
@@ -36,7 +38,7 @@ class TraceContext(NamedTuple):
 
 
 def new_span_id() -> str:
-    return f"{_nonzero(64):016x}"
+    return f"{_getrandbits(64) or _nonzero(64):016x}"
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
@@ -61,6 +63,6 @@ def ids_of(traceparent: str) -> tuple[int, int]:
 
 def _nonzero(bits: int) -> int:
     while True:
-        value = _random.getrandbits(bits)
+        value = _getrandbits(bits)
         if value:
             return value

@@ -149,8 +149,11 @@ class AnthropicMessages:
             return EventFacts(error=_error(error) if isinstance(error, Mapping) else {})
         if kind == "message_start":
             message = event.get("message")
-            usage = message.get("usage") if isinstance(message, Mapping) else None
-            return EventFacts(usage=usage if isinstance(usage, dict) else None)
+            if not isinstance(message, Mapping):
+                return EventFacts()
+            usage, model = message.get("usage"), message.get("model")
+            return EventFacts(usage=usage if isinstance(usage, dict) else None,
+                              model=model if isinstance(model, str) else None)
         if kind == "message_delta":
             delta = event.get("delta")
             reason = delta.get("stop_reason") if isinstance(delta, Mapping) else None
@@ -175,10 +178,11 @@ class AnthropicMessages:
             error = answer.get("error")
             return EventFacts(error=_error(error) if isinstance(error, Mapping) else {})
         usage = answer.get("usage")
-        reason = answer.get("stop_reason")
+        reason, model = answer.get("stop_reason"), answer.get("model")
         return EventFacts(usage=usage if isinstance(usage, dict) else None,
                           finish_reason=_STOP.get(reason, reason)
-                          if isinstance(reason, str) else None)
+                          if isinstance(reason, str) else None,
+                          model=model if isinstance(model, str) else None)
 
     def adjusted_answer(self, answer: dict[str, Any], adjust: UsageAdjustment) -> dict[str, Any]:
         return with_usage(answer, lambda usage: self.adjusted_usage(usage, adjust))

@@ -52,6 +52,7 @@ class EventFacts:
     usage: dict[str, Any] | None = None  # in the dialect's own shape
     error: dict[str, Any] | None = None  # {"message", "type", "code"}
     finish_reason: str | None = None  # in chat terms: stop, length, tool_calls, ...
+    model: str | None = None  # the model the answer names, as it names it
 
 
 @dataclass(slots=True)

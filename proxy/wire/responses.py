@@ -201,9 +201,11 @@ class Responses:
     def answer_facts(self, answer: Mapping[str, Any]) -> EventFacts:
         usage = answer.get("usage")
         error = answer.get("error")
+        model = answer.get("model")
         return EventFacts(usage=usage if isinstance(usage, dict) else None,
                           error=_error(error) if isinstance(error, Mapping) else None,
-                          finish_reason=_finish(answer))
+                          finish_reason=_finish(answer),
+                          model=model if isinstance(model, str) else None)
 
     def adjusted_answer(self, answer: dict[str, Any], adjust: UsageAdjustment) -> dict[str, Any]:
         return with_usage(answer, lambda usage: self.adjusted_usage(usage, adjust))

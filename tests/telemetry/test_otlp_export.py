@@ -38,6 +38,7 @@ def otel_env(receiver: OtlpReceiver, **more: str) -> dict[str, str]:
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             "OTEL_EXPORTER_OTLP_HEADERS": f"x-collector-token={CANARY_HEADER}",
             "OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000",
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
             "OTEL_SERVICE_NAME": "tailfloor-under-test", **more}
 
 
@@ -87,6 +88,7 @@ def test_a_chat_request_is_one_trace_joined_to_the_clients_and_the_upstreams(
         assert seen["gen_ai.usage.output_tokens"] == 7
         assert seen["gen_ai.usage.cache_read.input_tokens"] == 3
         assert seen["gen_ai.response.finish_reasons"] == ("stop",)
+        assert seen["gen_ai.response.model"] == "fake-model"  # the answer's own "model"
         assert seen["server.address"] == "127.0.0.1"
         assert "gen_ai.conversation.id" not in seen  # the agent named no session
         assert "gen_ai.conversation.compacted" not in seen
@@ -258,6 +260,13 @@ def test_an_overflow_recovered_is_two_attempts_a_summarizer_call_and_compacted(
         assert {r.headers["traceparent"].split("-")[2] for r in chats} <= span_ids
         assert len(chats) == 2
         assert all(s.parent_span_id == server.span_id for s in found if s.kind == CLIENT)
+        # The summarizer's call names the summarizer's span as its parent, in the trace.
+        (summarizing,) = [r for r in clean_fake.chat_requests() if is_summarization(
+            orjson.loads(r.body)["messages"])]
+        summary_span = next(s for s in found if s.kind == CLIENT
+                            and attributes(s.attributes).get("tailfloor.summarizer"))
+        assert summarizing.headers["traceparent"] == \
+            f"00-{TRACE_ID}-{summary_span.span_id.hex()}-01"
         receiver.wait(lambda: receiver.total("tailfloor.overflows") == 1)
         receiver.wait(lambda: receiver.total("tailfloor.compactions") == 1)
         # Dollars: the summarizer's call and what compaction took out, priced by the row,

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import pytest
 
-from proxy import telemetry
-from proxy.metrics import BoundedLabel, Metrics
-from proxy.policy.prices import PriceList
+from proxy.metrics import BoundedLabel
 from proxy.report import Attempt, RequestReport, SummaryMade
 from proxy.telemetry.attributes import SpanPlan, Upstream, plan_spans
-from proxy.telemetry.config import telemetry_config
 from proxy.telemetry.tracecontext import TraceContext, ids_of, new_span_id, parse_traceparent
 from proxy.wire.usage import Usage
 
@@ -75,14 +69,3 @@ def test_traceparent_parsing() -> None:
     later = parse_traceparent("01" + good[2:] + "-more")  # a later version: its first fields
     assert later is not None and later.flags == "01"
     assert parse_traceparent(good[:-2] + "03").flags == "01"  # type: ignore[union-attr]
-
-
-def test_without_the_extra_serve_says_so_once(monkeypatch: pytest.MonkeyPatch,
-                                              caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setitem(sys.modules, "proxy.telemetry.sink", None)  # import fails
-    config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
-    assert config is not None
-    with caplog.at_level(logging.INFO, "tailfloor.telemetry"):
-        assert telemetry.start(config, Metrics(), "http://u", PriceList) is None
-    lines = [r for r in caplog.records if r.name == "tailfloor.telemetry"]
-    assert len(lines) == 1 and "tailfloor[otel]" in lines[0].getMessage()

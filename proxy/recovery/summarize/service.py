@@ -30,6 +30,7 @@ from proxy.recovery.summarize.transport import (
     UpstreamSummaryTransport,
     summarizer_headers,
 )
+from proxy.telemetry.tracecontext import TraceContext, new_span_id
 from proxy.tokens import TokenCounter, with_margin
 
 __all__ = ["REST_SECONDS", "Summaries"]
@@ -62,6 +63,10 @@ class Summaries:
         token_field: TokenField = ("max_tokens" if "max_tokens" in body
                                    and "max_completion_tokens" not in body
                                    else "max_completion_tokens")
+        # This summary's span, the parent of its calls' (telemetry builds it from the
+        # report with this id).
+        traceparent = request.trace.traceparent(new_span_id()) \
+            if request.trace is not None else None
         started = time.perf_counter()
         try:
             def count(message: dict[str, Any]) -> int:
@@ -77,7 +82,8 @@ class Summaries:
                 transport = DialectSummaryTransport(transport, dialect)
             summarizer = Summarizer(transport, config, count, offload=self._offload)
             result = await summarizer.summarize(material, model=name,
-                                                headers=summarizer_headers(headers),
+                                                headers=_traced(summarizer_headers(headers),
+                                                                request.trace, traceparent),
                                                 previous_summary=previous)
         except ValueError as exc:  # a window too small for any summarizer call
             return None, SummaryAttempt(name, time.perf_counter() - started,
@@ -88,7 +94,20 @@ class Summaries:
                 self._resting.put(name, self._clock() + REST_SECONDS)
             return None, SummaryAttempt(name, time.perf_counter() - started,
                                         failure=exc.kind, detail=exc.detail[:_DETAIL],
-                                        began=started)
+                                        began=started, traceparent=traceparent)
         return result.text, SummaryAttempt(name, time.perf_counter() - started,
                                            result.prompt_tokens, result.completion_tokens,
-                                           began=started)
+                                           began=started, traceparent=traceparent)
+
+
+def _traced(headers: dict[str, str], trace: TraceContext | None,
+            traceparent: str | None) -> dict[str, str]:
+    """The summarizer's headers with its own span's ``traceparent`` (spans are exported)
+    in place of the client's; the client's ``tracestate`` is dropped when tailfloor started
+    the trace (it belonged to a context not kept, as on the request's own attempts)."""
+    if trace is None or traceparent is None:
+        return headers
+    drop = ("traceparent",) if trace.parent_id is not None else ("traceparent", "tracestate")
+    out = {k: v for k, v in headers.items() if k.lower() not in drop}
+    out["traceparent"] = traceparent
+    return out

@@ -1,0 +1,126 @@
+"""The thread that sends: encoded spans in batches, as the specification's batch span
+processor does (OTEL_BSP_*), and the metric exports the telemetry thread hands it.
+
+It is the only thread that waits on a collector, so a slow or absent one holds nothing but
+this thread: the spans queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE) and what does not fit, or
+what a failed export carried, is dropped and counted (``tailfloor_otlp_dropped_total``). A
+batch goes when it is full (OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or when the schedule delay has
+passed since the last; shutdown sends what is queued within the exporter's timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from proxy.telemetry.config import TelemetryConfig
+from proxy.telemetry.exporting import Endpoint, Episodes
+
+__all__ = ["Poster"]
+
+_METRIC_EXPORTS = 2  # held while a collector does not answer; an older one is dropped
+
+
+class Poster:
+    def __init__(self, config: TelemetryConfig, traces: Endpoint | None,
+                 metrics: Endpoint | None, *, episodes: Episodes,
+                 batch_of: Callable[[Sequence[bytes]], bytes],
+                 on_dropped: Callable[[str, int], None]) -> None:
+        """``batch_of``: the ExportTraceServiceRequest of framed spans."""
+        self._traces, self._metrics = traces, metrics
+        self._episodes, self._batch_of, self._on_dropped = episodes, batch_of, on_dropped
+        self._delay, self._max_queue = config.schedule_delay, config.max_queue
+        self._max_batch = config.max_batch
+        # One export call, bounded by its signal's whole-export timeout.
+        self._span_timeout = min(config.timeout, config.export_timeout)
+        self._metric_timeout = min(config.timeout, config.metric_timeout)
+        self._flush_bound = config.timeout
+        self._spans: deque[bytes] = deque()
+        self._metric_exports: deque[bytes] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tailfloor-otlp-poster",
+                                        daemon=True)
+        self._thread.start()
+
+    def add_spans(self, spans: Sequence[bytes]) -> None:
+        """From the telemetry thread: framed spans to send."""
+        room = self._max_queue - len(self._spans)
+        if len(spans) > room:
+            self._on_dropped("traces", len(spans) - max(room, 0))
+            spans = spans[:max(room, 0)]
+        self._spans.extend(spans)
+        if len(self._spans) >= self._max_batch:
+            self._wake.set()
+
+    def add_metrics(self, body: bytes) -> None:
+        """From the telemetry thread: one ExportMetricsServiceRequest to send."""
+        if len(self._metric_exports) >= _METRIC_EXPORTS:
+            self._metric_exports.popleft()
+            self._on_dropped("metrics", 1)
+        self._metric_exports.append(body)
+        self._wake.set()
+
+    def _run(self) -> None:
+        due = time.monotonic() + self._delay
+        while not self._stopping:
+            # Woken by a full batch or a metric export, else once per schedule delay.
+            self._wake.wait(max(due - time.monotonic(), 0.0))
+            self._wake.clear()
+            if self._stopping:
+                break
+            # What is queued now, and no more: a collector slower than what comes in must
+            # not keep one signal waiting on the other.
+            for _ in range(len(self._metric_exports)):
+                self._send_metrics(self._metric_exports.popleft(), self._metric_timeout)
+            now = time.monotonic()
+            # Full batches now; a partial one only once the delay has passed.
+            queued = len(self._spans)
+            batches = -(-queued // self._max_batch) if now >= due else queued // self._max_batch
+            for _ in range(batches):
+                if self._stopping:
+                    break
+                self._send_batch(self._span_timeout)
+            if now >= due:
+                due = time.monotonic() + self._delay
+
+    def _take(self) -> list[bytes]:
+        spans, batch = self._spans, []
+        for _ in range(min(self._max_batch, len(spans))):
+            batch.append(spans.popleft())
+        return batch
+
+    def _send_batch(self, timeout: float) -> None:
+        batch = self._take()
+        if self._traces is None or not batch:
+            return
+        ok = self._traces.post(self._batch_of(batch), timeout)
+        self._episodes.outcome("traces", ok, len(batch), self._traces.shown)
+
+    def _send_metrics(self, body: bytes, timeout: float) -> None:
+        if self._metrics is None:
+            return
+        ok = self._metrics.post(body, timeout)
+        self._episodes.outcome("metrics", ok, 1, self._metrics.shown)
+
+    def shutdown(self) -> None:
+        """Send what is queued (within the exporter's timeout, all of it; what is left then
+        is dropped and counted) and stop."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        deadline = time.monotonic() + self._flush_bound
+        while self._metric_exports and time.monotonic() < deadline:
+            self._send_metrics(self._metric_exports.popleft(),
+                               min(self._metric_timeout, deadline - time.monotonic()))
+        while self._spans and time.monotonic() < deadline:
+            self._send_batch(min(self._span_timeout, deadline - time.monotonic()))
+        if self._metric_exports:
+            self._on_dropped("metrics", len(self._metric_exports))
+        if self._spans:
+            self._on_dropped("traces", len(self._spans))
+        for endpoint in (self._traces, self._metrics):
+            if endpoint is not None:
+                endpoint.close()

@@ -1,0 +1,140 @@
+"""A finished request's report as encoded OTLP spans, with the ids the request path sent.
+
+What the spans are is attributes.py's: each span's fixed part (name, most attributes) is
+made from its key and encoded once per distinct key (requests of one agent and model share
+it), its numbers are encoded every time. The server span, the parent of the others, takes
+the client's context as its parent (or none); each attempt's client span takes the id its
+``traceparent`` gave the upstream, and so does the summarizer's. The trace is recorded only
+when the sampler keeps it (sampling.py): the same decision the request path made when it
+told the upstream. Used from the telemetry thread only.
+"""
+
+from __future__ import annotations
+
+import random
+
+from proxy.report import RequestReport
+from proxy.telemetry import protowire as wire
+from proxy.telemetry.attributes import (
+    ATTEMPT_NUMBERS,
+    SERVER_NUMBERS,
+    Fixed,
+    Key,
+    Label,
+    SpanPlan,
+    Upstream,
+    attempt_fixed,
+    attempt_key,
+    attempt_numbers,
+    plan_spans,
+    server_fixed,
+    server_key,
+    server_numbers,
+)
+from proxy.telemetry.sampling import TraceSampler
+from proxy.telemetry.tracecontext import parse_traceparent
+
+__all__ = ["SpanEncoder"]
+
+# Span.flags: the W3C flags, and whether the parent was remote (the server span's is the
+# client's, when it sent one; the others' is tailfloor's own server span).
+_LOCAL = wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE
+_REMOTE = _LOCAL | wire.IS_REMOTE
+_FIXED_KEPT = 4096  # distinct fixed parts kept per span kind; emptied when full
+_TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True)
+          for flags in (_LOCAL, _REMOTE)}
+
+
+class SpanEncoder:
+    def __init__(self, upstream: Upstream, label: Label, agent_label: Label,
+                 response_label: Label, sampler: TraceSampler) -> None:
+        self._upstream = upstream
+        self._label, self._agent_label = label, agent_label
+        self._response_label = response_label
+        self._sampler = sampler
+        self._attributes = wire.AttributeCache(9)
+        self._server_numbers = wire.NumberKeys(9, SERVER_NUMBERS)
+        self._attempt_numbers = wire.NumberKeys(9, ATTEMPT_NUMBERS)
+        # key -> (span_fixed bytes, error)
+        self._servers: dict[Key, tuple[bytes, bool]] = {}
+        self._attempts: dict[Key, tuple[bytes, bool]] = {}
+        self._random = random.Random()  # ids need to be unique, not secret
+
+    def _new_id(self, bits: int) -> int:
+        while True:
+            found = self._random.getrandbits(bits)
+            if found:
+                return found
+
+    def _fixed(self, kept: dict[Key, tuple[bytes, bool]], key: Key, kind: int,
+               made: Fixed) -> tuple[bytes, bool]:
+        if len(kept) >= _FIXED_KEPT:
+            kept.clear()
+        found = kept[key] = (wire.span_fixed(made.name, kind, self._attributes.encode(
+            made.attributes.items())), made.error is not None)
+        return found
+
+    def encode(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
+        """The report's spans, framed for a batch; none when the trace is not sampled.
+        ``model``, ``agent``: the report's, labelled (the metrics need them too)."""
+        client = parse_traceparent(report.traceparent) if report.traceparent else None
+        attempts = report.attempts
+        sent = attempts[0].traceparent if attempts else None
+        if client is not None:
+            trace_hex = client.trace_id
+        elif sent is not None:
+            trace_hex = sent[3:35]  # 00-<trace id>-<span id>-<flags>
+        else:  # no attempt was made: a trace of its own
+            trace_hex = f"{self._new_id(128):032x}"
+        if not self._sampler.sampled(trace_hex, client):
+            return []
+        prefix = wire.span_prefix(bytes.fromhex(trace_hex))
+        server_id = self._new_id(64).to_bytes(8, "big")
+        parent = wire.span_parent(bytes.fromhex(client.parent_id)) if client is not None \
+            and client.parent_id is not None else b""
+        under_server = wire.span_parent(server_id)
+        at, seconds = report.at, report.seconds
+        key = server_key(report, agent)
+        fixed, error = self._servers.get(key) or self._fixed(
+            self._servers, key, wire.SERVER, server_fixed(key))
+        if report.restored or report.carried or report.added_tokens or report.tokens_removed:
+            numbers = self._server_numbers.encode(server_numbers(report))
+        else:  # most requests: tailfloor's own time alone (server_numbers' first)
+            numbers = self._server_numbers.double(0, report.proxy_seconds)
+        out = [wire.span(prefix, server_id, parent, fixed, int(at * 1e9),
+                         int((at + seconds) * 1e9), numbers,
+                         _TAILS[error, _REMOTE if parent else _LOCAL])]
+        last = len(attempts) - 1
+        for index, attempt in enumerate(attempts):
+            start = at + attempt.started
+            # The last attempt's answer is relayed to its end; an earlier one ended at its
+            # error (as plan_spans says).
+            end = at + seconds if index == last and attempt.error is None \
+                else start + attempt.latency
+            key = attempt_key(report, attempt, index == last, model, self._response_label)
+            fixed, error = self._attempts.get(key) or self._fixed(
+                self._attempts, key, wire.CLIENT, attempt_fixed(key, self._upstream))
+            span_id = bytes.fromhex(attempt.traceparent[36:52]) if attempt.traceparent \
+                else self._new_id(64).to_bytes(8, "big")
+            out.append(wire.span(
+                prefix, span_id, under_server, fixed, int(start * 1e9),
+                int(max(end, start) * 1e9),
+                self._attempt_numbers.encode(attempt_numbers(report, attempt, key)),
+                _TAILS[error, _LOCAL]))
+        if report.summary is not None:  # rare: the general way
+            plan = plan_spans(report, self._upstream, self._label, self._agent_label,
+                              _span_id)[-1]
+            out.append(self._whole(prefix, under_server, plan))
+        return out
+
+    def _whole(self, prefix: bytes, parent: bytes, plan: SpanPlan) -> bytes:
+        span_id = plan.span_id if plan.span_id is not None else self._new_id(64)
+        return wire.span(
+            prefix, span_id.to_bytes(8, "big"), parent,
+            wire.span_fixed(plan.name, wire.CLIENT, b""), int(plan.start * 1e9),
+            int(plan.end * 1e9), self._attributes.encode(plan.attributes.items()),
+            _TAILS[plan.error is not None, _LOCAL])
+
+
+def _span_id(traceparent: str) -> int:
+    return int(traceparent[36:52], 16)
