@@ -16,7 +16,8 @@ from tests.fake_upstream import FakeUpstream
 
 
 def watched_proxy(fake: FakeUpstream, tmp_path: Path, rules_text: str, evidence: Evidence,
-                  *extra: str) -> tuple[ProxyProcess, Path]:
+                  *extra: str, env: dict[str, str] | None = None
+                  ) -> tuple[ProxyProcess, Path]:
     """The proxy and the root it watches (empty: the agents write into it)."""
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -24,7 +25,7 @@ def watched_proxy(fake: FakeUpstream, tmp_path: Path, rules_text: str, evidence:
     root = tmp_path / "sessions"
     root.mkdir()
     proxy = ProxyProcess(fake.url, "--sessions", str(root), "--rules", str(rules),
-                         "--log-level", "DEBUG", *extra)
+                         "--log-level", "DEBUG", *extra, env=env)
     evidence.add_fake(fake)
     evidence.add("tailfloor.log", proxy.logs)
     evidence.add_files("transcripts.jsonl", lambda: root.rglob("*.jsonl"))
