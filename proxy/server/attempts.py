@@ -117,12 +117,14 @@ class UpstreamAttempts:
         # The body goes upstream decoded (proxy/server/body.py), never with the client's coding.
         headers = forward_headers(self.request.headers, identity_encoding=True,
                                   decoded_body=True)
-        if self._traceparent is not None:
-            headers["traceparent"] = self._traceparent
+        traceparent = self._traceparent
+        if traceparent is not None:
+            headers.popall("traceparent", None)  # the client's: ours replaces it
             if self.trail.client_traceparent is None:
                 headers.popall("tracestate", None)  # it belonged to a context not kept
         path, query = self.target.path, self.target.query
-        upstream = await state.upstream.send("POST", path, query, headers, body)
+        upstream = await state.upstream.send("POST", path, query, headers, body,
+                                             traceparent=traceparent)
         if not injected or upstream.status != 400:
             return upstream, injected, body
         answer = await _error_body(upstream)
@@ -134,7 +136,9 @@ class UpstreamAttempts:
         self.trail.stream_options_refused = True
         body = await self._body(outgoing, False)
         assert body is not None
-        return await state.upstream.send("POST", path, query, headers, body), False, body
+        again = await state.upstream.send("POST", path, query, headers, body,
+                                          traceparent=traceparent)
+        return again, False, body
 
     async def _body(self, outgoing: Outgoing, ask_usage: bool) -> bytes | None:
         """What goes upstream for ``outgoing``: with the stream's usage asked for (None when

@@ -25,17 +25,20 @@ AGENT_KEY_HEADER = "x-tailfloor-agent-key"
 # What must never reach an upstream head: a line break would end the head or start another
 # request on a pooled connection; a space or control character would split the request line.
 _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 _METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
 
 
 def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
-               framing: str) -> bytes:
+               framing: str, *, traceparent: str | None = None) -> bytes:
     """The request head for the upstream, refused (``InvalidTarget`` / ``InvalidHeader``)
     when a part would put CR, LF or NUL into it. Every request to the upstream is framed
     here, so no route can bypass the check.
 
     Header values travel as their original bytes (aiohttp decodes them as UTF-8 with
     ``surrogateescape``, which this reverses), so a non-ASCII value is forwarded unchanged.
+    ``traceparent``: tailfloor's own, new on every request, so it is kept out of the headers
+    whose block is cached (it would make every set distinct).
     """
     if not _METHOD.match(method):
         raise InvalidTarget("the request method is not an HTTP token")
@@ -49,6 +52,10 @@ def build_head(method: str, target: str, host: str, headers: Mapping[str, str],
             if len(_blocks) >= _BLOCKS_KEPT:
                 _blocks.clear()
             _blocks[items] = block
+    if traceparent is not None:
+        if not _TRACEPARENT.match(traceparent):
+            raise InvalidHeader("the value of header 'traceparent' is not a trace context")
+        framing = f"traceparent: {traceparent}\r\n{framing}"
     head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{block}{framing}\r\n"
     return head.encode("utf-8", "surrogateescape")
 

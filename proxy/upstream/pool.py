@@ -196,9 +196,10 @@ class Upstream:
 
     async def send(
         self, method: str, client_path: str, query: str, headers: CIMultiDict[str],
-        body: bytes | AsyncIterator[bytes] | None,
+        body: bytes | AsyncIterator[bytes] | None, *, traceparent: str | None = None,
     ) -> UpstreamResponse:
-        """Send a request and wait for the response head.
+        """Send a request and wait for the response head (``traceparent``: tailfloor's own,
+        sent beside ``headers``).
 
         ``client_path`` and ``query`` are raw (percent-encoded) as ``proxy.server.target`` made
         them; never aiohttp's decoded forms."""
@@ -214,7 +215,8 @@ class Upstream:
             framing = "Content-Length: 0\r\n"
         else:
             framing = ""
-        head = build_head(method, path, self._host_header, headers, framing)
+        head = build_head(method, path, self._host_header, headers, framing,
+                          traceparent=traceparent)
         fixed = body if isinstance(body, bytes) else None
         for attempt in (0, 1):
             connection, reused = await self._acquire()

@@ -6,6 +6,7 @@ import asyncio
 
 from multidict import CIMultiDict
 
+from proxy.errors import InvalidHeader
 from proxy.upstream.pool import Upstream
 
 
@@ -107,3 +108,33 @@ async def test_streamed_request_body_uses_chunked_framing() -> None:
     assert body == b"hello world"
     await upstream.close()
     server.close()
+
+
+async def test_our_traceparent_goes_once_beside_the_headers_and_a_bad_one_is_refused() -> None:
+    raw = RawServer(close_after_answer=False)
+    server, port = await serve(raw)
+    upstream = Upstream(f"http://127.0.0.1:{port}", 2, 2)
+    await upstream.start()
+    headers = CIMultiDict({"Authorization": "Bearer sk-x", "X-Other": "1"})
+    sent = [f"00-{i:032x}-{i + 1:016x}-01" for i in (1, 2)]
+    try:
+        for traceparent in sent:
+            response = await upstream.send("POST", "/v1/chat/completions", "", headers, b"{}",
+                                           traceparent=traceparent)
+            assert await response.read() == b"ok"
+        for head, traceparent in zip(raw.requests, sent, strict=True):
+            lines = head.split(b"\r\n\r\n")[0].split(b"\r\n")
+            assert [line for line in lines if line.lower().startswith(b"traceparent:")] \
+                == [f"traceparent: {traceparent}".encode()]
+            assert b"Authorization: Bearer sk-x" in lines and b"X-Other: 1" in lines
+        for bad in ("00-abc\r\nX-Injected: 1", "00-" + "0" * 32 + "-" + "1" * 16 + "-01 "):
+            try:
+                await upstream.send("POST", "/v1/chat/completions", "", headers, b"{}",
+                                    traceparent=bad)
+            except InvalidHeader:
+                continue
+            raise AssertionError(f"sent a traceparent of {bad!r}")
+        assert len(raw.requests) == 2
+    finally:
+        await upstream.close()
+        server.close()
