@@ -86,8 +86,8 @@ _POSITION = re.compile(r" (?:@byte \d+|seq \d+)$")
 class TranscriptService:
     """Follows every transcript under ``roots``; ``catalog`` is always a consistent view.
 
-    The catalog is only mutated on the event loop (batches are applied synchronously), so
-    request handlers may query it without locks.
+    The catalog is mutated only in the reader thread (one batch after the other); request
+    handlers query it under its lock, which no mutation holds for long.
     """
 
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,

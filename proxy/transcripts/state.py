@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy.transcripts import view
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import SessionInfo, SessionRecord, TranscriptStore
 
@@ -47,6 +48,15 @@ class SessionState:
     def by_id_if_built(self) -> dict[str, Entry] | None:
         """``by_id`` when something built it already (a reader that can do without)."""
         return self._by_id
+
+    def path(self) -> tuple[list[Entry], bool]:
+        """The active branch's entries in the window, and whether it starts at the root."""
+        branch = view.active_branch(self.entries, self._by_id)  # no dict kept at a scan
+        path = list(branch.entries)
+        rooted = bool(path) and path[0].parent_id is None
+        if branch.missing_parent is not None and self.complete:
+            rooted = True  # a dangling parent in a complete file: the branch ends there
+        return path, rooted or (self.complete and not path)
 
     @property
     def held(self) -> list[Entry]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -74,3 +77,52 @@ def test_a_session_whose_start_time_moves_relinks_its_old_and_new_neighbours() -
                 Window(store.entries(), True))
     catalog.relink()
     assert _links(catalog) == {"a": None, "c": "a", "b": "c"}
+
+
+class _CountingLock:
+    """The catalog's lock, counting the sessions refreshed in each hold."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._lock = threading.RLock()
+        self.holds: list[int] = []
+        self.refreshed = 0
+        self._depth = 0
+        refresh = catalog._refresh
+
+        def counted(state: Any) -> None:
+            self.refreshed += 1
+            refresh(state)
+
+        catalog._refresh = counted  # type: ignore[method-assign]
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self.refreshed = 0
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.holds.append(self.refreshed)
+        self._lock.release()
+
+
+def test_relinking_a_whole_first_scan_lets_the_lock_go_between_slices() -> None:
+    # The event loop's lookups take this lock: one hold for 50,000 sessions stalled it.
+    count = 1600
+    catalog = Catalog()
+    created = {f"s{n:04d}": float((n * 7919) % count) for n in range(count)}  # shuffled times
+    for sid, at in created.items():
+        store = MemStore(conversation(1))
+        catalog.put(SessionInfo(sid, "pi", "pi", "mem", created=at, group="d"), store,
+                    Window(store.entries(), True))
+    lock = _CountingLock(catalog)
+    catalog._lock = lock  # type: ignore[assignment]
+    catalog.relink()
+    assert sum(lock.holds) == count
+    assert max(lock.holds) <= 500 and len([h for h in lock.holds if h]) >= count // 500
+    ordered = sorted(created, key=lambda sid: created[sid])
+    for before, sid in itertools.pairwise(ordered):
+        record = catalog.get(sid)
+        assert record is not None and record.predecessor == before
