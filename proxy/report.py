@@ -132,3 +132,6 @@ class RequestReport:
     messages: tuple[dict[str, Any], ...] | list[Any] | None = None
     origins: tuple[Origin, ...] | None = None
     traceparent: str | None = None  # what the client sent, when it was valid
+    # The trace its spans belong to, as the upstream was told (spans are exported); kept
+    # apart from the attempts, since a request cancelled mid-attempt records none.
+    trace_id: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import itertools
 import logging
 import os
@@ -148,7 +149,11 @@ class InProcessProxy:
             await self._admin.cleanup()
 
         if self.loop.is_running():
-            asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
+            try:
+                asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
+            except TimeoutError:
+                raise AssertionError("the in-process proxy did not stop in 30 s; its tasks:\n"
+                                     + _stacks(self.loop)) from None
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
         for name in _OURS:
@@ -167,3 +172,11 @@ def inproc(fake: FakeUpstream) -> Iterator[Callable[..., InProcessProxy]]:
     yield make
     for proxy in made:
         proxy.stop()
+
+
+def _stacks(loop: asyncio.AbstractEventLoop) -> str:
+    """Where each of the loop's tasks waits: what a stop that hangs is stuck on."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks(loop):
+        task.print_stack(limit=8, file=out)
+    return out.getvalue()

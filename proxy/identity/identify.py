@@ -48,7 +48,7 @@ CONTENT_KEYS = 8  # newest user and assistant texts looked up besides the latest
 _LEADING_SCAN = 3  # messages after the system prompt searched for the summary / Runtime line
 
 _AGENT_PATH = re.compile(r"^/agents/([^/]{1,128})(/.*)?$")
-_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 
 @frozen_value

@@ -44,7 +44,7 @@ __all__ = ["POLICY_FIELDS", "RulesError", "parse_rules"]
 
 _TOP_LEVEL = ("defaults", "rules", "models", "unknown_model", "identification", "store",
               "agents", "prices")
-_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 _MATCH_KEYS = ("agent", "model", "session_key")
 
 

@@ -79,16 +79,19 @@ class SharedStore:
             with contextlib.suppress(TimeoutError):
                 # Woken at once by what this process learns (pushed, not a whole round): a
                 # new session's first request may reach another replica right after its
-                # predecessor's last one.
-                await asyncio.wait_for(self._wake.wait(), max(read_at - loop.time(), 0.0))
+                # predecessor's last one. Not wait_for: on 3.11 it swallows a cancel that
+                # comes as the event is set, and the loop then sleeps a whole round.
+                async with asyncio.timeout(max(read_at - loop.time(), 0.0)):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        # Cancelled again until it ends: a cancel that lands as a store call completes is
+        # swallowed by wait_for on 3.11 (it returns the result), and the loop goes on.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
         with contextlib.suppress(Exception):
             # What was learned last, for the replicas that go on.
             await self.compactions.flush_marks()

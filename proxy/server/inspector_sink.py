@@ -37,7 +37,7 @@ class KeptTrail:
     __slots__ = ("after", "at", "attempts", "chat", "client_gone", "client_traceparent",
                  "ctx", "decision", "finish_reason", "outgoing", "proxy_seconds",
                  "request_id", "response_model", "seconds", "started", "status", "steps",
-                 "stream", "usage", "verdict")
+                 "stream", "trace", "usage", "verdict")
 
     def __init__(self, trail: Trail, seconds: float) -> None:
         ctx = trail.ctx
@@ -51,6 +51,7 @@ class KeptTrail:
         self.proxy_seconds, self.status = trail.proxy_seconds, trail.status
         self.client_gone, self.client_traceparent = trail.client_gone, \
             trail.client_traceparent
+        self.trace = trail.trace
         self.verdict: str = trail.verdict
         self.seconds = seconds
 

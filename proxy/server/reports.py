@@ -17,6 +17,7 @@ from proxy.recovery.outcome import AfterCheck, ErrorStep
 from proxy.report import Attempt, RequestReport, SummaryMade
 from proxy.server.outgoing import Outgoing
 from proxy.server.relay import StreamOutcome
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.wire.usage import Usage
 
 __all__ = ["ContextFacts", "TrailFacts", "report_of"]
@@ -54,6 +55,7 @@ class TrailFacts(Protocol):
     status: int
     client_gone: bool
     client_traceparent: str | None
+    trace: TraceContext | None
 
     @property
     def ctx(self) -> ContextFacts | None: ...
@@ -131,7 +133,8 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
         carried_from=carried_from, added_tokens=added_tokens, capped=capped,
         overflow=overflow, attempts=_attempts(trail), usage=trail.usage,
         finish_reason=trail.finish_reason, response_model=trail.response_model,
-        window=window, traceparent=trail.client_traceparent, **fields)
+        window=window, traceparent=trail.client_traceparent,
+        trace_id=trail.trace.trace_id if trail.trace is not None else None, **fields)
 
 
 def _now(trail: TrailFacts) -> float:

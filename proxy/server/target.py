@@ -30,7 +30,7 @@ from proxy.values import frozen_value
 __all__ = ["Target", "parse_target", "route_path"]
 
 _ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
-_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 # Printable ASCII but the space: what a request target may hold as is.
 _PLAIN = frozenset(range(0x21, 0x7F))
 _FORBIDDEN = frozenset(range(0x00, 0x21)) | {0x7F}

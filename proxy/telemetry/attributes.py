@@ -34,7 +34,8 @@ ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/response
           "messages": "/v1/messages"}
 # Well-known gen_ai.provider.name values, by the upstream's host.
 _HOSTS = (("openai.azure.com", "azure.ai.openai"), ("openai.com", "openai"),
-          ("anthropic.com", "anthropic"), ("googleapis.com", "gcp.gemini"),
+          ("anthropic.com", "anthropic"), ("aiplatform.googleapis.com", "gcp.vertex_ai"),
+          ("googleapis.com", "gcp.gemini"),
           ("mistral.ai", "mistral_ai"), ("groq.com", "groq"), ("deepseek.com", "deepseek"),
           ("x.ai", "x_ai"), ("perplexity.ai", "perplexity"), ("cohere.com", "cohere"),
           ("amazonaws.com", "aws.bedrock"), ("openrouter.ai", "openrouter"))

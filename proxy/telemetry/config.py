@@ -8,6 +8,7 @@ default and a note says why, as an SDK would warn. Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -17,6 +18,7 @@ __all__ = ["Sampler", "TelemetryConfig", "asked_for", "telemetry_config"]
 _SAMPLERS = frozenset({"always_on", "always_off", "traceidratio", "parentbased_always_on",
                        "parentbased_always_off", "parentbased_traceidratio"})
 _DEFAULT_INTERVAL_MS = 60_000
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 _DEFAULT_TIMEOUT_MS = 10_000
 
 
@@ -135,8 +137,25 @@ def _pairs(raw: str, name: str, notes: list[str], *, secret: bool = False
             notes.append(f"{name}: a member without key=value is skipped"
                          if secret else f"{name}: {member.strip()!r} is not key=value")
             continue
-        found.append((unquote(key.strip()), unquote(value.strip())))
+        key, value = unquote(key.strip()), unquote(value.strip())
+        if secret and not _sendable(key, value):
+            # Named by its key only: the value may be a credential.
+            notes.append(f"{name}: header {key[:64]!r} is skipped (not a header name, or a "
+                         "value with a line break, NUL or a character outside Latin-1)")
+            continue
+        found.append((key, value))
     return tuple(found)
+
+
+def _sendable(name: str, value: str) -> bool:
+    """What http.client can put in a request head without refusing (or splitting) it."""
+    if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
+        return False
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _sampler(env: Mapping[str, str], notes: list[str]) -> Sampler:

@@ -79,20 +79,21 @@ class Endpoint:
             return False
         if self._compress:
             body = gzip.compress(body, compresslevel=6)
-        connection = self._connection
-        if connection is None:
-            connection = self._connection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=timeout, context=self._context) \
-                if self._context is not None else \
-                http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        connection.timeout = timeout
-        if connection.sock is not None:
-            connection.sock.settimeout(timeout)
         try:
+            connection = self._connection
+            if connection is None:
+                connection = self._connection = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=timeout, context=self._context) \
+                    if self._context is not None else \
+                    http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            connection.timeout = timeout
+            if connection.sock is not None:
+                connection.sock.settimeout(timeout)
             connection.request("POST", self._path, body, self._headers)
             response = connection.getresponse()
             response.read()
-        except (OSError, http.client.HTTPException):
+        except Exception:  # the episode's failure, never the thread's end: OSError,
+            # HTTPException, or a ValueError for a URL or header http.client refuses
             self.close()  # a timeout leaves the connection in an unknown state
             return False
         if response.will_close:

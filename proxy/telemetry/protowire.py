@@ -117,7 +117,7 @@ def any_value(value: Value) -> bytes:
     """The AnyValue message of ``value`` (bool before int: a bool is an int in Python)."""
     kind = value.__class__
     if kind is str:
-        return delimited(_STRING, value.encode())  # type: ignore[union-attr]
+        return delimited(_STRING, _utf8(value))  # type: ignore[arg-type]
     if kind is bool:
         return _TRUE if value else _FALSE
     if kind is int:
@@ -126,7 +126,7 @@ def any_value(value: Value) -> bytes:
         return _DOUBLE + _F64.pack(value)
     if kind is tuple:
         return delimited(_ARRAY, b"".join(
-            delimited(_VALUES, delimited(_STRING, item.encode()))
+            delimited(_VALUES, delimited(_STRING, _utf8(item)))
             for item in value))  # type: ignore[union-attr]
     raise TypeError(f"no AnyValue for {kind.__name__}")
 
@@ -256,7 +256,7 @@ def span_fixed(name: str, kind: int, attributes: bytes) -> bytes:
     """A span's name, kind and ``attributes`` (from an ``AttributeCache(9)``): the part
     many spans share, encoded once. Protobuf reads fields in any order, and a repeated
     field's items wherever they are, so this sits in a span as one piece."""
-    return delimited(_NAME, name.encode()) + _KIND + _ONE[kind] + attributes
+    return delimited(_NAME, _utf8(name)) + _KIND + _ONE[kind] + attributes
 
 
 def span_prefix(trace_id: bytes) -> bytes:
@@ -375,3 +375,13 @@ def export_metrics(resource_attributes: bytes, scope_message: bytes,
     resource_metrics = delimited(tag(1, _LENGTH), resource_attributes) \
         + delimited(tag(2, _LENGTH), scope_metrics)
     return delimited(tag(1, _LENGTH), resource_metrics)
+
+
+def _utf8(text: str) -> bytes:
+    """Protobuf strings are UTF-8: a lone surrogate (a header or file name's undecodable
+    byte, as aiohttp and the file system hand it over) becomes "?", not an exception that
+    loses the request's spans."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode(errors="replace")

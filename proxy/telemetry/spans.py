@@ -82,6 +82,8 @@ class SpanEncoder:
         sent = attempts[0].traceparent if attempts else None
         if client is not None:
             trace_hex = client.trace_id
+        elif report.trace_id is not None:  # the one the upstream was told
+            trace_hex = report.trace_id
         elif sent is not None:
             trace_hex = sent[3:35]  # 00-<trace id>-<span id>-<flags>
         else:  # no attempt was made: a trace of its own

@@ -95,6 +95,18 @@ def test_dot_segments_are_refused(proxy: ProxyProcess, clean_fake: FakeUpstream,
     assert clean_fake.received == []
 
 
+@pytest.mark.parametrize("agent", ["ops%0A", "ops%0D", "ops%00", "%0Aops"])
+def test_an_agent_id_with_a_control_character_is_refused(proxy: ProxyProcess,
+                                                         clean_fake: FakeUpstream,
+                                                         agent: str) -> None:
+    # "$" in a regex matches before a final line feed: the id would reach labels and spans.
+    answer = send_raw(proxy.port, f"POST /agents/{agent}/v1/chat/completions HTTP/1.1\r\n"
+                                  "Host: t\r\nContent-Length: 2".encode(), b"{}")
+    assert answer.status == 400
+    assert orjson.loads(answer.body)["error"]["code"] == "invalid_request_target"
+    assert clean_fake.received == []
+
+
 def test_absolute_form_uses_only_its_path(proxy: ProxyProcess,
                                           clean_fake: FakeUpstream) -> None:
     answer = send_raw(proxy.port, b"GET http://evil.example/v1/models?x=1 HTTP/1.1\r\n"

@@ -62,6 +62,20 @@ def test_resource_and_headers_are_percent_decoded_pairs() -> None:
     assert any("'broken'" in note for note in config.notes)
 
 
+def test_a_header_http_client_would_refuse_is_skipped_and_named_by_its_key_only() -> None:
+    # A line break, a character outside Latin-1 or a bad name would make every export
+    # raise in the poster thread; the header is left out and said, its value never shown.
+    config = telemetry_config({**BASE, "OTEL_EXPORTER_OTLP_HEADERS": (
+        "authorization=Bearer%20sk-canary-1%0Ax,ok=1,euro=%E2%82%AC-canary-2,"
+        "bad%20name=canary-3,nul=canary-4%00")})
+    assert config is not None
+    assert config.headers == (("ok", "1"),)
+    assert len(config.notes) == 4
+    assert not any("canary" in note for note in config.notes)
+    assert all(any(f"'{key}'" in note for note in config.notes)
+               for key in ("authorization", "euro", "bad name", "nul"))
+
+
 def test_sampler_and_ratio() -> None:
     def sampler(**env: str) -> Sampler:
         config = telemetry_config({**BASE, **env})

@@ -16,7 +16,7 @@ from proxy.report import Attempt, RequestReport, SummaryMade
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import Upstream, plan_spans
 from proxy.telemetry.config import Sampler, telemetry_config
-from proxy.telemetry.exporting import Episodes
+from proxy.telemetry.exporting import Endpoint, Episodes
 from proxy.telemetry.poster import Poster
 from proxy.telemetry.sampling import TraceSampler
 from proxy.telemetry.spans import SpanEncoder
@@ -187,3 +187,12 @@ def test_shutdown_is_bounded_by_the_exporter_timeout() -> None:
     began = time.monotonic()
     sender.shutdown()
     assert time.monotonic() - began < 2.0
+
+
+def test_a_post_http_client_refuses_is_a_failed_export_not_an_exception() -> None:
+    # A path with a space and a header value with a line break: http.client raises
+    # ValueError (InvalidURL, "Invalid header value"), which must not end the poster thread.
+    for url, headers in (("http://127.0.0.1:9/v1/tr aces", {}),
+                         ("http://127.0.0.1:9/v1/traces", {"x-key": "a\r\nb"})):
+        endpoint = Endpoint(url, headers)
+        assert endpoint.post(b"\x0a\x00", timeout=1.0) is False

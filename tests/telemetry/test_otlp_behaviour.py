@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import orjson
@@ -145,3 +146,21 @@ def test_delta_temporality_and_the_flush_on_shutdown(clean_fake: FakeUpstream,
     assert sum(p.as_int for p in floors.data_points) == 3
     assert sum(p.as_int for p in sums[
         "gen_ai.client.inference.usage.input_tokens"].data_points) == 33
+
+
+def test_a_client_gone_mid_attempt_leaves_its_span_in_the_trace_the_upstream_was_told(
+        clean_fake: FakeUpstream, receiver: OtlpReceiver) -> None:
+    clean_fake.script.append(Reply(delay_before_headers=2.0))
+    proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
+    try:
+        with pytest.raises(TimeoutError):  # the client gives up before the upstream answers
+            urllib.request.urlopen(urllib.request.Request(
+                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
+                headers={"Content-Type": "application/json"}), timeout=0.5)
+        told = clean_fake.chat_requests()[-1].headers["traceparent"]
+        server = spans_of(receiver, 1)[0]
+        assert server.kind == SERVER
+        assert server.trace_id.hex() == told.split("-")[1]
+        assert attributes(server.attributes)["http.response.status_code"] == 499
+    finally:
+        proxy.stop()

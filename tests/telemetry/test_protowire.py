@@ -155,3 +155,9 @@ def test_the_primitives_by_hand() -> None:
     assert wire.fixed64(b"\x09", 1) == b"\x09" + struct.pack("<Q", 1)
     assert wire.double(b"\x21", 1.5) == b"\x21" + struct.pack("<d", 1.5)
     assert wire.varint(-1) == b"\xff" * 9 + b"\x01"
+
+
+def test_a_lone_surrogate_is_encoded_not_raised() -> None:
+    # aiohttp hands an undecodable header byte over as a lone surrogate (surrogateescape).
+    found = AnyValue.FromString(wire.any_value("ab\udcffcd"))
+    assert found.string_value == "ab?cd"
