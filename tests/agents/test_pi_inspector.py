@@ -18,16 +18,15 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from tests.agents.live_proxy import watched_proxy
-from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
+from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
 from tests.agents.test_pi_live_floor import (
     AFTER,
     NEW_SESSION,
-    RESERVE,
-    ROOM_TOKENS,
     RULES,
     TEXT_TURNS,
+    compacting_pi,
     pi_request_raw,
     transcript_raw,
 )
@@ -87,14 +86,10 @@ def test_pi_s_compaction_and_new_session_on_the_session_pages(
     proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=8), evidence, "--inspect-content")
     fake.reset()
     fake.behaviour = AgentBehaviour()
-    pi = PiAgent(tmp_path / "pi", proxy.url + "/v1",
-                 context_window=pi_prompt(version).tokens + ROOM_TOKENS,
-                 reserve_tokens=RESERVE, keep_recent_tokens=800, pi=release(version),
-                 # the new session names itself: its requests are filed under its own id
-                 # (without, tailfloor ties them to no session until it has read its file)
-                 affinity_headers=True)
-    pi.sessions = root / "run"
-    pi.sessions.mkdir()
+    # the new session names itself: its requests are filed under its own id (without,
+    # tailfloor ties them to no session until it has read its file)
+    pi = compacting_pi(tmp_path / "pi", root / "run", proxy.url + "/v1", version, pi_prompt,
+                       affinity=True)
     rpc = PiRpc(pi)
     try:
         assert any(rpc.prompt(message) for message in TEXT_TURNS), "Pi never compacted"

@@ -63,6 +63,18 @@ SCENARIOS = [(version, tail, n, affinity) for version in (PI_VERSION, PI_LATEST)
              if not (n == 30 and affinity)]
 
 
+def compacting_pi(home: Path, sessions: Path, base_url: str, version: str,
+                  prompts: PiPrompts, *, affinity: bool) -> PiAgent:
+    """Pi of ``version`` sized to compact about 3,150 tokens into its conversation (its own
+    prompt measured), writing its transcripts into ``sessions`` (made here)."""
+    pi = PiAgent(home, base_url, context_window=prompts(version).tokens + ROOM_TOKENS,
+                 reserve_tokens=RESERVE, keep_recent_tokens=800, affinity_headers=affinity,
+                 pi=release(version))
+    pi.sessions = sessions
+    sessions.mkdir()
+    return pi
+
+
 def entry_raw(entry: dict[str, Any], call_id: Callable[[object], str] = str
               ) -> tuple[str, str] | None:
     """One transcript entry as (role, what it says), None for what is not a kept message.
@@ -190,7 +202,6 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
         fake: FakeUpstream, tmp_path: Path, scenario: tuple[str, str, int, bool],
         pi_prompt: PiPrompts, evidence: Evidence) -> None:
     version, tail, n, affinity = scenario
-    window = pi_prompt(version).tokens + ROOM_TOKENS
     proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=n), evidence)
     results: list[list[int]] = []
     carried: list[list[int]] = []
@@ -198,11 +209,8 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
         for run in range(3):
             fake.reset()
             fake.behaviour = AgentBehaviour()
-            pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=window,
-                         reserve_tokens=RESERVE, keep_recent_tokens=800,
-                         affinity_headers=affinity, pi=release(version))
-            pi.sessions = root / f"run{run}"
-            pi.sessions.mkdir()
+            pi = compacting_pi(tmp_path / f"pi{run}", root / f"run{run}", proxy.url + "/v1",
+                               version, pi_prompt, affinity=affinity)
             rpc = PiRpc(pi)
             try:
                 # Each run's own words: the sessions of one root never say the same things.

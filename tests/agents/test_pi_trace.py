@@ -20,16 +20,15 @@ import orjson
 import pytest
 
 from tests.agents.live_proxy import watched_proxy
-from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
+from tests.agents.pi_agent import PI_LATEST, PI_VERSION
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
 from tests.agents.snippets import provider_shown, url_at
 from tests.agents.test_pi_live_floor import (
     AFTER,
-    RESERVE,
-    ROOM_TOKENS,
     RULES,
     TEXT_TURNS,
+    compacting_pi,
     entry_raw,
     pi_request_raw,
     session_id_of,
@@ -86,12 +85,9 @@ def test_a_floor_restore_on_a_live_pi_session_is_on_its_trace(
     fake.reset()
     fake.behaviour = AgentBehaviour()
     # the README's URL (its agent prefix names the agent on the spans), at this proxy
-    pi = PiAgent(tmp_path / "pi", url_at(provider_shown("pi-models.json")["baseUrl"], proxy.url),
-                 context_window=pi_prompt(version).tokens + ROOM_TOKENS,
-                 reserve_tokens=RESERVE, keep_recent_tokens=800, pi=release(version),
-                 affinity_headers=affinity)
-    pi.sessions = root / "run"
-    pi.sessions.mkdir()
+    pi = compacting_pi(tmp_path / "pi", root / "run",
+                       url_at(provider_shown("pi-models.json")["baseUrl"], proxy.url), version,
+                       pi_prompt, affinity=affinity)
     rpc = PiRpc(pi)
     try:
         assert any(rpc.prompt(message) for message in TEXT_TURNS), "Pi never compacted"
