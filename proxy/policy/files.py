@@ -112,10 +112,12 @@ async def watch_rules(holder: RulesHolder, stop_event: asyncio.Event | None = No
     stop = stop_event or asyncio.Event()
     while not stop.is_set():
         try:
-            # Reading and parsing the files is disk work: never on the event loop.
-            await asyncio.to_thread(holder.reload)  # edits made while no watch was running
+            # The first batch comes once the watch is set: a reload then sees every edit
+            # made while no watch ran (since start-up's read, or since the watch broke). A
+            # reload before the watch is set would miss an edit landing between the two.
             async for _changes in watch_batches([str(holder.directory)], stop,
-                                                debounce_ms=debounce_ms):
+                                                debounce_ms=debounce_ms, armed_batch=True):
+                # Reading and parsing the files is disk work: never on the event loop.
                 await asyncio.to_thread(holder.reload)
         except asyncio.CancelledError:
             raise

@@ -34,10 +34,12 @@ def _nothing() -> None:
 
 async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_ms: int = 50,
                         step_ms: int = 10, rust_timeout_ms: int = 200,
-                        on_watching: Callable[[], None] = _nothing
+                        on_watching: Callable[[], None] = _nothing, armed_batch: bool = False
                         ) -> AsyncIterator[set[str]]:
     """Yield the set of changed paths per batch until ``stop`` is set; ``on_watching`` is
-    called once every change from then on is sure to be seen."""
+    called once every change from then on is sure to be seen. ``armed_batch``: an empty
+    batch is yielded then too, so a caller that reads what it watches on every batch misses
+    no change made before the watch was set."""
     polling = bool(os.environ.get("WATCHFILES_FORCE_POLLING"))
     bell = None if polling else Doorbell.open()
     try:
@@ -46,6 +48,8 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
             await asyncio.to_thread(bell.watch_trees, paths)
         with RustNotify(list(paths), False, polling, 300, True, True) as watcher:
             on_watching()
+            if armed_batch:
+                yield set()
             while not stop.is_set():
                 timeout = rust_timeout_ms
                 if bell is not None:

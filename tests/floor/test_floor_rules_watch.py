@@ -168,3 +168,27 @@ async def test_a_quiet_rules_directory_does_not_wake_the_watcher(tmp_path: Path)
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_an_edit_landing_while_the_watch_is_set_up_is_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The edit lands after start-up's read and before the watch is armed (another process
+    rewriting the file as this one starts): the rules in force must still become it."""
+    from proxy.policy import files
+    real = files.watch_batches
+    rules_file = tmp_path / "floor.toml"
+    rules_file.write_text(GOOD.format(n=10))
+    holder = RulesHolder.open(tmp_path, Metrics())
+
+    def late_edit(*args: object, **kwargs: object) -> object:
+        rules_file.write_text(GOOD.format(n=20))  # before the watch exists: no event
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files, "watch_batches", late_edit)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_rules(holder, stop))
+    try:
+        await _until(lambda: holder.rules.defaults.min_tail_messages == 20, 3.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)

@@ -45,8 +45,12 @@ def history(tag: str, turns: int, chars: int = 1000) -> list[dict[str, Any]]:
 def rules_dir(tmp_path: Path, defaults: str = "", models: str = "", min_tail: int = 2) -> Path:
     directory = tmp_path / "rules"
     directory.mkdir(exist_ok=True)
-    (directory / "00.toml").write_text(
-        f"[defaults]\nmin_tail_messages = {min_tail}\n{defaults}\n{models}")
+    text = f"[defaults]\nmin_tail_messages = {min_tail}\n{defaults}\n{models}"
+    path = directory / "00.toml"
+    # Replicas sharing the directory are watching it: an identical rewrite would still
+    # show them a truncated file for a moment.
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
     return directory
 
 
