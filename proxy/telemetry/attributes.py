@@ -15,20 +15,25 @@ attributes), and the ``*_numbers`` (seconds, token and message counts: new every
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
+from proxy.logs import redact
 from proxy.report import Attempt, RequestReport
 
 __all__ = ["ATTEMPT_NUMBERS", "SERVER_NUMBERS", "Fixed", "SpanPlan", "Upstream", "attempt_fixed",
-           "attempt_key", "attempt_numbers", "plan_spans", "provider_of", "server_fixed",
-           "server_key", "server_numbers"]
+           "attempt_key", "attempt_numbers", "conversation_id", "plan_spans", "provider_of",
+           "server_fixed", "server_key", "server_numbers"]
 
 Value = str | bool | int | float | tuple[str, ...]
 Label = Callable[[str | None], str]
 Key = tuple[Any, ...]
+
+# A session id as agents make them: a UUID, OpenClaw's ``agent:main:main``, a path-like key.
+_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}")
 
 ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
           "messages": "/v1/messages"}
@@ -130,11 +135,21 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
     return plans
 
 
+def conversation_id(claimed: str | None) -> str | None:
+    """``gen_ai.conversation.id``: the session id the agent named, when it is a plain id
+    that looks like no credential (a client may put anything in a session header or a
+    ``prompt_cache_key``); else left out."""
+    if claimed is None or not _PLAIN_ID.fullmatch(claimed) or redact(claimed) != claimed:
+        return None
+    return claimed
+
+
 def server_key(report: RequestReport, agent: str) -> Key:
     """``agent``: the report's, labelled."""
     return (report.route, report.status, report.verdict.split(";", 1)[0], report.floor_kind,
             agent, report.floor_reason, report.method,
-            report.carried_from, report.compaction, report.overflow, report.named_session)
+            report.carried_from, report.compaction, report.overflow,
+            conversation_id(report.named_session))
 
 
 def server_fixed(key: Key) -> Fixed:
@@ -185,7 +200,7 @@ def attempt_key(report: RequestReport, attempt: Attempt, last: bool, model: str,
     response = response_label(report.response_model) if ended and response_label \
         is not None and report.response_model is not None else None
     return (model, report.route, report.stream, attempt.number, attempt.status,
-            attempt.compacted, report.named_session, attempt.error,
+            attempt.compacted, conversation_id(report.named_session), attempt.error,
             report.finish_reason if ended else None, response,
             ended and report.usage is not None and report.status < 400)
 

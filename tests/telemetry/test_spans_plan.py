@@ -33,6 +33,20 @@ def test_the_conversation_id_is_the_agents_own_name_only() -> None:
     assert "gen_ai.conversation.id" not in attempt.attributes
     _, attempt = plan(report(session_id="x", named_session="agent-said-this"))
     assert attempt.attributes["gen_ai.conversation.id"] == "agent-said-this"
+    for uuid in ("0d9b1c1e-6f0a-4d7e-9a55-3c2f1e8b7a10", "agent:main:main"):
+        server, attempt = plan(report(named_session=uuid))
+        assert server.attributes["gen_ai.conversation.id"] == uuid
+        assert attempt.attributes["gen_ai.conversation.id"] == uuid
+
+
+@pytest.mark.parametrize("claimed", [
+    "sk-proj-" + "A1b2C3d4" * 6,  # a key pasted into a session header
+    "line\nfeed", "<script>alert(1)</script>", "x" * 129, " leading-space", "ünïcode",
+])
+def test_a_claimed_session_id_that_is_not_a_plain_id_is_left_out(claimed: str) -> None:
+    server, attempt = plan(report(named_session=claimed))
+    assert "gen_ai.conversation.id" not in server.attributes
+    assert "gen_ai.conversation.id" not in attempt.attributes
 
 
 def test_attempts_times_usage_provider_and_an_unvetted_model() -> None:
