@@ -7,13 +7,20 @@ The standard library's ``http.client``, http or https; the body is protobuf
 (``application/x-protobuf``), gzipped when OTEL_EXPORTER_OTLP_COMPRESSION asks. Any 2xx is a
 success (OTLP/HTTP answers 200 with an ExportServiceResponse whose partial-success counts
 are not read); anything else, a timeout or a refused connection, is a failure.
+
+A post is bounded as a whole, not per read: http.client's timeout applies to each socket
+operation, so a collector that dribbles its answer a byte at a time would hold the poster
+(and a shutdown waiting on it) for as long as it likes. A timer shuts the socket down once
+the post's time is up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -79,6 +86,9 @@ class Endpoint:
             return False
         if self._compress:
             body = gzip.compress(body, compresslevel=6)
+        guard = threading.Timer(timeout, self.abort)
+        guard.daemon = True
+        guard.start()
         try:
             connection = self._connection
             if connection is None:
@@ -96,9 +106,19 @@ class Endpoint:
             # HTTPException, or a ValueError for a URL or header http.client refuses
             self.close()  # a timeout leaves the connection in an unknown state
             return False
+        finally:
+            guard.cancel()
         if response.will_close:
             self.close()
         return 200 <= response.status < 300
+
+    def abort(self) -> None:
+        """From any thread: end the post under way, if any (its read fails at once)."""
+        connection = self._connection
+        sock = connection.sock if connection is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile, or never connected
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         if self._connection is not None:

@@ -74,6 +74,8 @@ class Poster:
             # What is queued now, and no more: a collector slower than what comes in must
             # not keep one signal waiting on the other.
             for _ in range(len(self._metric_exports)):
+                if self._stopping:
+                    break
                 self._send_metrics(self._metric_exports.popleft(), self._metric_timeout)
             now = time.monotonic()
             # Full batches now; a partial one only once the delay has passed.
@@ -108,10 +110,15 @@ class Poster:
     def shutdown(self) -> None:
         """Send what is queued (within the exporter's timeout, all of it; what is left then
         is dropped and counted) and stop."""
+        deadline = time.monotonic() + self._flush_bound
         self._stopping = True
         self._wake.set()
-        self._thread.join()
-        deadline = time.monotonic() + self._flush_bound
+        # The post under way ends within its own timeout (no longer than the bound).
+        self._thread.join(self._flush_bound + 1.0)
+        if self._thread.is_alive():  # never expected: drop what is queued, touch nothing
+            self._on_dropped("metrics", len(self._metric_exports))
+            self._on_dropped("traces", len(self._spans))
+            return
         while self._metric_exports and time.monotonic() < deadline:
             self._send_metrics(self._metric_exports.popleft(),
                                min(self._metric_timeout, deadline - time.monotonic()))

@@ -3,6 +3,7 @@ batches, queue bound and shutdown."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -196,3 +197,60 @@ def test_a_post_http_client_refuses_is_a_failed_export_not_an_exception() -> Non
                          ("http://127.0.0.1:9/v1/traces", {"x-key": "a\r\nb"})):
         endpoint = Endpoint(url, headers)
         assert endpoint.post(b"\x0a\x00", timeout=1.0) is False
+
+
+class DribblingCollector:
+    """Takes a request, then answers one byte every 0.1 s: each read waits less than any
+    timeout, so only a bound on the whole post ends it."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}/v1/traces"
+        self.accepted = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self._server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            self.accepted.set()
+            with client:
+                answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 10_000
+                for byte in answer:
+                    if self._stop.wait(0.1):
+                        return
+                    try:
+                        client.sendall(bytes([byte]))
+                    except OSError:
+                        break
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._server.close()
+
+
+def test_a_collector_dribbling_its_answer_holds_neither_a_post_nor_the_shutdown() -> None:
+    collector = DribblingCollector()
+    try:
+        endpoint = Endpoint(collector.url, {})
+        began = time.monotonic()
+        assert endpoint.post(b"\x0a\x00", timeout=0.5) is False
+        assert time.monotonic() - began < 1.5
+        dropped: list[tuple[str, int]] = []
+        sender = poster(endpoint, dropped, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",  # type: ignore[arg-type]
+                        OTEL_BSP_SCHEDULE_DELAY="60000", OTEL_EXPORTER_OTLP_TIMEOUT="500")
+        sender.add_spans(spans(3))
+        assert collector.accepted.wait(5)
+        time.sleep(0.2)  # the first post is under way, reading the dribble
+        began = time.monotonic()
+        sender.shutdown()
+        assert time.monotonic() - began < 2.0
+        assert sum(n for signal, n in dropped if signal == "traces") == 3
+    finally:
+        collector.close()
