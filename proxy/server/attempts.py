@@ -9,6 +9,7 @@ left no answer; every attempt and recovery step is in the request's ``Trail``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -75,6 +76,11 @@ class UpstreamAttempts:
                 if upstream.status < 400:
                     return Attempted(outgoing, upstream, usage_injected=injected)
                 answer = await _error_body(upstream)
+            except asyncio.CancelledError:
+                # The client left before the answer's head: the attempt was still made (the
+                # upstream was told its span as the parent), so it stays in the report.
+                self._attempted(number, began, None, 0, outgoing=outgoing, error="cancelled")
+                raise
             except ProxyError as exc:
                 self._attempted(number, began, None, 0, outgoing=outgoing, error=exc.reason)
                 trail.rejected = isinstance(exc, Rejected)  # a header the head cannot carry

@@ -164,3 +164,25 @@ def test_a_client_gone_mid_attempt_leaves_its_span_in_the_trace_the_upstream_was
         assert attributes(server.attributes)["http.response.status_code"] == 499
     finally:
         proxy.stop()
+
+
+def test_a_client_that_leaves_mid_attempt_still_has_the_attempts_span(
+        clean_fake: FakeUpstream, receiver: OtlpReceiver) -> None:
+    proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
+    try:
+        clean_fake.script.append(Reply(delay_before_headers=3.0))
+        with pytest.raises(TimeoutError):
+            urllib.request.urlopen(urllib.request.Request(
+                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
+                headers={"Content-Type": "application/json"}), timeout=0.8)
+        found = spans_of(receiver, 2)
+        [server] = [s for s in found if s.kind == SERVER]
+        [attempt] = [s for s in found if s.kind == CLIENT]
+        assert attributes(attempt.attributes)["error.type"] == "cancelled"
+        assert attempt.parent_span_id == server.span_id
+        # the span the upstream was told is its parent: the one exported
+        sent = clean_fake.chat_requests()[-1].headers["traceparent"]
+        assert sent.split("-")[1] == attempt.trace_id.hex()
+        assert sent.split("-")[2] == attempt.span_id.hex()
+    finally:
+        proxy.stop()
