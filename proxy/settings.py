@@ -268,10 +268,25 @@ def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> Stor
         if key_files[1] and not key_files[0]:
             raise ValueError("TAILFLOOR_STORE_PREVIOUS_KEY_FILE needs TAILFLOOR_STORE_KEY_FILE")
         keys = tuple(read_key(Path(f)) for f in key_files if f)
-        return dataclasses.replace(url, keys=keys)
+        return dataclasses.replace(url, keys=keys, timeout=_store_timeout(
+            environ.get(ENV_PREFIX + "STORE_TIMEOUT_MS")))
     except ValueError as exc:
         problems.append(f"store: {exc}")
         return None
+
+
+def _store_timeout(raw: str | None) -> float:
+    """TAILFLOOR_STORE_TIMEOUT_MS as seconds (default 0.25); ValueError when unusable."""
+    if raw is None or not raw.strip():
+        return 0.25
+    try:
+        millis = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be whole milliseconds, not {raw!r}"
+                         ) from None
+    if not 10 <= millis <= 10_000:
+        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be 10 to 10000, not {millis}")
+    return millis / 1000
 
 
 def _convert(name: str, kind: str, raw: object, source: str, problems: list[str]) -> object:

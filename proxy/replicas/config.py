@@ -31,6 +31,9 @@ class StoreURL:
     # The keys that seal what is written (the first) and are accepted when read (all):
     # TAILFLOOR_STORE_KEY_FILE, then TAILFLOOR_STORE_PREVIOUS_KEY_FILE (proxy/replicas/signing.py).
     keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # Seconds one round trip may take (TAILFLOOR_STORE_TIMEOUT_MS): a store slower than
+    # this is treated as down for a while, and the replica goes on alone.
+    timeout: float = 0.25
 
     def __str__(self) -> str:
         """The URL without its credentials: the form every log line uses."""

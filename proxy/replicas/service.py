@@ -36,7 +36,7 @@ class SharedStore:
                  prints: Fingerprints, on_error: Callable[[], None] = lambda: None,
                  on_forged: Callable[[], None] = lambda: None,
                  max_per_session: int = 16) -> None:
-        self.client = SharedClient(url, on_error=on_error)
+        self.client = SharedClient(url, timeout=url.timeout, on_error=on_error)
         signer = Signer(url.keys, on_forged)
         self.compactions = SharedCompactions(self.client, local, offload,
                                              max_per_session=max_per_session, signer=signer)

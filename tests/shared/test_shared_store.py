@@ -47,10 +47,11 @@ def store(redis_server: RedisServer) -> RedisServer:
     return redis_server
 
 
-def pair(fake: FakeUpstream, tmp_path: Path, url: str, *extra: str) -> list[ProxyProcess]:
+def pair(fake: FakeUpstream, tmp_path: Path, url: str, *extra: str,
+         env: dict[str, str] | None = None) -> list[ProxyProcess]:
     rules = recovery_rules(tmp_path)
     return [InProcessProxy(fake, "--rules", str(rules), "--state", str(tmp_path / name),
-                         "--store", url, *extra) for name in ("a", "b")]
+                         "--store", url, *extra, env=env) for name in ("a", "b")]
 
 
 def post(proxy: ProxyProcess, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -128,7 +129,9 @@ def test_one_summary_when_both_replicas_overflow_at_once(
         clean_fake: FakeUpstream, tmp_path: Path, store: RedisServer) -> None:
     # The summarizer is slow, so both replicas are inside their compaction at the same time.
     clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS, summary_delay=1.5)
-    a, b = pair(clean_fake, tmp_path, store.url)
+    # A loaded test machine can take longer than the default 0.25 s for a round trip; a
+    # replica would then rightly go on alone and make a second summary.
+    a, b = pair(clean_fake, tmp_path, store.url, env={"TAILFLOOR_STORE_TIMEOUT_MS": "2000"})
     try:
         messages = [*history("c", 8, 700), {"role": "user", "content": "both at once?"}]
         with ThreadPoolExecutor(2) as pool:

@@ -108,3 +108,15 @@ def test_the_inspector_settings(tmp_path: Path) -> None:
                "--admin-token-file", str(tmp_path / "empty")])
     assert [p.split(":", 1)[0] for p in info.value.problems] == [
         "inspect-requests", "inspect-memory-bytes", "admin-token-file"]
+
+
+def test_the_store_timeout() -> None:
+    store = ["--store", "redis://127.0.0.1:6379/0"]
+    found = parse(store).store
+    assert found is not None and found.timeout == 0.25
+    found = parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": "1500"}).store
+    assert found is not None and found.timeout == 1.5
+    for bad in ("fast", "5", "20000", "1.5"):
+        with pytest.raises(settings_mod.SettingsError) as info:
+            parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": bad})
+        assert "TAILFLOOR_STORE_TIMEOUT_MS" in "\n".join(info.value.problems)
