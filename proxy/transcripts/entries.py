@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from proxy.values import frozen_value
 from proxy.wire.content import content_text
 from proxy.wire.openclaw import normalise_user_text
 from proxy.wire.tool_ids import call_id_key
@@ -23,6 +24,7 @@ __all__ = [
     "KNOWN_KINDS",
     "MESSAGE_KINDS",
     "Entry",
+    "EntryDetail",
     "EntryError",
     "Header",
     "assistant_text_key",
@@ -66,7 +68,19 @@ class Header:
     parent_session: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_value
+class EntryDetail:
+    """What only a compaction, branch summary, reset or context edit has: most entries
+    are messages, and tens of thousands of tracked sessions keep every entry."""
+
+    summary: str | None = None
+    first_kept_id: str | None = None
+    reason: str | None = None
+    target_id: str | None = None  # context_edit: the entry it edits
+    removes: bool = False  # context_edit: ``replacement: null``, the target leaves the context
+
+
+@frozen_value
 class Entry:
     """One transcript entry, without its message content.
 
@@ -74,6 +88,7 @@ class Entry:
     the ``seq`` of the row in OpenClaw's ``transcript_events``. ``size`` is the line's length
     in bytes including its newline (0 for rows). ``keys`` are the content-index keys of the
     entry (tool-call ids and user-text hashes, see ``tool_call_keys``/``user_text_key``).
+    ``detail``: the fields of the rarer kinds (read through the properties below).
     """
 
     kind: str
@@ -84,12 +99,28 @@ class Entry:
     size: int = 0
     role: str | None = None
     stop_reason: str | None = None
-    summary: str | None = None
-    first_kept_id: str | None = None
-    reason: str | None = None
     keys: tuple[int, ...] = ()
-    target_id: str | None = None  # context_edit: the entry it edits
-    removes: bool = False  # context_edit: ``replacement: null``, the target leaves the context
+    detail: EntryDetail | None = None
+
+    @property
+    def summary(self) -> str | None:
+        return self.detail.summary if self.detail is not None else None
+
+    @property
+    def first_kept_id(self) -> str | None:
+        return self.detail.first_kept_id if self.detail is not None else None
+
+    @property
+    def reason(self) -> str | None:
+        return self.detail.reason if self.detail is not None else None
+
+    @property
+    def target_id(self) -> str | None:
+        return self.detail.target_id if self.detail is not None else None
+
+    @property
+    def removes(self) -> bool:
+        return self.detail.removes if self.detail is not None else False
 
     @property
     def is_raw_message(self) -> bool:
@@ -131,7 +162,7 @@ def parse_header(obj: object) -> Header:
     parent = obj.get("parentSession")
     return Header(
         session_id=sid, version=version, timestamp=parse_timestamp(obj.get("timestamp")),
-        cwd=cwd if isinstance(cwd, str) else None,
+        cwd=sys.intern(cwd) if isinstance(cwd, str) else None,  # one per project, not session
         parent_session=parent if isinstance(parent, str) else None)
 
 
@@ -205,9 +236,16 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         keys = _user_keys(obj.get("content"))
     elif kind == "context_edit":
         target, removes = _edit_target(obj)
-    return Entry(kind=sys.intern(kind), id=entry_id, parent_id=parent, timestamp=ts, pos=pos,
-                 size=size, role=role, stop_reason=stop, summary=summary, first_kept_id=first_kept,
-                 reason=reason, keys=keys, target_id=target, removes=removes)
+    return Entry(sys.intern(kind), entry_id, parent, ts, pos, size, role, stop, keys,
+                 _detail(summary, first_kept, reason, target, removes))
+
+
+def _detail(summary: str | None, first_kept: str | None, reason: str | None,
+            target: str | None, removes: bool) -> EntryDetail | None:
+    if summary is None and first_kept is None and reason is None and target is None \
+            and not removes:
+        return None  # a message, or a kind with none of these fields
+    return EntryDetail(summary, first_kept, reason, target, removes)
 
 
 def _edit_target(obj: Mapping[str, Any]) -> tuple[str | None, bool]:

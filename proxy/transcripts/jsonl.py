@@ -13,6 +13,7 @@ The file is only ever opened with mode ``rb``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,10 @@ class TranscriptUnreadable(Exception):
         self.kind = kind
 
 
+def _digest(line: bytes) -> bytes:
+    return hashlib.blake2b(line, digest_size=8).digest()
+
+
 def _decode(line: bytes) -> tuple[Any, str | None]:
     try:
         return orjson.loads(line), None
@@ -49,17 +54,22 @@ def _decode(line: bytes) -> tuple[Any, str | None]:
 
 
 class JsonlTranscript:
-    """One JSONL transcript file. Implements ``TranscriptStore``."""
+    """One JSONL transcript file. Implements ``TranscriptStore``. Slotted, and the header
+    line kept as a digest: one is held for every tracked session."""
+
+    __slots__ = ("_head", "_identity", "_last_id", "_on_error", "_skipping", "_v1_count",
+                 "header", "header_end", "offset", "path")
 
     def __init__(self, path: Path, header: Header, header_end: int, on_error: ErrorSink,
                  identity: tuple[int, int], *, head: bytes = b"") -> None:
         self.path = path
         self.header = header
         self.header_end = header_end
-        self._head = head  # the header line as read: a rewrite in place changes it
+        # the header line as read, as a digest: a rewrite in place changes it
+        self._head = _digest(head) if head else None
         self.offset = header_end
         self._on_error = on_error
-        self._identity = identity
+        self._identity = identity[0] << 64 | identity[1]
         self._skipping = False
         self._last_id: str | None = None
         self._v1_count = 0
@@ -262,12 +272,12 @@ class JsonlTranscript:
         try:
             with self.path.open("rb") as f:
                 st = os.fstat(f.fileno())
-                if ((st.st_dev, st.st_ino) != self._identity or st.st_size < self.offset
+                if ((st.st_dev << 64 | st.st_ino) != self._identity or st.st_size < self.offset
                         or (self.header.version < 2 and st.st_size != self.offset)):
                     return None
                 # Truncated and written again on the same inode, already as long as before:
                 # only the content tells (its first line is another session's, or torn).
-                if self._head and f.read(len(self._head)) != self._head:
+                if self._head is not None and _digest(f.read(self.header_end)) != self._head:
                     return None
                 if st.st_size == self.offset:
                     return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -188,8 +189,9 @@ class Tracker:
             location=str(path), agent_id=kind.agent_id or ("pi" if source == "pi" else None),
             session_key=self._keys.get(path.parent, {}).get(sid),
             created=t.header.timestamp, cwd=t.header.cwd, ended=archive,
-            group=str(path.parent) if source == "pi" else None,
-            scope=str(path.parent.parent) if source != "pi" else None,
+            # one string per folder, not one per session
+            group=sys.intern(str(path.parent)) if source == "pi" else None,
+            scope=sys.intern(str(path.parent.parent)) if source != "pi" else None,
             root=self._root_of(path))
         if t.header.parent_session:
             parent = self._session_at(Path(t.header.parent_session).name, path.parent)
