@@ -227,7 +227,8 @@ class Metrics:
         self.otlp_dropped = Counter(
             "tailfloor_otlp_dropped_total",
             "OTLP export dropped (signal: traces counts spans and metrics exports a collector "
-            "did not take; reports counts requests not described, the queue being full).",
+            "did not take; reports counts requests not described, the queue being full; "
+            "content counts captured messages left out, past the bound of bodies waiting).",
             ["signal"], registry=r)
         self.cost = Counter(
             "tailfloor_cost_usd_total",

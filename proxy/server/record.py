@@ -36,7 +36,8 @@ _FAILURES_LOGGED = 1000
 
 
 class ReportSink(Protocol):
-    """A consumer of finished requests' reports, without their content (telemetry)."""
+    """A consumer of finished requests' reports (telemetry), without their content unless
+    it has a true ``wants_content``."""
 
     def keep(self, report: RequestReport) -> None: ...
 
@@ -60,6 +61,8 @@ class Recorder:
                  trail_sinks: Sequence[TrailSink] = (), upstream: str = "") -> None:
         self.metrics = metrics
         self.sinks = list(sinks)
+        # Reports with the messages sent, for a sink that exports them (asked for by name)
+        self._content = any(getattr(sink, "wants_content", False) for sink in self.sinks)
         self.prices = prices  # the rules' [[prices]] in force (they reload)
         self.trail_sinks = list(trail_sinks)
         self.episodes = UpstreamEpisodes(upstream)
@@ -102,9 +105,9 @@ class Recorder:
             self.overhead(chat.route, trail.proxy_seconds)
         prices = self.prices() if self.prices is not None else None
         if self.sinks or prices:
-            # Without the body and messages: a sink's queue must not keep a request's
-            # content alive (and none reads it: the inspector keeps trails, not reports).
-            report = report_of(trail, content=False)
+            # Without the body and messages unless a sink exports them: a sink's queue must
+            # not keep a request's content alive for nothing (the inspector keeps trails).
+            report = report_of(trail, content=self._content)
             if prices:
                 self.cost(report, prices)
             for sink in self.sinks:

@@ -20,6 +20,10 @@ _SAMPLERS = frozenset({"always_on", "always_off", "traceidratio", "parentbased_a
 _DEFAULT_INTERVAL_MS = 60_000
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 _DEFAULT_TIMEOUT_MS = 10_000
+# Characters of one content attribute when no OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT says: the
+# SDK's default is no limit, but one agent request can be megabytes, and a collector refuses
+# an export past its own size limit (4 MiB for many).
+_CONTENT_LIMIT = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,9 @@ class TelemetryConfig:
     delta: bool = False  # metrics as deltas (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE)
     gzip: bool = False  # OTEL_EXPORTER_OTLP_COMPRESSION=gzip
     certificate: str | None = None  # a CA file for https (OTEL_EXPORTER_OTLP_CERTIFICATE)
+    # OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true: what the model was sent
+    capture_content: bool = False
+    content_limit: int = _CONTENT_LIMIT  # characters of one content attribute
     notes: tuple[str, ...] = ()  # values that were set but are not used, and why
 
 
@@ -75,10 +82,13 @@ def telemetry_config(env: Mapping[str, str]) -> TelemetryConfig | None:
     metrics = _endpoint(env, "METRICS", base, "v1/metrics", notes)
     if traces is None and metrics is None:
         return None
-    if env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower() \
-            == "true":
-        notes.append("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is not supported: "
-                     "no message content is exported")
+    capture = env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip() \
+        .lower() == "true"
+    # The span-specific limit wins over the general one, as in the SDK.
+    limit_name = next((name for name in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+                                         "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+                       if env.get(name, "").strip()), None)
+    limit = _count(env, limit_name, _CONTENT_LIMIT, notes) if limit_name else _CONTENT_LIMIT
     compression = env.get("OTEL_EXPORTER_OTLP_COMPRESSION", "").strip().lower()
     if compression not in ("", "none", "gzip"):
         notes.append(f"OTEL_EXPORTER_OTLP_COMPRESSION={compression} is not supported; "
@@ -102,6 +112,7 @@ def telemetry_config(env: Mapping[str, str]) -> TelemetryConfig | None:
         metric_timeout=_millis(env, "OTEL_METRIC_EXPORT_TIMEOUT", 30_000, notes),
         delta=_delta(env, notes), gzip=compression == "gzip",
         certificate=env.get("OTEL_EXPORTER_OTLP_CERTIFICATE", "").strip() or None,
+        capture_content=capture and traces is not None, content_limit=limit,
         notes=tuple(notes))
 
 

@@ -136,6 +136,15 @@ def key_value(key: str, value: Value) -> bytes:
     return delimited(_KEY, key.encode()) + delimited(_VALUE, any_value(value))
 
 
+def span_attribute(key: str, value: str) -> bytes:
+    """One Span attribute (field 9), encoded each time: for a value no other span shares
+    (a request's content), which no cache should keep."""
+    return delimited(_SPAN_ATTRIBUTE, key_value(key, value))
+
+
+_SPAN_ATTRIBUTE = tag(9, _LENGTH)
+
+
 class AttributeCache:
     """Attributes as the repeated KeyValue field ``field`` of one message kind. A string,
     bool or array pair is encoded once (a request's names, models and verdicts repeat from

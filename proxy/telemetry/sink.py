@@ -2,10 +2,11 @@
 request's report, with the times and ids the request path recorded, and the metrics.
 
 Nothing here runs on the request path but ``keep``, which queues the report (without its
-body and messages: no content reaches this module, and a queued report holds no request's
-memory) for the telemetry thread, which encodes the spans (spans.py) and adds to the metric
-aggregates (meters.py). Sending is another thread's (poster.py), so a collector that is down
-or slow costs requests nothing and the telemetry thread nothing either.
+body and messages, so a queued report holds no request's memory, unless
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT asks for the messages sent, within a
+bound of the bodies' bytes) for the telemetry thread, which encodes the spans (spans.py)
+and adds to the metric aggregates (meters.py). Sending is another thread's (poster.py), so
+a collector that is down or slow costs requests nothing and the telemetry thread nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
 # request; the poster sends every OTEL_BSP_SCHEDULE_DELAY anyway), or sooner when the queue
 # is half full.
 _POLL = 0.5
+# Bytes of request bodies whose messages may wait for the telemetry thread, when content is
+# captured; a report past it goes without its content (counted).
+_CONTENT_HELD = 64 * 1024 * 1024
 _SCOPE = wire.scope("tailfloor", __version__)
 log = logging.getLogger("tailfloor.telemetry")
 
@@ -64,7 +68,8 @@ class TelemetrySink:
             self._sampler = TraceSampler(config.sampler)
             self._spans = SpanEncoder(upstream, label, agent_label,
                                       _answered_models(BoundedLabel(64, vetted=True)),
-                                      self._sampler)
+                                      self._sampler, content_limit=config.content_limit
+                                      if config.capture_content else None)
             traces = Endpoint(config.traces_endpoint, headers, compress=config.gzip,
                               certificate=config.certificate)
         self._instruments: Instruments | None = None
@@ -77,6 +82,11 @@ class TelemetrySink:
         self._poster = Poster(config, traces, metrics_endpoint, episodes=self.episodes,
                               batch_of=self._batch_of, on_dropped=on_dropped)
         self._pending: deque[RequestReport] = deque()
+        self.wants_content = config.capture_content
+        self._content_dropped = dropped.labels(signal="content")
+        self._held_lock = threading.Lock()
+        self._held = 0  # bytes of the bodies whose messages are queued
+        self._weights: deque[int] = deque()  # each queued report with messages: its bytes
         self._poll = min(_POLL, config.schedule_delay)
         self._wake = threading.Event()
         self._stopping = False
@@ -96,13 +106,34 @@ class TelemetrySink:
             return
         if report.body is not None or report.messages is not None \
                 or report.origins is not None:
-            # The recorder's reports come without them (report_of(content=False)); a
-            # copy costs as much as the rest of this export, so only when they are there.
-            report = replace(report, body=None, messages=None, origins=None)
+            # The recorder's reports come without them unless content is captured; a copy
+            # costs as much as the rest of this export, so only when they are there.
+            report = self._content_of(report)
         pending = self._pending
         pending.append(report)
         if len(pending) == _PENDING // 2:
             self._wake.set()
+
+    def _content_of(self, report: RequestReport) -> RequestReport:
+        """The report as queued: its messages kept only when captured and within the bound
+        (they hold the request's parsed body until the telemetry thread is done)."""
+        weight = len(report.body) if report.body is not None else 0
+        if self.wants_content and report.messages is not None:
+            with self._held_lock:
+                room = self._held + weight <= _CONTENT_HELD
+                if room:
+                    self._held += weight
+            if room:
+                self._weights.append(weight)
+                return replace(report, body=None, origins=None)
+            self._content_dropped.inc()
+        return replace(report, body=None, messages=None, origins=None)
+
+    def _release(self, report: RequestReport) -> None:
+        if report.messages is not None and self._weights:
+            weight = self._weights.popleft()
+            with self._held_lock:
+                self._held -= weight
 
     def _batch_of(self, spans: Sequence[bytes]) -> bytes:
         return wire.export_traces(self._resource, _SCOPE, spans)
@@ -117,6 +148,7 @@ class TelemetrySink:
             built: list[bytes] = []
             while self._pending:
                 report = self._pending.popleft()
+                self._release(report)
                 try:
                     model = self._label(report.model)
                     agent = self._agent_label(report.agent or "none")

@@ -31,6 +31,7 @@ from proxy.telemetry.attributes import (
     server_key,
     server_numbers,
 )
+from proxy.telemetry.content import content_attributes
 from proxy.telemetry.sampling import TraceSampler
 from proxy.telemetry.tracecontext import parse_traceparent
 
@@ -47,7 +48,11 @@ _TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True
 
 class SpanEncoder:
     def __init__(self, upstream: Upstream, label: Label, agent_label: Label,
-                 response_label: Label, sampler: TraceSampler) -> None:
+                 response_label: Label, sampler: TraceSampler, *,
+                 content_limit: int | None = None) -> None:
+        """``content_limit``: capture what the model was sent (content.py), each attribute
+        at most this long; None: never."""
+        self._content_limit = content_limit
         self._upstream = upstream
         self._label, self._agent_label = label, agent_label
         self._response_label = response_label
@@ -118,11 +123,14 @@ class SpanEncoder:
                 self._attempts, key, wire.CLIENT, attempt_fixed(key, self._upstream))
             span_id = bytes.fromhex(attempt.traceparent[36:52]) if attempt.traceparent \
                 else self._new_id(64).to_bytes(8, "big")
+            numbers = self._attempt_numbers.encode(attempt_numbers(report, attempt, key))
+            if index == last and self._content_limit is not None \
+                    and report.messages is not None:  # what the last attempt sent
+                numbers += b"".join(wire.span_attribute(name, value) for name, value in
+                                    content_attributes(report.messages, self._content_limit))
             out.append(wire.span(
                 prefix, span_id, under_server, fixed, int(start * 1e9),
-                int(max(end, start) * 1e9),
-                self._attempt_numbers.encode(attempt_numbers(report, attempt, key)),
-                _TAILS[error, _LOCAL]))
+                int(max(end, start) * 1e9), numbers, _TAILS[error, _LOCAL]))
         if report.summary is not None:  # rare: the general way
             plan = plan_spans(report, self._upstream, self._label, self._agent_label,
                               _span_id)[-1]

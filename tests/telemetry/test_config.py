@@ -98,6 +98,19 @@ def test_intervals_in_milliseconds_and_unsupported_values_noted() -> None:
     assert config is not None
     assert config.export_interval == 0.5
     assert config.timeout == 10.0
-    assert len(config.notes) == 3
+    assert len(config.notes) == 2
     assert any("grpc" in note for note in config.notes)
-    assert any("no message content" in note for note in config.notes)
+    assert config.capture_content and config.content_limit == 256 * 1024
+
+
+def test_content_capture_and_its_limit() -> None:
+    assert telemetry_config(BASE).capture_content is False  # type: ignore[union-attr]
+    on = {**BASE, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "True"}
+    config = telemetry_config({**on, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "1000",
+                               "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "500"})
+    assert config is not None and config.capture_content and config.content_limit == 500
+    config = telemetry_config({**on, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "-3"})
+    assert config is not None and config.content_limit == 256 * 1024 and config.notes
+    # no spans, no content: the metrics carry none
+    config = telemetry_config({**on, "OTEL_TRACES_EXPORTER": "none"})
+    assert config is not None and not config.capture_content

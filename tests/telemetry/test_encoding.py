@@ -254,3 +254,28 @@ def test_a_collector_dribbling_its_answer_holds_neither_a_post_nor_the_shutdown(
         assert sum(n for signal, n in dropped if signal == "traces") == 3
     finally:
         collector.close()
+
+
+def test_captured_messages_waiting_are_bounded_by_their_bodies_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.metrics import Metrics
+    from proxy.policy.prices import PriceList
+    from proxy.telemetry import sink as sink_module
+    monkeypatch.setattr(sink_module, "_CONTENT_HELD", 100)
+    config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                               "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
+    assert config is not None
+    metrics = Metrics()
+    sink = sink_module.TelemetrySink(config, metrics, "http://127.0.0.1:9",
+                                     lambda: PriceList(()))
+    try:
+        with_content = report(body=b"x" * 80, messages=({"role": "user", "content": "hi"},))
+        first = sink._content_of(with_content)
+        second = sink._content_of(with_content)  # 160 bytes would be waiting: left out
+        assert first.messages is not None and first.body is None
+        assert second.messages is None
+        assert metrics.otlp_dropped.labels(signal="content")._value.get() == 1
+        sink._release(first)  # the telemetry thread is done with the first
+        assert sink._content_of(with_content).messages is not None
+    finally:
+        sink.shutdown()
