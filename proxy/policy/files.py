@@ -124,5 +124,8 @@ async def watch_rules(holder: RulesHolder, stop_event: asyncio.Event | None = No
         except Exception as exc:  # the directory vanished or the watcher broke: retry
             log.warning("watching rules directory %s failed (%s); retrying in %.0f s",
                         holder.directory, exc, RETRY_SECONDS)
+            # Edits still apply while no watch can be set (every retry reads them).
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(holder.reload)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), RETRY_SECONDS)

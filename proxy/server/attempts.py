@@ -78,8 +78,11 @@ class UpstreamAttempts:
                 answer = await _error_body(upstream)
             except asyncio.CancelledError:
                 # The client left before the answer's head: the attempt was still made (the
-                # upstream was told its span as the parent), so it stays in the report.
-                self._attempted(number, began, None, 0, outgoing=outgoing, error="cancelled")
+                # upstream was told its span as the parent), so it stays in the report,
+                # unless its head came (an error body was being read): it is in already.
+                if len(trail.attempts) <= number:
+                    self._attempted(number, began, None, 0, outgoing=outgoing,
+                                    error="cancelled")
                 raise
             except ProxyError as exc:
                 self._attempted(number, began, None, 0, outgoing=outgoing, error=exc.reason)

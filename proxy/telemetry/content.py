@@ -17,8 +17,10 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -26,6 +28,7 @@ __all__ = ["content_attributes"]
 
 Part = dict[str, Any]
 _INSTRUCTIONS = frozenset({"system", "developer"})
+_MIME = re.compile(r"[A-Za-z0-9.+-]{1,40}/[A-Za-z0-9.+-]{1,60}")
 
 
 def content_attributes(messages: Sequence[Any], limit: int) -> list[tuple[str, str]]:
@@ -85,23 +88,38 @@ def _block(block: Mapping[str, Any]) -> Part | None:
         image = block.get("image_url")
         url = image.get("url") if isinstance(image, Mapping) else image
         if isinstance(url, str) and url.startswith(("http://", "https://")):
-            return {"type": "uri", "modality": "image", "uri": url}
-        mime = url[5:].split(";", 1)[0] if isinstance(url, str) and url.startswith("data:") \
-            else None
-        return {"type": "blob", "modality": "image", "mime_type": mime or None}
+            return {"type": "uri", "modality": "image", "uri": _plain_url(url)}
+        mime = None
+        if isinstance(url, str) and url.startswith("data:"):
+            # data:[<mime>][;base64],<bytes>: the type only, and only when it is one
+            found = url[5:].split(",", 1)[0].split(";", 1)[0]
+            mime = found if _MIME.fullmatch(found) else None
+        return {"type": "blob", "modality": "image", "mime_type": mime}
     if kind == "input_audio":
         return {"type": "blob", "modality": "audio"}
     return None
 
 
 def _arguments(raw: object) -> object:
-    """A tool call's arguments as the object they encode, when they are JSON."""
+    """A tool call's arguments as the object they encode, when they are JSON that encodes
+    again (orjson reads 1024 levels deep but writes 255: deeper stays the string)."""
     if isinstance(raw, str):
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            parsed = orjson.loads(raw)
+            orjson.dumps(parsed, option=orjson.OPT_NON_STR_KEYS)
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
             return raw
+        return parsed
     return raw
+
+
+def _plain_url(url: str) -> str:
+    """An image URL without its user, password, query or fragment (a presigned URL's
+    signature sits in its query)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _text(value: object) -> str | None:
@@ -112,5 +130,8 @@ def _json(value: object, limit: int) -> str:
     try:
         text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except orjson.JSONEncodeError:  # a lone surrogate, an integer past 64 bits: escaped
-        text = json.dumps(value, default=str)
+        try:
+            text = json.dumps(value, default=str)
+        except (RecursionError, ValueError, TypeError):  # content nested past all reason
+            text = json.dumps("[tailfloor: content that cannot be encoded]")
     return text if len(text) <= limit else text[:limit]

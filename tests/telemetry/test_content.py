@@ -43,3 +43,23 @@ def test_a_cut_value_is_the_limit_long() -> None:
     [(_name, value)] = content_attributes([{"role": "user", "content": "x" * 1000}], 100)
     assert value == json.dumps([{"role": "user", "parts": [
         {"type": "text", "content": "x" * 1000}]}], separators=(",", ":"))[:100]
+
+
+def test_deep_arguments_stay_a_string_and_an_image_keeps_its_bytes_and_secrets() -> None:
+    deep = "[" * 1000 + "]" * 1000
+    messages = [
+        {"role": "assistant", "tool_calls": [{"id": "c", "function": {
+            "name": "f", "arguments": deep}}]},
+        {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png,%89PNG-bytes-canary"}},
+            {"type": "image_url", "image_url": {"url": "data:QUJD-bytes-canary"}},
+            {"type": "image_url", "image_url": {
+                "url": "https://user:pw-canary@img.test:8443/a.png?X-Amz-Signature=sig-canary"}}]},
+    ]
+    [(_name, value)] = content_attributes(messages, 100_000)
+    decoded = json.loads(value)
+    assert decoded[0]["parts"][0]["arguments"] == deep
+    assert "canary" not in value
+    parts = decoded[1]["parts"]
+    assert [p.get("mime_type") for p in parts[:2]] == ["image/png", None]
+    assert parts[2]["uri"] == "https://img.test:8443/a.png"
