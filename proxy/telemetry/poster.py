@@ -40,6 +40,7 @@ class Poster:
         self._spans: deque[bytes] = deque()
         self._metric_exports: deque[bytes] = deque()
         self._wake = threading.Event()
+        self._flush = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tailfloor-otlp-poster",
                                         daemon=True)
@@ -54,6 +55,12 @@ class Poster:
         self._spans.extend(spans)
         if len(self._spans) >= self._max_batch:
             self._wake.set()
+
+    def flush(self) -> None:
+        """From the telemetry thread, once it has handed over what was due: send every
+        span queued now, a partial batch too (the telemetry thread keeps the schedule)."""
+        self._flush = True
+        self._wake.set()
 
     def add_metrics(self, body: bytes) -> None:
         """From the telemetry thread: one ExportMetricsServiceRequest to send."""
@@ -79,13 +86,14 @@ class Poster:
                 self._send_metrics(self._metric_exports.popleft(), self._metric_timeout)
             now = time.monotonic()
             # Full batches now; a partial one only once the delay has passed.
+            due_now, self._flush = now >= due or self._flush, False
             queued = len(self._spans)
-            batches = -(-queued // self._max_batch) if now >= due else queued // self._max_batch
+            batches = -(-queued // self._max_batch) if due_now else queued // self._max_batch
             for _ in range(batches):
                 if self._stopping:
                     break
                 self._send_batch(self._span_timeout)
-            if now >= due:
+            if due_now:
                 due = time.monotonic() + self._delay
 
     def _take(self) -> list[bytes]:

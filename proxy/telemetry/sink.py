@@ -34,10 +34,6 @@ from proxy.telemetry.spans import SpanEncoder
 __all__ = ["TelemetrySink"]
 
 _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
-# Seconds between the thread's looks at the queue (a look costs as much as describing a
-# request; the poster sends every OTEL_BSP_SCHEDULE_DELAY anyway), or sooner when the queue
-# is half full.
-_POLL = 0.5
 # Bytes of request bodies whose messages may wait for the telemetry thread, when content is
 # captured; a report past it goes without its content (counted).
 _CONTENT_HELD = 64 * 1024 * 1024
@@ -87,7 +83,12 @@ class TelemetrySink:
         self._held_lock = threading.Lock()
         self._held = 0  # bytes of the bodies whose messages are queued
         self._weights: deque[int] = deque()  # each queued report with messages: its bytes
-        self._poll = min(_POLL, config.schedule_delay)
+        # The thread looks at its queue once per span export (OTEL_BSP_SCHEDULE_DELAY),
+        # then has the poster send: spans wait no longer than that, and an idle process
+        # wakes once per delay, not many times. Sooner when the queue is half full; once
+        # per metric export when only metrics are sent.
+        self._poll = config.schedule_delay if self._spans is not None \
+            else config.export_interval
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._work, name="tailfloor-telemetry",
@@ -142,7 +143,8 @@ class TelemetrySink:
         failed = False
         due = time.monotonic() + self._interval
         while True:
-            self._wake.wait(self._poll)
+            woken = self._wake.wait(max(min(self._poll, due - time.monotonic()), 0.0)
+                                    if self._instruments is not None else self._poll)
             self._wake.clear()
             stopping = self._stopping
             built: list[bytes] = []
@@ -163,6 +165,8 @@ class TelemetrySink:
                                       "failures like it are not logged")
             if built:
                 self._poster.add_spans(built)
+            if self._spans is not None and not stopping and not woken:
+                self._poster.flush()  # the schedule's turn: partial batches go too
             if self._instruments is not None and (stopping or time.monotonic() >= due):
                 due = time.monotonic() + self._interval
                 found = self._instruments.collect(time.time_ns())
