@@ -131,7 +131,7 @@ class TelemetrySink:
         return replace(report, body=None, messages=None, origins=None)
 
     def _release(self, report: RequestReport) -> None:
-        if report.messages is not None and self._weights:
+        if self._weights:
             weight = self._weights.popleft()
             with self._held_lock:
                 self._held -= weight
@@ -148,16 +148,25 @@ class TelemetrySink:
             self._wake.clear()
             stopping = self._stopping
             built: list[bytes] = []
-            while self._pending:
-                report = self._pending.popleft()
-                self._release(report)
+            pending, instruments, spans = self._pending, self._instruments, self._spans
+            models, agents = self._label, self._agent_label
+            # A label already given is itself (BoundedLabel): looked up, not called.
+            known_models, known_agents = models.seen, agents.seen
+            while pending:
+                report = pending.popleft()
+                if report.messages is not None:
+                    self._release(report)
                 try:
-                    model = self._label(report.model)
-                    agent = self._agent_label(report.agent or "none")
-                    if self._instruments is not None:
-                        self._instruments.record(report, model, agent)
-                    if self._spans is not None:
-                        built += self._spans.encode(report, model, agent)
+                    model = report.model
+                    if model not in known_models:
+                        model = models(model)
+                    agent = report.agent or "none"
+                    if agent not in known_agents:
+                        agent = agents(agent)
+                    if instruments is not None:
+                        instruments.record(report, model, agent)
+                    if spans is not None:
+                        built += spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request
                     if not failed:
                         failed = True
