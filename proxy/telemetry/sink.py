@@ -144,7 +144,7 @@ class TelemetrySink:
         return wire.export_traces(self._resource, _SCOPE, spans)
 
     def _work(self) -> None:
-        failed = False
+        failing = False
         due = time.monotonic() + self._interval
         while True:
             self._wake.wait(self._poll)
@@ -162,10 +162,14 @@ class TelemetrySink:
                     if self._spans is not None:
                         built += self._spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request
-                    if not failed:
-                        failed = True
+                    if not failing:  # once per episode: the first failure after a success
+                        failing = True
                         log.exception("telemetry could not describe a request; further "
-                                      "failures like it are not logged")
+                                      "failures like it are not logged until one works")
+                    continue
+                if failing:
+                    failing = False
+                    log.info("telemetry describes requests again")
             if built:
                 self._poster.add_spans(built)
             if self._instruments is not None and (stopping or time.monotonic() >= due):

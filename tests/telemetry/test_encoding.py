@@ -285,3 +285,36 @@ def test_captured_messages_waiting_are_bounded_by_what_they_hold(
         assert sink._content_of(with_content).messages is not None
     finally:
         sink.shutdown()
+
+
+def test_a_request_that_cannot_be_described_is_logged_once_per_episode(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from proxy.metrics import Metrics
+    from proxy.policy.prices import PriceList
+    from proxy.telemetry import sink as sink_module
+    real = SpanEncoder.encode
+
+    def encode(self: SpanEncoder, r: RequestReport, model: str, agent: str) -> list[bytes]:
+        if r.request_id.startswith("bad"):
+            raise RuntimeError("a bug describing " + r.request_id)
+        return real(self, r, model, agent)
+
+    monkeypatch.setattr(SpanEncoder, "encode", encode)
+    caplog.set_level(logging.INFO, "tailfloor.telemetry")
+    config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                               "OTEL_METRICS_EXPORTER": "none"})
+    assert config is not None
+    sink = sink_module.TelemetrySink(config, Metrics(), "http://127.0.0.1:9",
+                                     lambda: PriceList(()))
+    # Two episodes of failures, each ended by a request described.
+    for request_id in ("bad-1", "bad-2", "good-1", "bad-3", "bad-4", "bad-5", "good-2"):
+        sink.keep(report(request_id=request_id))
+    sink.shutdown()  # describes what is queued, in order
+    lines = [r for r in caplog.records if r.name == "tailfloor.telemetry"]
+    failed = [r for r in lines if "could not describe" in r.getMessage()]
+    again = [r for r in lines if "describes requests again" in r.getMessage()]
+    assert [str(r.exc_info[1]) for r in failed if r.exc_info] == [
+        "a bug describing bad-1", "a bug describing bad-3"]
+    assert len(again) == 2
