@@ -121,7 +121,7 @@ class TelemetrySink:
         """The report as queued: its messages kept only when captured and within the bound
         (they hold the request's parsed body until the telemetry thread is done)."""
         if self.wants_content and report.messages is not None:
-            # Weighed as held (about 0.1 µs an object), not as the body's length: parsed,
+            # Weighed as held (under a microsecond an object), not as the body's length: parsed,
             # a body can weigh twenty times its bytes.
             weight = held_bytes(report.messages, _CONTENT_HELD)
             with self._held_lock:
