@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 class OtlpReceiver:
     def __init__(self, port: int = 0) -> None:
         self.raw: list[bytes] = []  # every body and header block received
+        self.sizes: list[int] = []  # every body's length, as posted
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.mode = "ok"
@@ -35,6 +36,7 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with receiver._lock:
                     receiver.posts += 1
+                    receiver.sizes.append(len(body))
                     receiver.raw.append(str(self.headers).encode() + body)
                 if receiver.mode == "slow_503":
                     time.sleep(receiver.delay)

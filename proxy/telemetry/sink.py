@@ -4,9 +4,10 @@ request's report, with the times and ids the request path recorded, and the metr
 Nothing here runs on the request path but ``keep``, which queues the report (without its
 body and messages, so a queued report holds no request's memory, unless
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT asks for the messages sent, within a
-bound of the bodies' bytes) for the telemetry thread, which encodes the spans (spans.py)
-and adds to the metric aggregates (meters.py). Sending is another thread's (poster.py), so
-a collector that is down or slow costs requests nothing and the telemetry thread nothing.
+bound of the bytes the parsed messages hold) for the telemetry thread, which encodes the
+spans (spans.py) and adds to the metric aggregates (meters.py). Sending is another thread's
+(poster.py), so a collector that is down or slow costs requests nothing and the telemetry
+thread nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from proxy.report import RequestReport
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import Upstream
 from proxy.telemetry.config import TelemetryConfig
+from proxy.telemetry.content import held_bytes
 from proxy.telemetry.exporting import Endpoint, Episodes
 from proxy.telemetry.meters import Instruments
 from proxy.telemetry.poster import Poster
@@ -34,8 +36,9 @@ from proxy.telemetry.spans import SpanEncoder
 __all__ = ["TelemetrySink"]
 
 _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
-# Bytes of request bodies whose messages may wait for the telemetry thread, when content is
-# captured; a report past it goes without its content (counted).
+# Bytes of parsed messages (as content.held_bytes weighs them) that may wait for the
+# telemetry thread, when content is captured; a report past it goes without its content
+# (counted).
 _CONTENT_HELD = 64 * 1024 * 1024
 _SCOPE = wire.scope("tailfloor", __version__)
 log = logging.getLogger("tailfloor.telemetry")
@@ -81,7 +84,7 @@ class TelemetrySink:
         self.wants_content = config.capture_content
         self._content_dropped = dropped.labels(signal="content")
         self._held_lock = threading.Lock()
-        self._held = 0  # bytes of the bodies whose messages are queued
+        self._held = 0  # bytes the queued messages hold
         self._weights: deque[int] = deque()  # each queued report with messages: its bytes
         # The thread looks at its queue once per span export (OTEL_BSP_SCHEDULE_DELAY),
         # then has the poster send: spans wait no longer than that, and an idle process
@@ -118,29 +121,31 @@ class TelemetrySink:
     def _content_of(self, report: RequestReport) -> RequestReport:
         """The report as queued: its messages kept only when captured and within the bound
         (they hold the request's parsed body until the telemetry thread is done)."""
-        weight = len(report.body) if report.body is not None else 0
         if self.wants_content and report.messages is not None:
+            # Weighed as held (under a microsecond an object), not as the body's length: parsed,
+            # a body can weigh twenty times its bytes.
+            weight = held_bytes(report.messages, _CONTENT_HELD)
             with self._held_lock:
                 room = self._held + weight <= _CONTENT_HELD
                 if room:
                     self._held += weight
+                    self._weights.append(weight)
             if room:
-                self._weights.append(weight)
                 return replace(report, body=None, origins=None)
             self._content_dropped.inc()
         return replace(report, body=None, messages=None, origins=None)
 
     def _release(self, report: RequestReport) -> None:
-        if self._weights:
-            weight = self._weights.popleft()
+        if report.messages is not None:
             with self._held_lock:
-                self._held -= weight
+                if self._weights:
+                    self._held -= self._weights.popleft()
 
     def _batch_of(self, spans: Sequence[bytes]) -> bytes:
         return wire.export_traces(self._resource, _SCOPE, spans)
 
     def _work(self) -> None:
-        failed = False
+        failing = False
         due = time.monotonic() + self._interval
         while True:
             woken = self._wake.wait(max(min(self._poll, due - time.monotonic()), 0.0)
@@ -168,10 +173,14 @@ class TelemetrySink:
                     if spans is not None:
                         built += spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request
-                    if not failed:
-                        failed = True
+                    if not failing:  # once per episode: the first failure after a success
+                        failing = True
                         log.exception("telemetry could not describe a request; further "
-                                      "failures like it are not logged")
+                                      "failures like it are not logged until one works")
+                    continue
+                if failing:
+                    failing = False
+                    log.info("telemetry describes requests again")
             if built:
                 self._poster.add_spans(built)
             if self._spans is not None and not stopping and not woken:

@@ -130,8 +130,9 @@ def test_one_summary_when_both_replicas_overflow_at_once(
     # The summarizer is slow, so both replicas are inside their compaction at the same time.
     clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS, summary_delay=1.5)
     # A loaded test machine can take longer than the default 0.25 s for a round trip; a
-    # replica would then rightly go on alone and make a second summary.
-    a, b = pair(clean_fake, tmp_path, store.url, env={"TAILFLOOR_STORE_TIMEOUT_MS": "2000"})
+    # replica would then rightly go on alone and make a second summary (1 s, the most
+    # allowed, is plenty).
+    a, b = pair(clean_fake, tmp_path, store.url, env={"TAILFLOOR_STORE_TIMEOUT_MS": "1000"})
     try:
         messages = [*history("c", 8, 700), {"role": "user", "content": "both at once?"}]
         with ThreadPoolExecutor(2) as pool:
