@@ -10,14 +10,16 @@ are not read); anything else, a timeout or a refused connection, is a failure.
 
 A post is bounded as a whole, not per read: http.client's timeout applies to each socket
 operation, so a collector that dribbles its answer a byte at a time would hold the poster
-(and a shutdown waiting on it) for as long as it likes. A timer shuts the post's socket down
-once the post's time is up; it is armed for one post (a number checked under a lock), so a
-timer that fired too late to be cancelled leaves the next post's kept-alive socket alone.
-The connection is made here, not by http.client, so the whole of it is within the bound: the
-name is resolved on a thread of its own, waited for no longer than the post's time (a
-resolver that hangs leaves that one thread waiting; while it does, a post that needs a
-resolution fails at once instead of starting another); each address's connect() gets what
-is left of it, and the TLS handshake's socket is the one the timer shuts down.
+(and a shutdown waiting on it) for as long as it likes. A watchdog shuts the post's socket down
+once the post's time is up (one watchdog thread per endpoint); it is armed for one post (a
+number checked under a lock), so an abort that comes too late for its post leaves the next
+post's kept-alive socket alone.
+The connection is made here, not by http.client, so the whole of it is within the bound: an
+address in the URL is used as it is; a name is resolved on a thread of its own, waited for
+no longer than the post's time (a resolver that hangs leaves that one thread waiting; while
+it does, a post that needs a resolution fails at once instead of starting another); each
+address's connect() gets what is left of it, and the TLS handshake's socket is the one the
+watchdog shuts down.
 """
 
 from __future__ import annotations
@@ -87,11 +89,14 @@ class Endpoint:
         self._context = ssl.create_default_context(cafile=certificate) if self._https \
             else None
         self._connection: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()  # the post under way and its socket, for the timer
-        self._posts = 0  # posts begun: the number a timer is armed with
+        self._lock = threading.Lock()  # the post under way and its socket, for the watchdog
+        self._posts = 0  # posts begun: the number the watchdog is armed with
         self._under_way: int | None = None
         self._socket: socket.socket | None = None  # the raw socket of the post under way
         self._resolving: threading.Thread | None = None
+        self._watchdog = Watchdog(self._abort)
+        # An address in the URL needs no resolver: looked up on the spot, never waited on.
+        self._numeric = _is_address(self._host)
 
     def post(self, body: bytes, timeout: float) -> bool:
         """Send one export request; True when the collector took it (2xx)."""
@@ -104,9 +109,7 @@ class Endpoint:
             self._posts += 1
             this = self._under_way = self._posts
             self._socket = self._connection.sock if self._connection is not None else None
-        guard = threading.Timer(timeout, self._abort, (this,))
-        guard.daemon = True
-        guard.start()
+        self._watchdog.arm(this, deadline)
         try:
             connection = self._connection
             if connection is None:
@@ -122,9 +125,9 @@ class Endpoint:
             self.close()  # a timeout leaves the connection in an unknown state
             return False
         finally:
-            with self._lock:  # from here on, this post's timer does nothing
+            with self._lock:  # from here on, this post's abort does nothing
                 self._under_way = self._socket = None
-            guard.cancel()
+            self._watchdog.disarm(this)
         if response.will_close:
             self.close()
         return 200 <= response.status < 300
@@ -145,7 +148,7 @@ class Endpoint:
                 raw.settimeout(left)
                 raw.connect(address)
                 if self._context is not None:
-                    # The handshake apart, so the timer has its socket meanwhile (wrapping
+                    # The handshake apart, so the watchdog has its socket meanwhile (wrapping
                     # takes the raw socket's descriptor away from it).
                     sock = self._context.wrap_socket(raw, server_hostname=self._host,
                                                      do_handshake_on_connect=False)
@@ -167,6 +170,9 @@ class Endpoint:
 
     def _resolve(self, deadline: float) -> list[tuple[Any, ...]]:
         """The host's addresses, waited for until ``deadline`` at most."""
+        if self._numeric:
+            return list(socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM,
+                                           flags=socket.AI_NUMERICHOST))
         if self._resolving is not None and self._resolving.is_alive():
             raise OSError(f"resolving {self._host} still hangs")
         found: list[list[tuple[Any, ...]]] = []
@@ -185,7 +191,7 @@ class Endpoint:
         return found[0]
 
     def _abort(self, post: int) -> None:
-        """The timer's: end post ``post`` if it is still under way (its socket's reads and
+        """The watchdog's: end post ``post`` if it is still under way (its socket's reads and
         writes fail at once), and nothing else."""
         with self._lock:
             if self._under_way != post or self._socket is None:
@@ -199,3 +205,58 @@ class Endpoint:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+class Watchdog:
+    """One thread for all of an endpoint's posts, not a timer each (starting a thread per
+    post cost more than the post): it calls ``abort(post)`` once the post armed last is
+    still under way at its deadline. ``abort`` checks the post's number itself, so a call
+    that comes too late for its post leaves the next one alone. The thread starts with the
+    first post and ends after a minute without one."""
+
+    _IDLE = 60.0
+
+    def __init__(self, abort: Callable[[int], None]) -> None:
+        self._abort = abort
+        self._changed = threading.Condition()
+        self._armed: tuple[int, float] | None = None
+        self._running = False
+
+    def arm(self, post: int, deadline: float) -> None:
+        with self._changed:
+            self._armed = (post, deadline)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._watch, name="tailfloor-otlp-watchdog",
+                                 daemon=True).start()
+            self._changed.notify()
+
+    def disarm(self, post: int) -> None:
+        with self._changed:
+            if self._armed is not None and self._armed[0] == post:
+                self._armed = None
+
+    def _watch(self) -> None:
+        while True:
+            with self._changed:
+                armed = self._armed
+                if armed is None:
+                    if not self._changed.wait(self._IDLE) and self._armed is None:
+                        self._running = False
+                        return
+                    continue
+                post, deadline = armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self._armed = None
+            self._abort(post)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:
+        return False
+    return True
