@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from struct import Struct
 
-__all__ = ["CLIENT", "CUMULATIVE", "DELTA", "END_TAG", "PARENT", "SERVER", "SPAN_ID",
+__all__ = ["CLIENT", "CUMULATIVE", "DELTA", "END_TAG", "PARENT", "SERVER", "SPAN_ID", "SPAN_TAG",
            "START_TAG", "TIMES", "TRACE_ID", "AttributeCache", "NumberKeys", "Value",
            "any_value", "delimited", "double", "export_metrics", "export_traces", "fixed64",
            "framed_span", "gauge", "histogram", "histogram_point", "key_value", "metric",
-           "number_point", "resource", "scope", "span", "span_fixed", "span_parent",
+           "number_point", "resource", "scope", "span", "span_fixed", "span_head", "span_parent",
            "span_prefix", "span_tail", "sum_", "tag", "varint"]
 
 Value = str | bool | int | float | tuple[str, ...]
@@ -237,6 +237,7 @@ TIMES = Struct("<BQBQ")
 _STATUS_ERROR = delimited(tag(15, _LENGTH), tag(3, _VARINT) + b"\x02")  # STATUS_CODE_ERROR
 _FLAGS = tag(16, _FIXED32)
 _SPAN = tag(2, _LENGTH)  # ScopeSpans.spans: a span framed for its batch
+SPAN_TAG = _SPAN[0]
 FLAG_SAMPLED, HAS_IS_REMOTE, IS_REMOTE = 0x1, 0x100, 0x200  # Span.flags (SpanFlags)
 
 
@@ -277,12 +278,16 @@ def span(prefix: bytes, span_id: bytes, parent: bytes, fixed: bytes,  # noqa: PL
 
 def framed_span(body: bytes) -> bytes:
     """A Span's fields as one item of ScopeSpans.spans: its tag and length first."""
-    size = len(body)
+    return span_head(len(body)) + body
+
+
+def span_head(size: int) -> bytes:
+    """What comes before ``size`` bytes of a Span's fields in ScopeSpans.spans."""
     if size < 128:
-        return _SPAN + _ONE[size] + body
+        return _SPAN + _ONE[size]
     if size < 16384:
-        return _SPAN + bytes((size & 0x7F | 0x80, size >> 7)) + body
-    return _SPAN + varint(size) + body
+        return bytes((SPAN_TAG, size & 0x7F | 0x80, size >> 7))
+    return _SPAN + varint(size)
 
 
 def export_traces(resource_attributes: bytes, scope_message: bytes,
