@@ -90,11 +90,10 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
         floor_kind = decision.kind
         if "reason=" in verdict:
             floor_reason = verdict.split("reason=", 1)[1]
-        if floor_kind == "floor":
-            restored = decision.added_raw
+        if floor_kind == "floor":  # added to the request: decision.added_to_request
+            restored, added_tokens = decision.added_raw, decision.added_tokens
         elif floor_kind == "carry":
             carried, carried_from = decision.added_raw, decision.source_session
-        if decision.added_to_request:
             added_tokens = decision.added_tokens
         capped = decision.capped
         session_id = session_id or decision.session_id

@@ -188,6 +188,16 @@ class NumberKeys:
         """What comes before a double of key ``index``: its KeyValue up to the 8 bytes."""
         return self._heads[index][0]
 
+    def count(self, index: int, value: int) -> bytes:
+        """The int ``value`` of key ``index`` alone (a count: one or two bytes, mostly)."""
+        heads = self._heads[index]
+        if 0 <= value < 128:
+            return heads[1] + _ONE[value]
+        if 0 < value < 16384:
+            return heads[2] + bytes((value & 0x7F | 0x80, value >> 7))
+        number = varint(value)
+        return heads[len(number)] + number
+
     def double(self, index: int, value: float) -> bytes:
         """The number of key ``index`` alone, a double."""
         return self._heads[index][0] + _F64.pack(value)

@@ -199,13 +199,18 @@ class SpanEncoder:
             else self._new_id(64).to_bytes(8, "big")
         first = attempt.first_chunk
         usage = report.usage
-        if counted and usage is not None:
-            numbers = self._attempt_numbers.encode((
-                first - attempt.started if first is not None else None, usage.prompt_tokens,
-                usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens))
-        else:
-            numbers = self._first_chunk + _F64.pack(first - attempt.started) \
-                if first is not None else b""
+        numbers = self._first_chunk + _F64.pack(first - attempt.started) \
+            if first is not None else b""
+        if counted and usage is not None:  # attempt_numbers' counts, in their order
+            count = self._attempt_numbers.count
+            if usage.prompt_tokens is not None:
+                numbers += count(1, usage.prompt_tokens)
+            if usage.completion_tokens is not None:
+                numbers += count(2, usage.completion_tokens)
+            if usage.cached_tokens is not None:
+                numbers += count(3, usage.cached_tokens)
+            if usage.reasoning_tokens is not None:
+                numbers += count(4, usage.reasoning_tokens)
         size = attempt_size + len(numbers)
         client = b"".join((
             bytes((_SPAN_TAG, size & 0x7F | 0x80, size >> 7)) if 127 < size < 16384
