@@ -127,16 +127,14 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
     return RequestReport(
         trail.request_id, trail.at, chat.route, chat.model, agent, chat.stream,
         499 if trail.client_gone else trail.status, trail.verdict,
-        _now(trail) if seconds is None else seconds, trail.proxy_seconds,
+        time.perf_counter() - trail.started if seconds is None else seconds,
+        trail.proxy_seconds,
         session_id, method, named_session,
         floor_kind, floor_reason, restored, carried, carried_from, added_tokens, capped,
-        overflow, _attempts(trail), trail.usage, trail.finish_reason, trail.response_model,
+        overflow, _attempts(trail) if trail.stream is not None else trail.attempts,
+        trail.usage, trail.finish_reason, trail.response_model,
         window, trail.client_traceparent,
         trail.trace.trace_id if trail.trace is not None else None, **fields)
-
-
-def _now(trail: TrailFacts) -> float:
-    return time.perf_counter() - trail.started
 
 
 def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:

@@ -39,6 +39,11 @@ class TraceContext(NamedTuple):
         """The header an upstream call made in span ``span_id`` carries."""
         return f"00-{self.trace_id}-{span_id}-{self.flags}"
 
+    def child(self) -> str:
+        """The header of an upstream call made in a new span of this trace."""
+        span_id = (_getrandbits(64) or _nonzero(64)).to_bytes(8, "big").hex()
+        return f"00-{self.trace_id}-{span_id}-{self.flags}"
+
 
 def new_span_id() -> str:
     return (_getrandbits(64) or _nonzero(64)).to_bytes(8, "big").hex()
