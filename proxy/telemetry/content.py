@@ -59,16 +59,21 @@ def content_attributes(messages: Sequence[Any], limit: int) -> list[tuple[str, s
     return found
 
 
-def held_bytes(value: object, most: int) -> int:
+def held_bytes(value: object, most: int, *, objects: int = 4096) -> int | None:
     """The bytes parsed JSON ``value`` holds: each object's own size (``sys.getsizeof``),
     containers, keys and values, an object reached twice counted twice, so never less than
     what keeping ``value`` costs. The body's length is no measure: parsed, a body weighs from
     about its length (long strings) to twenty times it (small objects). Counting stops once
-    past ``most`` (the answer is then some number over it)."""
+    past ``most`` (the answer is then some number over it), and after ``objects`` objects
+    (None: too many to weigh here; it runs on the request path, a fraction of a microsecond
+    an object)."""
     size = sys.getsizeof
     total = 0
     stack: list[Any] = [value]
     while stack:
+        objects -= 1
+        if objects < 0:
+            return None
         item = stack.pop()
         total += size(item)
         if total > most:

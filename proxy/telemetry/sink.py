@@ -40,6 +40,7 @@ _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
 # telemetry thread, when content is captured; a report past it goes without its content
 # (counted).
 _CONTENT_HELD = 64 * 1024 * 1024
+_MOST_PER_BYTE = 32  # what one byte of JSON can hold, parsed, at most
 _SCOPE = wire.scope("tailfloor", __version__)
 log = logging.getLogger("tailfloor.telemetry")
 
@@ -122,9 +123,13 @@ class TelemetrySink:
         """The report as queued: its messages kept only when captured and within the bound
         (they hold the request's parsed body until the telemetry thread is done)."""
         if self.wants_content and report.messages is not None:
-            # Weighed as held (under a microsecond an object), not as the body's length: parsed,
-            # a body can weigh twenty times its bytes.
+            # Weighed as held, not as the body's length: parsed, a body can weigh twenty
+            # times its bytes. Past the objects weighed on the request path, the most it
+            # can weigh (an empty object, "{}," in a list, is 64 bytes for 3).
             weight = held_bytes(report.messages, _CONTENT_HELD)
+            if weight is None:
+                weight = len(report.body) * _MOST_PER_BYTE if report.body is not None \
+                    else _CONTENT_HELD + 1
             with self._held_lock:
                 room = self._held + weight <= _CONTENT_HELD
                 if room:

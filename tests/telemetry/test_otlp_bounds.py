@@ -168,8 +168,28 @@ def test_held_bytes_is_never_less_than_what_parsing_allocated(body: bytes) -> No
         allocated = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert held_bytes(parsed, 1 << 40) >= allocated
-    assert held_bytes(parsed, 1000) > 1000  # stops early, past the bound
+    weight = held_bytes(parsed, 1 << 40, objects=1 << 30)
+    assert weight is not None and weight >= allocated
+    early = held_bytes(parsed, 1000, objects=1 << 30)
+    assert early is not None and early > 1000  # stops early, past the bound
+    if len(body) > 1000:  # a parsed body is never more than 32 times its bytes
+        assert weight <= 32 * len(body)
+    objects = 1 + sum(1 for _ in _walk(parsed))
+    assert held_bytes(parsed, 1 << 40, objects=objects) == weight
+    assert held_bytes(parsed, 1 << 40, objects=objects - 1) is None  # too many to weigh
+
+
+def _walk(value: Any) -> Any:
+    """Every object inside parsed JSON, the test's own count."""
+    items = list(value.items()) if isinstance(value, dict) else value \
+        if isinstance(value, list) else []
+    for item in items:
+        if isinstance(value, dict):
+            yield from item  # the key and the value
+            yield from _walk(item[1])
+        else:
+            yield item
+            yield from _walk(item)
 
 
 def test_the_content_bound_weighs_the_parsed_messages_not_the_body(
