@@ -46,6 +46,11 @@ class BoundedLabel:
         self._vetted = vetted
         self._seen: set[str] = set()
 
+    @property
+    def seen(self) -> frozenset[str] | set[str]:
+        """The values that are their own label (read-only to callers)."""
+        return self._seen
+
     def admit(self, value: str | None) -> None:
         if (value and value not in self._seen and len(self._seen) < self._cap
                 and _PLAIN_NAME.fullmatch(value) and redact(value) == value):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,8 @@ class Settings:
 
 
 _HEADER_MODES = ("on", "detailed", "off")
+_MILLIS = re.compile(r"[0-9]{1,9}")  # re's [0-9], not str.isdigit: no other script's digits
+_STORE_TIMEOUT_MAX_MS = 1000  # see _store_timeout
 
 # name, type, default, help. The flag is --name with '_' -> '-'; the variable TAILFLOOR_NAME.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
@@ -276,16 +279,22 @@ def _store(raw: object, environ: Mapping[str, str], problems: list[str]) -> Stor
 
 
 def _store_timeout(raw: str | None) -> float:
-    """TAILFLOOR_STORE_TIMEOUT_MS as seconds (default 0.25); ValueError when unusable."""
-    if raw is None or not raw.strip():
+    """TAILFLOOR_STORE_TIMEOUT_MS as seconds (default 0.25); ValueError when unusable.
+
+    Plain ASCII digits only: int() would take ``1_000``, ``+250`` or `` 250`` too. At most
+    1000: the shared lock (proxy/replicas/lock.py) expires 10 s after its last extend, the
+    holder extends it a third of that later, and an extend is one call of up to four round
+    trips, so 3.3 s + 4 round trips must stay short of 10 s with room to spare (7.3 s at
+    1000 ms; at 2000 ms a slow store would let the lock lapse under its holder)."""
+    if raw is None or raw == "":
         return 0.25
-    try:
-        millis = int(raw.strip())
-    except ValueError:
-        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be whole milliseconds, not {raw!r}"
-                         ) from None
-    if not 10 <= millis <= 10_000:
-        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be 10 to 10000, not {millis}")
+    if not _MILLIS.fullmatch(raw):
+        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be whole milliseconds (digits "
+                         f"only), not {raw!r}")
+    millis = int(raw)
+    if not 10 <= millis <= _STORE_TIMEOUT_MAX_MS:
+        raise ValueError(f"TAILFLOOR_STORE_TIMEOUT_MS must be 10 to {_STORE_TIMEOUT_MAX_MS}, "
+                         f"not {millis}")
     return millis / 1000
 
 

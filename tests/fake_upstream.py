@@ -45,7 +45,8 @@ except ModuleNotFoundError:  # run as a script: python tests/fake_upstream.py
 
 @dataclass
 class Reply:
-    """One scripted answer. ``chunks`` overrides the generated SSE events when given.
+    """One scripted answer. ``chunks`` overrides the generated SSE events when given; with
+    an error ``status`` (chat route), they are the error body, written as they come.
 
     ``usage`` is in the chat shape (converted for the other dialects) or a dialect's own;
     ``finish="length"`` is the output cap (``length``, Responses ``incomplete`` with
@@ -222,6 +223,9 @@ class FakeUpstream:
         reply = self.script.popleft() if self.script else self._default_reply(payload)
         if reply.delay_before_headers:
             await asyncio.sleep(reply.delay_before_headers)
+        if reply.status != 200 and reply.chunks is not None:  # an error body, dribbled
+            return await self._stream(request, reply, reply.chunks, status=reply.status,
+                                      content_type="application/json")
         if reply.raw_body is not None or reply.error is not None or reply.status != 200:
             body = reply.raw_body if reply.raw_body is not None else orjson.dumps(
                 {"error": reply.error or {"message": "scripted failure", "type": "server_error"}})
@@ -256,10 +260,11 @@ class FakeUpstream:
             dialect, payload, reply, ident)
         return await self._stream(request, reply, chunks)
 
-    async def _stream(self, request: web.Request, reply: Reply, chunks: list[bytes]
+    async def _stream(self, request: web.Request, reply: Reply, chunks: list[bytes], *,
+                      status: int = 200, content_type: str = "text/event-stream"
                       ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+        response = web.StreamResponse(status=status, headers={
+            "Content-Type": content_type, "Cache-Control": "no-cache"})
         await response.prepare(request)
         for index, chunk in enumerate(chunks):
             if reply.close_after_chunks is not None and index >= reply.close_after_chunks:

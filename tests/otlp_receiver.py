@@ -20,8 +20,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 
 class OtlpReceiver:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, keep_alive: bool = False) -> None:
+        """``keep_alive``: HTTP/1.1 with kept-alive connections, as collectors answer (the
+        benchmarks'); else each post on a connection of its own (``stop`` then refuses the
+        next post at once)."""
         self.raw: list[bytes] = []  # every body and header block received
+        self.sizes: list[int] = []  # every body's length, as posted
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.mode = "ok"
@@ -31,10 +35,13 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with receiver._lock:
                     receiver.posts += 1
+                    receiver.sizes.append(len(body))
                     receiver.raw.append(str(self.headers).encode() + body)
                 if receiver.mode == "slow_503":
                     time.sleep(receiver.delay)

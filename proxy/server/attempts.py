@@ -24,7 +24,6 @@ from proxy.server.outgoing import Outgoing
 from proxy.server.state import ProxyState
 from proxy.server.target import Target
 from proxy.server.trail import Trail
-from proxy.telemetry.tracecontext import new_span_id
 from proxy.upstream.headers import forward_headers
 from proxy.upstream.pool import Replayed, UpstreamResponse
 from proxy.upstream.stream_options import names_stream_options
@@ -68,8 +67,7 @@ class UpstreamAttempts:
             began = time.perf_counter()
             # This attempt's span, the parent of the upstream's own (telemetry builds it
             # from the report with this id).
-            self._traceparent = trail.trace.traceparent(new_span_id()) \
-                if trail.trace is not None else None
+            self._traceparent = trail.trace.child() if trail.trace is not None else None
             try:
                 upstream, injected, body = await self._send(outgoing)
                 self._attempted(number, began, upstream.status, len(body), outgoing=outgoing)

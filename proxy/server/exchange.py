@@ -55,7 +55,7 @@ class ChatExchange:
         self._indexing = state.transcripts is not None and not state.transcripts.indexed
         if state.traces is not None:
             sent = request.headers.get("traceparent")
-            client = parse_traceparent(sent)
+            client = parse_traceparent(sent) if sent else None
             self.trail.trace = state.traces.context(client)
             self.trail.client_traceparent = sent if client is not None else None
 

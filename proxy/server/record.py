@@ -104,11 +104,12 @@ class Recorder:
         if trail.overhead_seen:
             self.overhead(chat.route, trail.proxy_seconds)
         prices = self.prices() if self.prices is not None else None
-        if self.sinks or prices:
+        priced = prices is not None and prices.rows  # .rows: no __bool__ call per request
+        if self.sinks or priced:
             # Without the body and messages unless a sink exports them: a sink's queue must
             # not keep a request's content alive for nothing (the inspector keeps trails).
             report = report_of(trail, content=self._content)
-            if prices:
+            if priced and prices is not None:
                 self.cost(report, prices)
             for sink in self.sinks:
                 try:

@@ -68,9 +68,10 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
     """``seconds``: the request's time, when measured at its end (a report made later);
     ``content``: with the body and messages sent (the inspector's pages show them; a
     report queued for telemetry must not hold them). One constructor call: each
-    ``dataclasses.replace`` of a report this wide costs as much as building it."""
+    ``dataclasses.replace`` of a report this wide costs as much as building it, and so
+    does naming each argument."""
     chat, ctx, decision, outgoing = trail.chat, trail.ctx, trail.decision, trail.outgoing
-    # Locals and one call with every common field named: a dict of fields merged into the
+    # Locals and one call with every common field by position: a dict of fields merged into the
     # call costs more than the report itself. ``fields``: the rarer ones.
     fields: dict[str, Any] = {}
     session_id = method = named_session = window = None
@@ -89,11 +90,10 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
         floor_kind = decision.kind
         if "reason=" in verdict:
             floor_reason = verdict.split("reason=", 1)[1]
-        if floor_kind == "floor":
-            restored = decision.added_raw
+        if floor_kind == "floor":  # added to the request: decision.added_to_request
+            restored, added_tokens = decision.added_raw, decision.added_tokens
         elif floor_kind == "carry":
             carried, carried_from = decision.added_raw, decision.source_session
-        if decision.added_to_request:
             added_tokens = decision.added_tokens
         capped = decision.capped
         session_id = session_id or decision.session_id
@@ -123,22 +123,18 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
     after = trail.after
     if after is not None and (after.overflow or after.recovered or after.clamped):
         overflow = after.overflow or ("recovered" if after.recovered else "clamped")
+    # By position, in the fields' order (see RequestReport): the common ones.
     return RequestReport(
-        request_id=trail.request_id, at=trail.at, route=chat.route, model=chat.model,
-        agent=agent, stream=chat.stream,
-        status=499 if trail.client_gone else trail.status, verdict=trail.verdict,
-        seconds=_now(trail) if seconds is None else seconds, proxy_seconds=trail.proxy_seconds,
-        session_id=session_id, method=method, named_session=named_session,
-        floor_kind=floor_kind, floor_reason=floor_reason, restored=restored, carried=carried,
-        carried_from=carried_from, added_tokens=added_tokens, capped=capped,
-        overflow=overflow, attempts=_attempts(trail), usage=trail.usage,
-        finish_reason=trail.finish_reason, response_model=trail.response_model,
-        window=window, traceparent=trail.client_traceparent,
-        trace_id=trail.trace.trace_id if trail.trace is not None else None, **fields)
-
-
-def _now(trail: TrailFacts) -> float:
-    return time.perf_counter() - trail.started
+        trail.request_id, trail.at, chat.route, chat.model, agent, chat.stream,
+        499 if trail.client_gone else trail.status, trail.verdict,
+        time.perf_counter() - trail.started if seconds is None else seconds,
+        trail.proxy_seconds,
+        session_id, method, named_session,
+        floor_kind, floor_reason, restored, carried, carried_from, added_tokens, capped,
+        overflow, _attempts(trail) if trail.stream is not None else trail.attempts,
+        trail.usage, trail.finish_reason, trail.response_model,
+        window, trail.client_traceparent,
+        trail.trace.trace_id if trail.trace is not None else None, **fields)
 
 
 def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:

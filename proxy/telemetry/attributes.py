@@ -34,6 +34,9 @@ Key = tuple[Any, ...]
 
 # A session id as agents make them: a UUID, OpenClaw's ``agent:main:main``, a path-like key.
 _PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}")
+# A key or token of no known prefix (32 hex digits, base64): a long run without a
+# separator. Agents' ids break theirs up (a UUID's groups are at most 12 long).
+_UNBROKEN = re.compile(r"[A-Za-z0-9]{24}")
 
 ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
           "messages": "/v1/messages"}
@@ -138,8 +141,10 @@ def plan_spans(report: RequestReport, upstream: Upstream, label: Label,
 def conversation_id(claimed: str | None) -> str | None:
     """``gen_ai.conversation.id``: the session id the agent named, when it is a plain id
     that looks like no credential (a client may put anything in a session header or a
-    ``prompt_cache_key``); else left out."""
-    if claimed is None or not _PLAIN_ID.fullmatch(claimed) or redact(claimed) != claimed:
+    ``prompt_cache_key``): no known key prefix and no run of 24 letters and digits; else
+    left out."""
+    if claimed is None or not _PLAIN_ID.fullmatch(claimed) or _UNBROKEN.search(claimed) \
+            or redact(claimed) != claimed:
         return None
     return claimed
 

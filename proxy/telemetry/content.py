@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
-__all__ = ["content_attributes"]
+__all__ = ["content_attributes", "held_bytes"]
 
 Part = dict[str, Any]
 _INSTRUCTIONS = frozenset({"system", "developer"})
@@ -56,6 +57,34 @@ def content_attributes(messages: Sequence[Any], limit: int) -> list[tuple[str, s
     if inputs:
         found.append(("gen_ai.input.messages", _json(inputs, limit)))
     return found
+
+
+def held_bytes(value: object, most: int, *, objects: int = 4096) -> int | None:
+    """The bytes parsed JSON ``value`` holds: each object's own size (``sys.getsizeof``),
+    containers, keys and values, an object reached twice counted twice, so never less than
+    what keeping ``value`` costs. The body's length is no measure: parsed, a body weighs from
+    about its length (long strings) to twenty times it (small objects). Counting stops once
+    past ``most`` (the answer is then some number over it), and after ``objects`` objects
+    (None: too many to weigh here; it runs on the request path, a fraction of a microsecond
+    an object)."""
+    size = sys.getsizeof
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        objects -= 1
+        if objects < 0:
+            return None
+        item = stack.pop()
+        total += size(item)
+        if total > most:
+            break
+        kind = type(item)  # parsed JSON: exact types, and faster than isinstance
+        if kind is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+    return total
 
 
 def _parts(message: Mapping[str, Any]) -> list[Part]:

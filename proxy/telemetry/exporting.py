@@ -10,8 +10,16 @@ are not read); anything else, a timeout or a refused connection, is a failure.
 
 A post is bounded as a whole, not per read: http.client's timeout applies to each socket
 operation, so a collector that dribbles its answer a byte at a time would hold the poster
-(and a shutdown waiting on it) for as long as it likes. A timer shuts the socket down once
-the post's time is up.
+(and a shutdown waiting on it) for as long as it likes. A watchdog shuts the post's socket down
+once the post's time is up (one watchdog thread per endpoint); it is armed for one post (a
+number checked under a lock), so an abort that comes too late for its post leaves the next
+post's kept-alive socket alone.
+The connection is made here, not by http.client, so the whole of it is within the bound: an
+address in the URL is used as it is; a name is resolved on a thread of its own, waited for
+no longer than the post's time (a resolver that hangs leaves that one thread waiting; while
+it does, a post that needs a resolution fails at once instead of starting another); each
+address's connect() gets what is left of it, and the TLS handshake's socket is the one the
+watchdog shuts down.
 """
 
 from __future__ import annotations
@@ -23,7 +31,9 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from proxy import __version__
@@ -79,6 +89,14 @@ class Endpoint:
         self._context = ssl.create_default_context(cafile=certificate) if self._https \
             else None
         self._connection: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()  # the post under way and its socket, for the watchdog
+        self._posts = 0  # posts begun: the number the watchdog is armed with
+        self._under_way: int | None = None
+        self._socket: socket.socket | None = None  # the raw socket of the post under way
+        self._resolving: threading.Thread | None = None
+        self._watchdog = Watchdog(self._abort)
+        # An address in the URL needs no resolver: looked up on the spot, never waited on.
+        self._numeric = _is_address(self._host)
 
     def post(self, body: bytes, timeout: float) -> bool:
         """Send one export request; True when the collector took it (2xx)."""
@@ -86,16 +104,16 @@ class Endpoint:
             return False
         if self._compress:
             body = gzip.compress(body, compresslevel=6)
-        guard = threading.Timer(timeout, self.abort)
-        guard.daemon = True
-        guard.start()
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._posts += 1
+            this = self._under_way = self._posts
+            self._socket = self._connection.sock if self._connection is not None else None
+        self._watchdog.arm(this, deadline)
         try:
             connection = self._connection
             if connection is None:
-                connection = self._connection = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=timeout, context=self._context) \
-                    if self._context is not None else \
-                    http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+                connection = self._connect(deadline)
             connection.timeout = timeout
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
@@ -107,20 +125,138 @@ class Endpoint:
             self.close()  # a timeout leaves the connection in an unknown state
             return False
         finally:
-            guard.cancel()
+            with self._lock:  # from here on, this post's abort does nothing
+                self._under_way = self._socket = None
+            self._watchdog.disarm(this)
         if response.will_close:
             self.close()
         return 200 <= response.status < 300
 
-    def abort(self) -> None:
-        """From any thread: end the post under way, if any (its read fails at once)."""
-        connection = self._connection
-        sock = connection.sock if connection is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):  # closed meanwhile, or never connected
-                sock.shutdown(socket.SHUT_RDWR)
+    def _connect(self, deadline: float) -> http.client.HTTPConnection:
+        """A new connection, connected (and its TLS handshake done) before ``deadline``."""
+        addresses = self._resolve(deadline)
+        failure: OSError = OSError(f"no address for {self._host}")
+        for family, kind, protocol, _name, address in addresses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            raw = socket.socket(family, kind, protocol)
+            sock: socket.socket = raw
+            with self._lock:
+                self._socket = raw
+            try:
+                raw.settimeout(left)
+                raw.connect(address)
+                if self._context is not None:
+                    # The handshake apart, so the watchdog has its socket meanwhile (wrapping
+                    # takes the raw socket's descriptor away from it).
+                    sock = self._context.wrap_socket(raw, server_hostname=self._host,
+                                                     do_handshake_on_connect=False)
+                    with self._lock:
+                        self._socket = sock
+                    sock.do_handshake()
+            except OSError as exc:
+                sock.close()
+                failure = exc
+                continue
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, context=self._context) \
+                if self._context is not None else \
+                http.client.HTTPConnection(self._host, self._port)
+            connection.sock = sock
+            self._connection = connection
+            return connection
+        raise failure
+
+    def _resolve(self, deadline: float) -> list[tuple[Any, ...]]:
+        """The host's addresses, waited for until ``deadline`` at most."""
+        if self._numeric:
+            return list(socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM,
+                                           flags=socket.AI_NUMERICHOST))
+        if self._resolving is not None and self._resolving.is_alive():
+            raise OSError(f"resolving {self._host} still hangs")
+        found: list[list[tuple[Any, ...]]] = []
+        host, port = self._host, self._port
+
+        def resolve() -> None:
+            with contextlib.suppress(OSError, UnicodeError):
+                found.append(list(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)))
+
+        self._resolving = threading.Thread(target=resolve, name="tailfloor-otlp-resolve",
+                                           daemon=True)
+        self._resolving.start()
+        self._resolving.join(max(deadline - time.monotonic(), 0.0))
+        if not found:
+            raise OSError(f"could not resolve {self._host} in time")
+        return found[0]
+
+    def _abort(self, post: int) -> None:
+        """The watchdog's: end post ``post`` if it is still under way (its socket's reads and
+        writes fail at once), and nothing else."""
+        with self._lock:
+            if self._under_way != post or self._socket is None:
+                return
+            with contextlib.suppress(OSError):  # closed meanwhile, or not yet connected
+                # The socket's own shutdown, also for TLS: SSLSocket's would drop its state
+                # under the thread using it.
+                socket.socket.shutdown(self._socket, socket.SHUT_RDWR)
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+class Watchdog:
+    """One thread for all of an endpoint's posts, not a timer each (starting a thread per
+    post cost more than the post): it calls ``abort(post)`` once the post armed last is
+    still under way at its deadline. ``abort`` checks the post's number itself, so a call
+    that comes too late for its post leaves the next one alone. The thread starts with the
+    first post and ends after a minute without one."""
+
+    _IDLE = 60.0
+
+    def __init__(self, abort: Callable[[int], None]) -> None:
+        self._abort = abort
+        self._changed = threading.Condition()
+        self._armed: tuple[int, float] | None = None
+        self._running = False
+
+    def arm(self, post: int, deadline: float) -> None:
+        with self._changed:
+            self._armed = (post, deadline)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._watch, name="tailfloor-otlp-watchdog",
+                                 daemon=True).start()
+            self._changed.notify()
+
+    def disarm(self, post: int) -> None:
+        with self._changed:
+            if self._armed is not None and self._armed[0] == post:
+                self._armed = None
+
+    def _watch(self) -> None:
+        while True:
+            with self._changed:
+                armed = self._armed
+                if armed is None:
+                    if not self._changed.wait(self._IDLE) and self._armed is None:
+                        self._running = False
+                        return
+                    continue
+                post, deadline = armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self._armed = None
+            self._abort(post)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:
+        return False
+    return True

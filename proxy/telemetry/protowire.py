@@ -19,37 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from struct import Struct
 
-__all__ = [
-    "CLIENT",
-    "CUMULATIVE",
-    "DELTA",
-    "SERVER",
-    "AttributeCache",
-    "NumberKeys",
-    "Value",
-    "any_value",
-    "delimited",
-    "double",
-    "export_metrics",
-    "export_traces",
-    "fixed64",
-    "gauge",
-    "histogram",
-    "histogram_point",
-    "key_value",
-    "metric",
-    "number_point",
-    "resource",
-    "scope",
-    "span",
-    "span_fixed",
-    "span_parent",
-    "span_prefix",
-    "span_tail",
-    "sum_",
-    "tag",
-    "varint",
-]
+__all__ = ["CLIENT", "CUMULATIVE", "DELTA", "END_TAG", "PARENT", "SERVER", "SPAN_ID", "SPAN_TAG",
+           "START_TAG", "TIMES", "TRACE_ID", "AttributeCache", "NumberKeys", "Value",
+           "any_value", "delimited", "double", "export_metrics", "export_traces", "fixed64",
+           "framed_span", "gauge", "histogram", "histogram_point", "key_value", "metric",
+           "number_point", "resource", "scope", "span", "span_fixed", "span_head", "span_parent",
+           "span_prefix", "span_tail", "sum_", "tag", "varint"]
 
 Value = str | bool | int | float | tuple[str, ...]
 
@@ -209,6 +184,20 @@ class NumberKeys:
             self._heads.append((head(part, _DOUBLE, 8),
                                 *(head(part, _INT, n) for n in range(1, 11))))
 
+    def head(self, index: int) -> bytes:
+        """What comes before a double of key ``index``: its KeyValue up to the 8 bytes."""
+        return self._heads[index][0]
+
+    def count(self, index: int, value: int) -> bytes:
+        """The int ``value`` of key ``index`` alone (a count: one or two bytes, mostly)."""
+        heads = self._heads[index]
+        if 0 <= value < 128:
+            return heads[1] + _ONE[value]
+        if 0 < value < 16384:
+            return heads[2] + bytes((value & 0x7F | 0x80, value >> 7))
+        number = varint(value)
+        return heads[len(number)] + number
+
     def double(self, index: int, value: float) -> bytes:
         """The number of key ``index`` alone, a double."""
         return self._heads[index][0] + _F64.pack(value)
@@ -249,15 +238,16 @@ def scope(name: str, version: str = "") -> bytes:
 #    ResourceSpans { resource 1, scope_spans 2 }; ExportTraceServiceRequest
 #    { resource_spans 1 }
 
-_TRACE_ID, _SPAN_ID = tag(1, _LENGTH) + b"\x10", tag(2, _LENGTH) + b"\x08"
-_TRACE_STATE, _PARENT = tag(3, _LENGTH), tag(4, _LENGTH) + b"\x08"
+TRACE_ID, SPAN_ID = tag(1, _LENGTH) + b"\x10", tag(2, _LENGTH) + b"\x08"
+_TRACE_STATE, PARENT = tag(3, _LENGTH), tag(4, _LENGTH) + b"\x08"
 _NAME, _KIND = tag(5, _LENGTH), tag(6, _VARINT)
 # Both times in one pack: their tags are one byte each (fields 7 and 8, fixed64).
-_START_TAG, _END_TAG = 7 << 3 | _FIXED64, 8 << 3 | _FIXED64
-_TIMES = Struct("<BQBQ")
+START_TAG, END_TAG = 7 << 3 | _FIXED64, 8 << 3 | _FIXED64
+TIMES = Struct("<BQBQ")
 _STATUS_ERROR = delimited(tag(15, _LENGTH), tag(3, _VARINT) + b"\x02")  # STATUS_CODE_ERROR
 _FLAGS = tag(16, _FIXED32)
 _SPAN = tag(2, _LENGTH)  # ScopeSpans.spans: a span framed for its batch
+SPAN_TAG = _SPAN[0]
 FLAG_SAMPLED, HAS_IS_REMOTE, IS_REMOTE = 0x1, 0x100, 0x200  # Span.flags (SpanFlags)
 
 
@@ -271,12 +261,12 @@ def span_fixed(name: str, kind: int, attributes: bytes) -> bytes:
 def span_prefix(trace_id: bytes) -> bytes:
     """What every span of trace ``trace_id`` begins with: its trace id and the span id's
     tag (the 8-byte span id follows)."""
-    return _TRACE_ID + trace_id + _SPAN_ID
+    return TRACE_ID + trace_id + SPAN_ID
 
 
 def span_parent(parent_span_id: bytes | None, trace_state: str = "") -> bytes:
     """The parent_span_id (and trace_state) fields; empty for a root span."""
-    found = _PARENT + parent_span_id if parent_span_id else b""
+    found = PARENT + parent_span_id if parent_span_id else b""
     return found + delimited(_TRACE_STATE, trace_state.encode()) if trace_state else found
 
 
@@ -292,14 +282,22 @@ def span(prefix: bytes, span_id: bytes, parent: bytes, fixed: bytes,  # noqa: PL
     many spans; ``fixed``: from ``span_fixed``; ``attributes``: more of them (from an
     ``AttributeCache(9)`` or ``NumberKeys(9, ...)``). Positional: called for every span,
     where passing by keyword costs."""
-    body = b"".join((prefix, span_id, parent, fixed,
-                     _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), attributes, tail))
-    size = len(body)
+    return framed_span(b"".join((prefix, span_id, parent, fixed, TIMES.pack(
+        START_TAG, start_ns, END_TAG, end_ns), attributes, tail)))
+
+
+def framed_span(body: bytes) -> bytes:
+    """A Span's fields as one item of ScopeSpans.spans: its tag and length first."""
+    return span_head(len(body)) + body
+
+
+def span_head(size: int) -> bytes:
+    """What comes before ``size`` bytes of a Span's fields in ScopeSpans.spans."""
     if size < 128:
-        return _SPAN + _ONE[size] + body
+        return _SPAN + _ONE[size]
     if size < 16384:
-        return _SPAN + bytes((size & 0x7F | 0x80, size >> 7)) + body
-    return _SPAN + varint(size) + body
+        return bytes((SPAN_TAG, size & 0x7F | 0x80, size >> 7))
+    return _SPAN + varint(size)
 
 
 def export_traces(resource_attributes: bytes, scope_message: bytes,

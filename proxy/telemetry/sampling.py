@@ -27,6 +27,12 @@ class TraceSampler:
         self._always: bool | None = {"always_on": True, "always_off": False}.get(root)
         self._bound = round(config.ratio * (1 << 64))
 
+    @property
+    def root(self) -> bool | None:
+        """The decision for a trace without a client context, when it is the same for
+        every trace id (always on, always off); None: by the trace id's ratio."""
+        return self._always
+
     def sampled(self, trace_id: str, client: TraceContext | None) -> bool:
         """``trace_id``: 32 hex digits; ``client``: the context the client sent (None: none,
         or a malformed one)."""
@@ -39,6 +45,8 @@ class TraceSampler:
     def context(self, client: TraceContext | None) -> TraceContext:
         """The request's trace: the client's, or a new one, its sampled flag this
         sampler's decision (what the upstream is told)."""
+        if client is None and self._always is not None:  # most requests: no call to make
+            return TraceContext.new("01" if self._always else "00")
         trace = client or TraceContext.new()
         flags = "01" if self.sampled(trace.trace_id, client) else "00"
         return trace if flags == trace.flags else trace._replace(flags=flags)

@@ -4,9 +4,10 @@ request's report, with the times and ids the request path recorded, and the metr
 Nothing here runs on the request path but ``keep``, which queues the report (without its
 body and messages, so a queued report holds no request's memory, unless
 OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT asks for the messages sent, within a
-bound of the bodies' bytes) for the telemetry thread, which encodes the spans (spans.py)
-and adds to the metric aggregates (meters.py). Sending is another thread's (poster.py), so
-a collector that is down or slow costs requests nothing and the telemetry thread nothing.
+bound of the bytes the parsed messages hold) for the telemetry thread, which encodes the
+spans (spans.py) and adds to the metric aggregates (meters.py). Sending is another thread's
+(poster.py), so a collector that is down or slow costs requests nothing and the telemetry
+thread nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from proxy.report import RequestReport
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import Upstream
 from proxy.telemetry.config import TelemetryConfig
+from proxy.telemetry.content import held_bytes
 from proxy.telemetry.exporting import Endpoint, Episodes
 from proxy.telemetry.meters import Instruments
 from proxy.telemetry.poster import Poster
@@ -34,13 +36,11 @@ from proxy.telemetry.spans import SpanEncoder
 __all__ = ["TelemetrySink"]
 
 _PENDING = 4096  # reports waiting for the telemetry thread; more are dropped
-# Seconds between the thread's looks at the queue (a look costs as much as describing a
-# request; the poster sends every OTEL_BSP_SCHEDULE_DELAY anyway), or sooner when the queue
-# is half full.
-_POLL = 0.5
-# Bytes of request bodies whose messages may wait for the telemetry thread, when content is
-# captured; a report past it goes without its content (counted).
+# Bytes of parsed messages (as content.held_bytes weighs them) that may wait for the
+# telemetry thread, when content is captured; a report past it goes without its content
+# (counted).
 _CONTENT_HELD = 64 * 1024 * 1024
+_MOST_PER_BYTE = 32  # what one byte of JSON can hold, parsed, at most
 _SCOPE = wire.scope("tailfloor", __version__)
 log = logging.getLogger("tailfloor.telemetry")
 
@@ -85,9 +85,14 @@ class TelemetrySink:
         self.wants_content = config.capture_content
         self._content_dropped = dropped.labels(signal="content")
         self._held_lock = threading.Lock()
-        self._held = 0  # bytes of the bodies whose messages are queued
+        self._held = 0  # bytes the queued messages hold
         self._weights: deque[int] = deque()  # each queued report with messages: its bytes
-        self._poll = min(_POLL, config.schedule_delay)
+        # The thread looks at its queue once per span export (OTEL_BSP_SCHEDULE_DELAY),
+        # then has the poster send: spans wait no longer than that, and an idle process
+        # wakes once per delay, not many times. Sooner when the queue is half full; once
+        # per metric export when only metrics are sent.
+        self._poll = config.schedule_delay if self._spans is not None \
+            else config.export_interval
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._work, name="tailfloor-telemetry",
@@ -117,52 +122,74 @@ class TelemetrySink:
     def _content_of(self, report: RequestReport) -> RequestReport:
         """The report as queued: its messages kept only when captured and within the bound
         (they hold the request's parsed body until the telemetry thread is done)."""
-        weight = len(report.body) if report.body is not None else 0
         if self.wants_content and report.messages is not None:
+            # Weighed as held, not as the body's length: parsed, a body can weigh twenty
+            # times its bytes. Past the objects weighed on the request path, the most it
+            # can weigh (an empty object, "{}," in a list, is 64 bytes for 3).
+            weight = held_bytes(report.messages, _CONTENT_HELD)
+            if weight is None:
+                weight = len(report.body) * _MOST_PER_BYTE if report.body is not None \
+                    else _CONTENT_HELD + 1
             with self._held_lock:
                 room = self._held + weight <= _CONTENT_HELD
                 if room:
                     self._held += weight
+                    self._weights.append(weight)
             if room:
-                self._weights.append(weight)
                 return replace(report, body=None, origins=None)
             self._content_dropped.inc()
         return replace(report, body=None, messages=None, origins=None)
 
     def _release(self, report: RequestReport) -> None:
-        if report.messages is not None and self._weights:
-            weight = self._weights.popleft()
+        if report.messages is not None:
             with self._held_lock:
-                self._held -= weight
+                if self._weights:
+                    self._held -= self._weights.popleft()
 
     def _batch_of(self, spans: Sequence[bytes]) -> bytes:
         return wire.export_traces(self._resource, _SCOPE, spans)
 
     def _work(self) -> None:
-        failed = False
+        failing = False
         due = time.monotonic() + self._interval
         while True:
-            self._wake.wait(self._poll)
+            woken = self._wake.wait(max(min(self._poll, due - time.monotonic()), 0.0)
+                                    if self._instruments is not None else self._poll)
             self._wake.clear()
             stopping = self._stopping
             built: list[bytes] = []
-            while self._pending:
-                report = self._pending.popleft()
-                self._release(report)
+            pending, instruments, spans = self._pending, self._instruments, self._spans
+            models, agents = self._label, self._agent_label
+            # A label already given is itself (BoundedLabel): looked up, not called.
+            known_models, known_agents = models.seen, agents.seen
+            while pending:
+                report = pending.popleft()
+                if report.messages is not None:
+                    self._release(report)
                 try:
-                    model = self._label(report.model)
-                    agent = self._agent_label(report.agent or "none")
-                    if self._instruments is not None:
-                        self._instruments.record(report, model, agent)
-                    if self._spans is not None:
-                        built += self._spans.encode(report, model, agent)
+                    model = report.model
+                    if model not in known_models:
+                        model = models(model)
+                    agent = report.agent or "none"
+                    if agent not in known_agents:
+                        agent = agents(agent)
+                    if instruments is not None:
+                        instruments.record(report, model, agent)
+                    if spans is not None:
+                        built += spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request
-                    if not failed:
-                        failed = True
+                    if not failing:  # once per episode: the first failure after a success
+                        failing = True
                         log.exception("telemetry could not describe a request; further "
-                                      "failures like it are not logged")
+                                      "failures like it are not logged until one works")
+                    continue
+                if failing:
+                    failing = False
+                    log.info("telemetry describes requests again")
             if built:
                 self._poster.add_spans(built)
+            if self._spans is not None and not stopping and not woken:
+                self._poster.flush()  # the schedule's turn: partial batches go too
             if self._instruments is not None and (stopping or time.monotonic() >= due):
                 due = time.monotonic() + self._interval
                 found = self._instruments.collect(time.time_ns())

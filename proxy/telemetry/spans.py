@@ -12,8 +12,9 @@ told the upstream. Used from the telemetry thread only.
 from __future__ import annotations
 
 import random
+from struct import Struct
 
-from proxy.report import RequestReport
+from proxy.report import Attempt, RequestReport
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import (
     ATTEMPT_NUMBERS,
@@ -42,6 +43,11 @@ __all__ = ["SpanEncoder"]
 _LOCAL = wire.FLAG_SAMPLED | wire.HAS_IS_REMOTE
 _REMOTE = _LOCAL | wire.IS_REMOTE
 _FIXED_KEPT = 4096  # distinct fixed parts kept per span kind; emptied when full
+_F64 = Struct("<d")
+_TRACE_ID, _SPAN_ID, _PARENT, _TIMES = wire.TRACE_ID, wire.SPAN_ID, wire.PARENT, wire.TIMES
+_START_TAG, _END_TAG, _SPAN_TAG = wire.START_TAG, wire.END_TAG, wire.SPAN_TAG
+_Pair = tuple[bytes, bytes, int, bytes, bytes, int, bool]
+_getrandbits = random.getrandbits  # ids need to be unique, not secret
 _TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True)
           for flags in (_LOCAL, _REMOTE)}
 
@@ -63,6 +69,12 @@ class SpanEncoder:
         # key -> (span_fixed bytes, error)
         self._servers: dict[Key, tuple[bytes, bool]] = {}
         self._attempts: dict[Key, tuple[bytes, bool]] = {}
+        # _one_attempt's key -> (server fixed, tail, size less its numbers; the same of
+        # the attempt's span; whether the answer's usage is counted)
+        self._pairs: dict[Key, _Pair] = {}
+        self._root = sampler.root
+        self._proxy_seconds = self._server_numbers.head(0)
+        self._first_chunk = self._attempt_numbers.head(0)
         self._random = random.Random()  # ids need to be unique, not secret
 
     def _new_id(self, bits: int) -> int:
@@ -75,15 +87,21 @@ class SpanEncoder:
                made: Fixed) -> tuple[bytes, bool]:
         if len(kept) >= _FIXED_KEPT:
             kept.clear()
-        found = kept[key] = (wire.span_fixed(made.name, kind, self._attributes.encode(
-            made.attributes.items())), made.error is not None)
+        found = kept[key] = self._encoded(kind, made)
         return found
+
+    def _encoded(self, kind: int, made: Fixed) -> tuple[bytes, bool]:
+        return (wire.span_fixed(made.name, kind, self._attributes.encode(
+            made.attributes.items())), made.error is not None)
 
     def encode(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
         """The report's spans, framed for a batch; none when the trace is not sampled.
         ``model``, ``agent``: the report's, labelled (the metrics need them too)."""
-        client = parse_traceparent(report.traceparent) if report.traceparent else None
         attempts = report.attempts
+        if len(attempts) == 1 and report.traceparent is None and report.summary is None \
+                and (report.messages is None or self._content_limit is None):
+            return self._one_attempt(report, attempts[0], model, agent)
+        client = parse_traceparent(report.traceparent) if report.traceparent else None
         sent = attempts[0].traceparent if attempts else None
         if client is not None:
             trace_hex = client.trace_id
@@ -136,6 +154,91 @@ class SpanEncoder:
                               _span_id)[-1]
             out.append(self._whole(prefix, under_server, plan))
         return out
+
+    def _one_attempt(self, report: RequestReport, attempt: Attempt, model: str,
+                     agent: str) -> list[bytes]:
+        """What ``encode`` makes of most requests (one attempt, no client context, no
+        summary, no content), made with fewer calls: both spans' fixed parts under one key
+        of the raw values they depend on, each span joined in one piece behind a head
+        from its known size. Same bytes as the general way (tests/telemetry/
+        test_encoding.py holds both to plan_spans)."""
+        trace_hex = report.trace_id or (attempt.traceparent[3:35] if attempt.traceparent
+                                        else f"{self._new_id(128):032x}")
+        sampled = self._root
+        if not (sampled if sampled is not None else self._sampler.sampled(trace_hex, None)):
+            return []
+        key = (report.route, report.status, report.verdict, report.floor_kind, agent,
+               report.floor_reason, report.method, report.carried_from, report.compaction,
+               report.overflow, report.named_session, model, report.stream, attempt.number,
+               attempt.status, attempt.compacted, attempt.error, report.finish_reason,
+               report.response_model, report.usage is not None)
+        pair = self._pairs.get(key) or self._pair(key, report, attempt, model, agent)
+        server_fixed_part, server_tail, server_size, attempt_fixed_part, attempt_tail, \
+            attempt_size, counted = pair
+        trace_id = bytes.fromhex(trace_hex)
+        server_id = (_getrandbits(64) or 1).to_bytes(8, "big")
+        at = report.at
+        start_ns = int(at * 1e9)
+        end_ns = int((at + report.seconds) * 1e9)
+        if report.restored or report.carried or report.added_tokens or report.tokens_removed:
+            numbers = self._server_numbers.encode(server_numbers(report))
+        else:
+            numbers = self._proxy_seconds + _F64.pack(report.proxy_seconds)
+        size = server_size + len(numbers)
+        server = b"".join((
+            bytes((_SPAN_TAG, size & 0x7F | 0x80, size >> 7)) if 127 < size < 16384
+            else wire.span_head(size), _TRACE_ID, trace_id, _SPAN_ID, server_id,
+            server_fixed_part, _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), numbers,
+            server_tail))
+        started = at + attempt.started
+        attempt_start = int(started * 1e9)
+        attempt_end = end_ns if attempt.error is None \
+            else int((started + attempt.latency) * 1e9)
+        traceparent = attempt.traceparent
+        span_id = bytes.fromhex(traceparent[36:52]) if traceparent \
+            else self._new_id(64).to_bytes(8, "big")
+        first = attempt.first_chunk
+        usage = report.usage
+        numbers = self._first_chunk + _F64.pack(first - attempt.started) \
+            if first is not None else b""
+        if counted and usage is not None:  # attempt_numbers' counts, in their order
+            count = self._attempt_numbers.count
+            if usage.prompt_tokens is not None:
+                numbers += count(1, usage.prompt_tokens)
+            if usage.completion_tokens is not None:
+                numbers += count(2, usage.completion_tokens)
+            if usage.cached_tokens is not None:
+                numbers += count(3, usage.cached_tokens)
+            if usage.reasoning_tokens is not None:
+                numbers += count(4, usage.reasoning_tokens)
+        size = attempt_size + len(numbers)
+        client = b"".join((
+            bytes((_SPAN_TAG, size & 0x7F | 0x80, size >> 7)) if 127 < size < 16384
+            else wire.span_head(size), _TRACE_ID, trace_id, _SPAN_ID, span_id, _PARENT,
+            server_id, attempt_fixed_part, _TIMES.pack(
+                _START_TAG, attempt_start, _END_TAG,
+                attempt_end if attempt_end > attempt_start else attempt_start),
+            numbers, attempt_tail))
+        return [server, client]
+
+    def _pair(self, key: Key, report: RequestReport, attempt: Attempt, model: str,
+              agent: str) -> _Pair:
+        """Both fixed parts, tails and sizes (all but the numbers) of ``_one_attempt``'s
+        spans, kept under ``key``."""
+        server, server_error = self._encoded(wire.SERVER,
+                                             server_fixed(server_key(report, agent)))
+        made = attempt_key(report, attempt, True, model, self._response_label)
+        client, client_error = self._encoded(wire.CLIENT, attempt_fixed(made, self._upstream))
+        server_tail, client_tail = _TAILS[server_error, _LOCAL], _TAILS[client_error, _LOCAL]
+        if len(self._pairs) >= _FIXED_KEPT:
+            self._pairs.clear()
+        # The ids, the times and the parent (for the client span) around the fixed parts.
+        around = len(_TRACE_ID) + 16 + len(_SPAN_ID) + 8 + _TIMES.size
+        found = self._pairs[key] = (
+            server, server_tail, around + len(server) + len(server_tail),
+            client, client_tail, around + len(_PARENT) + 8 + len(client) + len(client_tail),
+            made[-1])
+        return found
 
     def _whole(self, prefix: bytes, parent: bytes, plan: SpanPlan) -> bytes:
         span_id = plan.span_id if plan.span_id is not None else self._new_id(64)

@@ -29,16 +29,24 @@ class TraceContext(NamedTuple):
     flags: str  # two hex digits; 01: sampled
 
     @classmethod
-    def new(cls) -> TraceContext:
-        return cls(f"{_getrandbits(128) or _nonzero(128):032x}", None, "01")
+    def new(cls, flags: str = "01") -> TraceContext:
+        # to_bytes().hex(), not a format spec: an int formatted to a width takes the slow
+        # path, twice as long.
+        return _make(cls, ((_getrandbits(128) or _nonzero(128)).to_bytes(16, "big").hex(),
+                           None, flags))
 
     def traceparent(self, span_id: str) -> str:
         """The header an upstream call made in span ``span_id`` carries."""
         return f"00-{self.trace_id}-{span_id}-{self.flags}"
 
+    def child(self) -> str:
+        """The header of an upstream call made in a new span of this trace."""
+        span_id = (_getrandbits(64) or _nonzero(64)).to_bytes(8, "big").hex()
+        return f"00-{self.trace_id}-{span_id}-{self.flags}"
+
 
 def new_span_id() -> str:
-    return f"{_getrandbits(64) or _nonzero(64):016x}"
+    return (_getrandbits(64) or _nonzero(64)).to_bytes(8, "big").hex()
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
@@ -59,6 +67,12 @@ def ids_of(traceparent: str) -> tuple[int, int]:
     """(trace id, span id) of a traceparent this module made."""
     _, trace_id, span_id, _ = traceparent.split("-", 3)
     return int(trace_id, 16), int(span_id, 16)
+
+
+def _make(cls: type[TraceContext], fields: tuple[str, str | None, str]) -> TraceContext:
+    """A TraceContext from its three fields, without the named tuple's own constructor (a
+    Python function around this one call)."""
+    return tuple.__new__(cls, fields)
 
 
 def _nonzero(bits: int) -> int:

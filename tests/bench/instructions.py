@@ -12,9 +12,14 @@ Request kinds, one connection, back to back, non-streaming:
 - ``small``: the benchmark's two-message request (``loadgen.BODY``);
 - ``agent``: an agent-sized request (``loadgen.AGENT_BODY``: 40 KB system prompt, 12 tools).
 
+``--otlp`` adds ``tailfloor-otlp``: tailfloor exporting traces and metrics over OTLP/HTTP
+(every request sampled) to a receiver in this process (tests/otlp_receiver.py, kept-alive
+HTTP/1.1 as a collector answers), printed beside plain tailfloor with what it adds.
+
 Needs valgrind (``apt-get install valgrind``); nginx is measured when installed.
 
 Usage: python tests/bench/instructions.py [--requests 200] [--targets tailfloor,nginx,...]
+       [--otlp]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench import peers
 from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency
 from tests.conftest import free_port
+from tests.otlp_receiver import OtlpReceiver
 
 TARGETS = ("tailfloor", "nginx", "uvloop-raw", "aiohttp-own-client")
 KINDS = {"small": BODY, "agent": AGENT_BODY}
@@ -43,7 +49,7 @@ WARM = 50
 def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str], str]:
     """The target's command line and a URL that answers once it is ready."""
     url = f"http://127.0.0.1:{upstream}"
-    if target == "tailfloor":
+    if target in ("tailfloor", "tailfloor-otlp"):
         admin = free_port()
         return ([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
                  "--admin-listen", f"127.0.0.1:{admin}", "--upstream", url],
@@ -61,7 +67,8 @@ def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str
             f"http://127.0.0.1:{port}/v1/models")
 
 
-def counted(target: str, body: bytes, requests: int, upstream: int, work: Path) -> int:
+def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
+            env: dict[str, str]) -> int:
     """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown."""
     port = free_port()
     argv, ready = command(target, port, upstream, work)
@@ -69,7 +76,7 @@ def counted(target: str, body: bytes, requests: int, upstream: int, work: Path) 
     proc = subprocess.Popen(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
          *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONHASHSEED": "0"})
+        env={**os.environ, "PYTHONHASHSEED": "0", **env})
     try:
         peers.wait_http(ready, 300, proc)
         asyncio.run(measure_latency(port, body, 1, WARM + requests))
@@ -82,9 +89,10 @@ def counted(target: str, body: bytes, requests: int, upstream: int, work: Path) 
     raise RuntimeError(f"no cachegrind summary for {target}")
 
 
-def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path) -> float:
-    fewer = counted(target, body, 0, upstream, work)
-    more = counted(target, body, requests, upstream, work)
+def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
+                env: dict[str, str]) -> float:
+    fewer = counted(target, body, 0, upstream, work, env=env)
+    more = counted(target, body, requests, upstream, work, env=env)
     return (more - fewer) / requests
 
 
@@ -92,11 +100,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--otlp", action="store_true",
+                        help="also tailfloor exporting OTLP to a receiver in this process")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)")
         return 2
     targets = [t for t in args.targets.split(",") if t]
+    receiver = None
+    if args.otlp:
+        receiver = OtlpReceiver(keep_alive=True)
+        targets.append("tailfloor-otlp")
+    # Only the sampler's default (every request) and the endpoint: no other OTEL_* setting.
+    envs = {t: {} if t != "tailfloor-otlp" or receiver is None
+            else {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url} for t in targets}
     if "nginx" in targets and peers.nginx_binary() is None:
         print("nginx not installed: that row is left out")
         targets.remove("nginx")
@@ -107,10 +124,12 @@ def main() -> int:
         fake = services.start([sys.executable, "tests/fake_upstream.py", "--port",
                                str(upstream)], "upstream")
         peers.wait_http(f"http://127.0.0.1:{upstream}/v1/models", 15, fake)
-        rows = {t: {kind: per_request(t, body, args.requests, upstream, work)
+        rows = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t])
                     for kind, body in KINDS.items()} for t in targets}
     finally:
         services.stop()
+        if receiver is not None:
+            receiver.stop()
     base = rows.get("nginx")
     print(f"\ninstructions per request (user space, {args.requests} requests after "
           f"{WARM} to warm up)")
@@ -121,6 +140,12 @@ def main() -> int:
         if base:
             line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in KINDS)
         print(line)
+    plain, exporting = rows.get("tailfloor"), rows.get("tailfloor-otlp")
+    if plain and exporting:
+        print("OTLP export adds " + ", ".join(
+            f"{exporting[kind] / plain[kind] - 1:+.1%} ({kind})" for kind in KINDS))
+    if receiver is not None:
+        print(f"the receiver took {len(receiver.spans())} spans in {receiver.posts} posts")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -192,3 +192,35 @@ async def test_an_edit_landing_while_the_watch_is_set_up_is_seen(
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_edits_apply_while_no_watch_can_be_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The watch fails every time (inotify's watch limit reached, say): each retry's read
+    still brings the edits in."""
+    from proxy.policy import files
+    rules_file = tmp_path / "floor.toml"
+    rules_file.write_text(GOOD.format(n=10))
+    holder = RulesHolder.open(tmp_path, Metrics())
+    tries: list[float] = []
+
+    async def no_watch(*_args: object, **_kwargs: object) -> AsyncIterator[object]:
+        tries.append(time.monotonic())
+        raise OSError(28, "inotify watch limit reached")
+        yield  # an async generator, as the real one is
+
+    monkeypatch.setattr(files, "watch_batches", no_watch)
+    monkeypatch.setattr(files, "RETRY_SECONDS", 0.1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch_rules(holder, stop))
+    try:
+        await _until(lambda: len(tries) >= 2, 3.0)
+        rules_file.write_text(GOOD.format(n=20))
+        await _until(lambda: holder.rules.defaults.min_tail_messages == 20, 5.0)
+        rules_file.write_text(GOOD.format(n=30))
+        await _until(lambda: holder.rules.defaults.min_tail_messages == 30, 5.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert "watching rules directory" in caplog.text

@@ -47,11 +47,17 @@ def store(redis_server: RedisServer) -> RedisServer:
     return redis_server
 
 
+# The store's round-trip bound at its highest: a loaded test machine can take longer than the
+# default 250 ms, and a replica then rightly goes on alone, which these tests do not test.
+GENEROUS = {"TAILFLOOR_STORE_TIMEOUT_MS": "1000"}
+
+
 def pair(fake: FakeUpstream, tmp_path: Path, url: str, *extra: str,
          env: dict[str, str] | None = None) -> list[ProxyProcess]:
     rules = recovery_rules(tmp_path)
     return [InProcessProxy(fake, "--rules", str(rules), "--state", str(tmp_path / name),
-                         "--store", url, *extra, env=env) for name in ("a", "b")]
+                         "--store", url, *extra, env={**GENEROUS, **(env or {})})
+            for name in ("a", "b")]
 
 
 def post(proxy: ProxyProcess, body: dict[str, Any], headers: dict[str, str] | None = None
@@ -130,8 +136,9 @@ def test_one_summary_when_both_replicas_overflow_at_once(
     # The summarizer is slow, so both replicas are inside their compaction at the same time.
     clean_fake.behaviour = AgentBehaviour(max_chars=MAX_CHARS, summary_delay=1.5)
     # A loaded test machine can take longer than the default 0.25 s for a round trip; a
-    # replica would then rightly go on alone and make a second summary.
-    a, b = pair(clean_fake, tmp_path, store.url, env={"TAILFLOOR_STORE_TIMEOUT_MS": "2000"})
+    # replica would then rightly go on alone and make a second summary (1 s, the most
+    # allowed, is plenty).
+    a, b = pair(clean_fake, tmp_path, store.url, env={"TAILFLOOR_STORE_TIMEOUT_MS": "1000"})
     try:
         messages = [*history("c", 8, 700), {"role": "user", "content": "both at once?"}]
         with ThreadPoolExecutor(2) as pool:
@@ -154,7 +161,7 @@ def test_a_carry_on_one_replica_from_a_fingerprint_recorded_on_the_other(
     victim = victim_session(root)
     rules = rules_dir(tmp_path)
     a, b = (InProcessProxy(clean_fake, "--sessions", str(root), "--rules", str(rules),
-                         "--store", store.url) for _ in range(2))
+                         "--store", store.url, env=GENEROUS) for _ in range(2))
     alone = InProcessProxy(clean_fake, "--sessions", str(root), "--rules", str(rules))
     try:
         send(a, victim)  # Pi's request of its old session: A records its fingerprint
@@ -241,7 +248,7 @@ def test_a_claimed_session_id_does_not_name_the_store_key(
     proxy = InProcessProxy(clean_fake, "--rules", str(recovery_rules(tmp_path)),
                          "--state", str(tmp_path / "state"), "--store", store.url,
                          "--sessions", str(tmp_path / "alice"), "--sessions",
-                         str(tmp_path / "bob"))
+                         str(tmp_path / "bob"), env=GENEROUS)
     try:
         messages = [*history("m", 8, 700), {"role": "user", "content": "mine now"}]
         status, _answer, head = post(proxy, chat(messages), {"x-tailfloor-session": VICTIM})

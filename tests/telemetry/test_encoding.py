@@ -256,12 +256,17 @@ def test_a_collector_dribbling_its_answer_holds_neither_a_post_nor_the_shutdown(
         collector.close()
 
 
-def test_captured_messages_waiting_are_bounded_by_their_bodies_bytes(
+def test_captured_messages_waiting_are_bounded_by_what_they_hold(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
     from proxy.metrics import Metrics
     from proxy.policy.prices import PriceList
     from proxy.telemetry import sink as sink_module
-    monkeypatch.setattr(sink_module, "_CONTENT_HELD", 100)
+    messages = ({"role": "user", "content": "hi"},)
+    # What the messages hold, object by object: one such report fits, two do not.
+    held = sum(map(sys.getsizeof, (messages, messages[0], "role", "user", "content", "hi")))
+    monkeypatch.setattr(sink_module, "_CONTENT_HELD", held * 3 // 2)
     config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
                                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
     assert config is not None
@@ -269,9 +274,10 @@ def test_captured_messages_waiting_are_bounded_by_their_bodies_bytes(
     sink = sink_module.TelemetrySink(config, metrics, "http://127.0.0.1:9",
                                      lambda: PriceList(()))
     try:
-        with_content = report(body=b"x" * 80, messages=({"role": "user", "content": "hi"},))
+        # A body far smaller than what its parsed messages hold.
+        with_content = report(body=b"x" * 8, messages=messages)
         first = sink._content_of(with_content)
-        second = sink._content_of(with_content)  # 160 bytes would be waiting: left out
+        second = sink._content_of(with_content)  # twice what the bound allows: left out
         assert first.messages is not None and first.body is None
         assert second.messages is None
         assert metrics.otlp_dropped.labels(signal="content")._value.get() == 1
@@ -279,3 +285,36 @@ def test_captured_messages_waiting_are_bounded_by_their_bodies_bytes(
         assert sink._content_of(with_content).messages is not None
     finally:
         sink.shutdown()
+
+
+def test_a_request_that_cannot_be_described_is_logged_once_per_episode(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from proxy.metrics import Metrics
+    from proxy.policy.prices import PriceList
+    from proxy.telemetry import sink as sink_module
+    real = SpanEncoder.encode
+
+    def encode(self: SpanEncoder, r: RequestReport, model: str, agent: str) -> list[bytes]:
+        if r.request_id.startswith("bad"):
+            raise RuntimeError("a bug describing " + r.request_id)
+        return real(self, r, model, agent)
+
+    monkeypatch.setattr(SpanEncoder, "encode", encode)
+    caplog.set_level(logging.INFO, "tailfloor.telemetry")
+    config = telemetry_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+                               "OTEL_METRICS_EXPORTER": "none"})
+    assert config is not None
+    sink = sink_module.TelemetrySink(config, Metrics(), "http://127.0.0.1:9",
+                                     lambda: PriceList(()))
+    # Two episodes of failures, each ended by a request described.
+    for request_id in ("bad-1", "bad-2", "good-1", "bad-3", "bad-4", "bad-5", "good-2"):
+        sink.keep(report(request_id=request_id))
+    sink.shutdown()  # describes what is queued, in order
+    lines = [r for r in caplog.records if r.name == "tailfloor.telemetry"]
+    failed = [r for r in lines if "could not describe" in r.getMessage()]
+    again = [r for r in lines if "describes requests again" in r.getMessage()]
+    assert [str(r.exc_info[1]) for r in failed if r.exc_info] == [
+        "a bug describing bad-1", "a bug describing bad-3"]
+    assert len(again) == 2

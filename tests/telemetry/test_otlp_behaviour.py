@@ -186,3 +186,34 @@ def test_a_client_that_leaves_mid_attempt_still_has_the_attempts_span(
         assert sent.split("-")[2] == attempt.span_id.hex()
     finally:
         proxy.stop()
+
+
+def test_a_client_that_leaves_while_an_error_body_is_read_records_the_attempt_once(
+        clean_fake: FakeUpstream, receiver: OtlpReceiver) -> None:
+    # The upstream's error head comes at once; its body a piece a second.
+    clean_fake.script.append(Reply(status=500, chunks=[
+        b'{"error": ', b'{"message": "slow failure", ', b'"type": "server_error"}}'],
+        delay_between_chunks=1.0))
+    proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
+    try:
+        with pytest.raises(TimeoutError):  # gone while the proxy reads the error body
+            urllib.request.urlopen(urllib.request.Request(
+                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
+                headers={"Content-Type": "application/json"}), timeout=0.5)
+        found = spans_of(receiver, 2)
+
+        def durations() -> int:  # the attempts the duration histogram counted, in all
+            points = receiver.points("gen_ai.client.inference.duration")
+            return points and sum(point.count for point in points[-1:])
+
+        receiver.wait(durations)
+        time.sleep(1.0)  # anything recorded twice would be exported by now
+        assert len(receiver.spans()) == 2
+        [server] = [s for s in found if s.kind == SERVER]
+        [attempt] = [s for s in receiver.spans() if s.kind == CLIENT]
+        assert attempt.parent_span_id == server.span_id
+        assert attributes(attempt.attributes)["error.type"] == "500"
+        assert durations() == 1
+        assert len(clean_fake.chat_requests()) == 1  # one attempt made, no retry
+    finally:
+        proxy.stop()

@@ -65,6 +65,10 @@ def test_attribute_cache_and_number_keys() -> None:
     numbers = wire.NumberKeys(9, keys).encode(values)
     assert attributes(Span.FromString(numbers).attributes) == {
         key: value for key, value in zip(keys, values, strict=True) if value is not None}
+    counts = wire.NumberKeys(9, keys)
+    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**35, 2**63 - 1, -1, -3, -(2**63)):
+        alone = counts.count(2, value)  # as decoded by protobuf itself
+        assert attributes(Span.FromString(alone).attributes) == {"c.count": value}
 
 
 def test_a_span_and_its_request() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from proxy.telemetry.config import Sampler
 from proxy.telemetry.sampling import TraceSampler
-from proxy.telemetry.tracecontext import TraceContext
+from proxy.telemetry.tracecontext import TraceContext, parse_traceparent
 
 HIGH = "ffffffffffffffff"  # the upper 64 bits never count
 
@@ -70,6 +70,22 @@ def test_the_context_sent_upstream_carries_the_decision() -> None:
     on = TraceSampler(Sampler("parentbased_always_on"))
     assert on.context(client("00")) == client("00")
     assert on.context(None).flags == "01"
+
+
+def test_new_traces_and_child_spans_are_valid_traceparents() -> None:
+    sampler = TraceSampler(Sampler("always_on"))
+    seen_traces, seen_spans = set(), set()
+    for _ in range(500):
+        made = sampler.context(None)
+        assert isinstance(made, TraceContext) and made.parent_id is None
+        header = made.child()
+        parsed = parse_traceparent(header)  # the same reader a client's header meets
+        assert parsed is not None and parsed.trace_id == made.trace_id
+        assert parsed.parent_id is not None and parsed.flags == "01"
+        assert header == made.traceparent(parsed.parent_id)
+        seen_traces.add(made.trace_id)
+        seen_spans.add(parsed.parent_id)
+    assert len(seen_traces) == len(seen_spans) == 500
 
 
 def test_the_export_needs_no_opentelemetry_package() -> None:

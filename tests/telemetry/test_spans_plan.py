@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from proxy.metrics import BoundedLabel
@@ -11,6 +14,7 @@ from proxy.telemetry.tracecontext import TraceContext, ids_of, new_span_id, pars
 from proxy.wire.usage import Usage
 
 UPSTREAM = Upstream.of("https://api.openai.com/v1")
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def report(**changes: object) -> RequestReport:
@@ -33,14 +37,44 @@ def test_the_conversation_id_is_the_agents_own_name_only() -> None:
     assert "gen_ai.conversation.id" not in attempt.attributes
     _, attempt = plan(report(session_id="x", named_session="agent-said-this"))
     assert attempt.attributes["gen_ai.conversation.id"] == "agent-said-this"
-    for uuid in ("0d9b1c1e-6f0a-4d7e-9a55-3c2f1e8b7a10", "agent:main:main"):
+    for uuid in ("0d9b1c1e-6f0a-4d7e-9a55-3c2f1e8b7a10", "agent:main:main",
+                 "abcdefghijklmnopqrstuvw"):  # 23 letters: a name, not yet a key's run
         server, attempt = plan(report(named_session=uuid))
         assert server.attributes["gen_ai.conversation.id"] == uuid
         assert attempt.attributes["gen_ai.conversation.id"] == uuid
 
 
+def real_session_ids() -> set[str]:
+    """The ids Pi (its session_id header, prompt_cache_key) and OpenClaw (its session keys)
+    really sent, as recorded in the fixtures."""
+    found: set[str] = set()
+    for path in FIXTURES.glob("dialects/openai-responses/*/requests.json"):
+        for request in json.loads(path.read_text()):
+            headers = {k.lower(): v for k, v in request["headers"].items()}
+            found.update(v for k, v in headers.items() if k in ("session_id", "session-id"))
+            if isinstance(request["body"], dict) and "prompt_cache_key" in request["body"]:
+                found.add(request["body"]["prompt_cache_key"])
+    sessions = FIXTURES / "transcripts/captures/oc735-01-gateway/state/agents/main/sessions"
+    found.update(json.loads((sessions / "sessions.json").read_text()))
+    return found
+
+
+def test_real_agents_session_ids_pass() -> None:
+    ids = real_session_ids()
+    assert any(i.startswith("agent:main:") for i in ids)  # OpenClaw's
+    assert sum(len(i) == 36 and i.count("-") == 4 for i in ids) >= 4  # Pi's UUIDs
+    for claimed in ids:
+        server, attempt = plan(report(named_session=claimed))
+        assert server.attributes["gen_ai.conversation.id"] == claimed
+        assert attempt.attributes["gen_ai.conversation.id"] == claimed
+
+
 @pytest.mark.parametrize("claimed", [
     "sk-proj-" + "A1b2C3d4" * 6,  # a key pasted into a session header
+    "0d9b1c1e6f0a4d7e9a553c2f1e8b7a10",  # 32 hex digits, no known prefix
+    "dGhpcyBpcyBhIHNlY3JldCB0b2tlbg==",  # base64
+    "session:" + "Zq8xW2v" * 4,  # a token after a plain prefix
+    "abcdefghijklmnopqrstuvwx",  # 24 letters: the shortest run refused
     "line\nfeed", "<script>alert(1)</script>", "x" * 129, " leading-space", "ünïcode",
 ])
 def test_a_claimed_session_id_that_is_not_a_plain_id_is_left_out(claimed: str) -> None:

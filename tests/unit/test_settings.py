@@ -114,9 +114,13 @@ def test_the_store_timeout() -> None:
     store = ["--store", "redis://127.0.0.1:6379/0"]
     found = parse(store).store
     assert found is not None and found.timeout == 0.25
-    found = parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": "1500"}).store
-    assert found is not None and found.timeout == 1.5
-    for bad in ("fast", "5", "20000", "1.5"):
+    found = parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": "750"}).store
+    assert found is not None and found.timeout == 0.75
+    found = parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": "1000"}).store
+    assert found is not None and found.timeout == 1.0
+    # int() takes all of these; a setting of whole milliseconds takes plain digits only.
+    for bad in ("fast", "5", "1001", "2000", "20000", "1.5", "1_000", "+250", " 250",
+                "250 ", "-250", "\u0662\u0665\u0660", " "):
         with pytest.raises(settings_mod.SettingsError) as info:
             parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": bad})
         assert "TAILFLOOR_STORE_TIMEOUT_MS" in "\n".join(info.value.problems)

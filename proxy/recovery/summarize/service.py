@@ -30,7 +30,7 @@ from proxy.recovery.summarize.transport import (
     UpstreamSummaryTransport,
     summarizer_headers,
 )
-from proxy.telemetry.tracecontext import TraceContext, new_span_id
+from proxy.telemetry.tracecontext import TraceContext
 from proxy.tokens import TokenCounter, with_margin
 
 __all__ = ["REST_SECONDS", "Summaries"]
@@ -65,8 +65,7 @@ class Summaries:
                                    else "max_completion_tokens")
         # This summary's span, the parent of its calls' (telemetry builds it from the
         # report with this id).
-        traceparent = request.trace.traceparent(new_span_id()) \
-            if request.trace is not None else None
+        traceparent = request.trace.child() if request.trace is not None else None
         started = time.perf_counter()
         try:
             def count(message: dict[str, Any]) -> int:
