@@ -35,6 +35,7 @@ FAILED_TURN = "[assistant turn failed before producing content]"
 # transcript may lag the request, or hold a retry's duplicates once).
 _NEAR = 8
 _CONFIRM = 4  # agreeing messages that confirm an anchor found where it was expected
+_INTERNAL_HEADS = ("[", INTERNAL_CONTEXT, OPENCLAW_CONTINUE.split(" ", 1)[0])
 Message = dict[str, Any]
 
 
@@ -54,7 +55,13 @@ def is_internal(message: object) -> bool:
     """OpenClaw's trailing internal-context message or its overflow "Continue" turn."""
     if not isinstance(message, Mapping) or message.get("role") != "user":
         return False
-    text = normalise_user_text(message_text(message))
+    text = message_text(message)
+    # Normalising only drops a time prefix (it starts with "["), collapses whitespace and
+    # cuts a suffix that starts with whitespace: a text whose first word is neither marker's
+    # nor a prefix cannot be one, and most are not (skips normalising every user message).
+    if not text.lstrip().startswith(_INTERNAL_HEADS):
+        return False
+    text = normalise_user_text(text)
     return text.startswith(INTERNAL_CONTEXT) or text.startswith(OPENCLAW_CONTINUE)
 
 

@@ -51,6 +51,8 @@ class Catalog:
                  ) -> None:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
+        flavors: tuple[Flavor, ...] = ("pi", "openclaw")  # made once: a rendering's cache key
+        self._flavours = {f: replace(self._opts, flavor=f) for f in flavors}
         self._lock = threading.RLock()
         self.rendered = RenderedTail()
         self._states: dict[str, SessionState] = {}
@@ -295,8 +297,7 @@ class Catalog:
         return (created or 0.0, session_id)
 
     def _flavour(self, st: SessionState) -> RenderOptions:
-        flavor: Flavor = "pi" if st.info.source == "pi" else "openclaw"
-        return replace(self._opts, flavor=flavor)
+        return self._flavours["pi" if st.info.source == "pi" else "openclaw"]
 
     def _tail_records(self, st: SessionState, picked: Sequence[Entry],
                       edits: Mapping[str, Entry]) -> list[TailMessage]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 
 import orjson
 
@@ -59,14 +60,25 @@ class RenderedTail:
 
     def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions) -> TailMessage | None:
-        key = _key(store, entry, edit, opts)
+        return self.get_many(store, [entry], {entry.id: edit} if edit is not None else {},
+                             opts)[0]
+
+    def get_many(self, store: TranscriptStore, entries: Sequence[Entry],
+                 edits: Mapping[str, Entry], opts: RenderOptions) -> list[TailMessage | None]:
+        """``get`` for each entry (with its edit in ``edits``), under one hold of the lock."""
+        keys = [_key(store, e, edits.get(e.id), opts) for e in entries]
+        out: list[TailMessage | None] = []
         with self._lock:
-            found = self._kept.get(key)
-            # The id of a store that was dropped can be reused: the held store must be it.
-            if found is None or found[0] is not store:
-                return None
-            self._kept.move_to_end(key)
-            return found[1]
+            kept = self._kept
+            for key in keys:
+                found = kept.get(key)
+                # The id of a store that was dropped can be reused: the held store must be it.
+                if found is None or found[0] is not store:
+                    out.append(None)
+                    continue
+                kept.move_to_end(key)
+                out.append(found[1])
+        return out
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:

@@ -5,6 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.floor.restore import is_internal
 from proxy.wire.boundary import (
     fit_start,
     incomplete_tool_calls,
@@ -15,6 +16,7 @@ from proxy.wire.boundary import (
     tail_start,
     units,
 )
+from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
 
 Msg = dict[str, Any]
 
@@ -187,3 +189,24 @@ def test_duplicate_result_is_an_orphan() -> None:
     messages = [call("a"), result("a"), user(), result("a")]
     assert orphan_tool_results(messages) == [3]
     assert legal_starts(messages) == [0, 2]
+
+
+_PIECES = st.sampled_from([
+    "", " ", "  ", "\n", "\t", "\n\n", "[Mon 2026-11-30 02:27 UTC] ", "[Tue 2026-12-01 10:00] ",
+    "[", "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<<<BEGIN", "Continue", "Continue the",
+    "Continue the current task from the existing transcript", "current", " task ", "hello",
+    "\n\nRuntime: agent=main | session=x", "Runtime: agent=main", "Cont", "inue",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=8), st.booleans())
+def test_internal_messages_are_found_as_the_normalised_text_shows_them(
+        pieces: list[str], as_parts: bool) -> None:
+    """The oracle: the user text as both sides normalise it starts with one of OpenClaw's
+    markers (the check skips normalising texts that cannot)."""
+    text = "".join(pieces)
+    content: object = [{"type": "text", "text": text}] if as_parts else text
+    expected = normalise_user_text(text).startswith((INTERNAL_CONTEXT, OPENCLAW_CONTINUE))
+    assert is_internal({"role": "user", "content": content}) is expected
+    assert is_internal({"role": "assistant", "content": content}) is False
