@@ -15,13 +15,14 @@ form the request shows.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.floor.style import Prefix, learn_prefix, restyle
 from proxy.transcripts.records import TailMessage
-from proxy.wire.boundary import legal_starts, tail_start, units
+from proxy.wire.boundary import legal_starts, tail_start
 from proxy.wire.content import message_text
 from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
 from proxy.wire.tool_ids import call_id_key
@@ -211,11 +212,14 @@ def legal_block(before: Sequence[Message], own: Sequence[Any], n: int) -> int:
 def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Message, ...], ...]:
     """Split added messages into units (tool exchanges whole), judged with what follows."""
     combined = [*block, *own]
+    # The bounds ``units`` splits at, without a Unit made for each (one per restored message).
+    starts = legal_starts(combined)
+    bounds = [0, *starts] if combined and (not starts or starts[0] > 0) else starts
     out = []
-    for unit in units(combined):
-        if unit.start >= len(block):
+    for start, end in itertools.pairwise([*bounds, len(combined)]):
+        if start >= len(block):
             break
-        out.append(tuple(block[unit.start:min(unit.end, len(block))]))
+        out.append(tuple(block[start:min(end, len(block))]))
     return tuple(out)
 
 

@@ -212,7 +212,7 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None or not st.complete:
                 return None
-            return view.active_branch(st.entries, st.by_id_if_built).missing_parent
+            return st.branch().missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
@@ -239,7 +239,7 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None or k <= 0:
                 return []
-            path, rooted = st.path()
+            path, rooted = st.path(keep=True)
             picked = view.tail_of(path, k, before)
             short = len(picked) < k and not view.segment_within(path, rooted, before)
             edits = view.replacements(path, picked)
@@ -250,7 +250,7 @@ class Catalog:
             with self._lock:
                 if k <= self.tail_limit and self._states.get(session_id) is st:
                     self._set_window(st, list(window.entries), window.complete, reread=True)
-                    path, rooted = st.path()
+                    path, rooted = st.path(keep=True)
                 else:
                     path = list(view.active_branch(window.entries).entries)
                     rooted = window.complete

@@ -35,9 +35,9 @@ class SessionState:
         # raw messages before the window, when known (the window once reached the top)
         self.before_count: int | None = None
         self.record: SessionRecord | None = None
-        # The active branch as ``path`` last found it, while the window has not changed but
-        # by appends that continue it: every request restoring from the session asks for it
-        # (several times), and walking the whole window each time cost more than the rest.
+        # The active branch as a request's ``path`` found it, while the window has not changed
+        # but by appends that continue it: every request restoring from the session asks for
+        # it (several times), and walking the whole window each time cost more than the rest.
         self._branch: view.Branch | None = None
 
     @property
@@ -53,12 +53,20 @@ class SessionState:
         """``by_id`` when something built it already (a reader that can do without)."""
         return self._by_id
 
-    def path(self) -> tuple[list[Entry], bool]:
-        """The active branch's entries in the window, and whether it starts at the root."""
+    def branch(self, keep: bool = False) -> view.Branch:
+        """The active branch in the window: the kept one while the window has changed only
+        by appends that continue it, else walked (and kept with ``keep``: a session that
+        requests read from, not every session a scan or an append refreshes)."""
         branch = self._branch
         if branch is None:
             branch = view.active_branch(self.entries, self._by_id)  # no dict kept at a scan
-            self._branch = branch
+            if keep:
+                self._branch = branch
+        return branch
+
+    def path(self, keep: bool = False) -> tuple[list[Entry], bool]:
+        """The active branch's entries in the window, and whether it starts at the root."""
+        branch = self.branch(keep)
         path = list(branch.entries)
         rooted = bool(path) and path[0].parent_id is None
         if branch.missing_parent is not None and self.complete:

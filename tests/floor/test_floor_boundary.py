@@ -5,7 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.floor.restore import is_internal
+from proxy.floor.restore import is_internal, to_units
 from proxy.wire.boundary import (
     fit_start,
     incomplete_tool_calls,
@@ -210,3 +210,14 @@ def test_internal_messages_are_found_as_the_normalised_text_shows_them(
     expected = normalise_user_text(text).startswith((INTERNAL_CONTEXT, OPENCLAW_CONTINUE))
     assert is_internal({"role": "user", "content": content}) is expected
     assert is_internal({"role": "assistant", "content": content}) is False
+
+
+@given(conversations(), st.data())
+def test_restored_units_are_the_units_of_the_block_with_what_follows(
+        messages: list[Msg], data: st.DataObject) -> None:
+    """The oracle: ``units`` of block + own, cut at the end of the block."""
+    cut = data.draw(st.integers(0, len(messages)))
+    block, own = messages[:cut], messages[cut:]
+    expected = tuple(tuple(block[u.start:min(u.end, cut)]) for u in units(messages)
+                     if u.start < cut)
+    assert to_units(block, own) == expected

@@ -1,6 +1,6 @@
 """The active branch a session keeps between requests: always the branch a fresh walk of its
 window finds, whatever the transcript does (grows, branches off, starts a new root, repeats
-an id, is trimmed or read again), and no more than one branch a session."""
+an id, is trimmed or read again); kept only for sessions requests read from, one each."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_appends_that_continue_branch_off_or_restart_match_a_fresh_walk() -> Non
     st.set_window([_entry(o, i) for i, o in enumerate(objs)], complete=True)
     ids = [o["id"] for o in objs]
     for step in range(400):
-        assert _ids(st.path()) == _ids(_fresh(st)), step
+        assert _ids(st.path(keep=True)) == _ids(_fresh(st)), step
         choice = rng.random()
         if choice < 0.6:
             parent: str | None = st.entries[-1].id  # the common case: the leaf grows
@@ -61,7 +61,7 @@ def test_appends_that_continue_branch_off_or_restart_match_a_fresh_walk() -> Non
             st.trim(20)  # the window drops its oldest entries
         if step % 151 == 150:
             st.set_window(list(st.entries[-30:]), complete=False)  # read again
-    assert _ids(st.path()) == _ids(_fresh(st))
+    assert _ids(st.path(keep=True)) == _ids(_fresh(st))
 
 
 def test_a_catalog_tail_follows_the_branch_the_transcript_switches_to() -> None:
@@ -82,16 +82,20 @@ def test_a_catalog_tail_follows_the_branch_the_transcript_switches_to() -> None:
     assert [t.entry_id for t in cat.tail("s", 3)] == ["b0", "b1", "b2"]
 
 
-def test_one_branch_a_session_is_kept() -> None:
+def test_only_sessions_read_from_keep_a_branch_and_one_each() -> None:
     objs = conversation(40)
     st = SessionState(SessionInfo("s", "pi", "pi", "mem"), MemStore(objs))
     st.set_window([_entry(o, i) for i, o in enumerate(objs)], complete=True)
-    first = st.path()
+    # Refreshing a record (a scan, an append) walks the branch without keeping it.
+    assert st.branch() is not st.branch()
+    kept = st.branch(keep=True)
+    assert st.branch() is kept
     for i in range(100):
         st.append([_entry(user(f"x{i}", st.entries[-1].id, "more"), 500 + i)])
-        st.path()
+        assert st.branch() is not kept  # replaced by its continuation, not added to
+        kept = st.branch()
     # What is kept is the window's branch itself (as long as the window), not a history.
-    kept = st.path()[0]
-    assert len(kept) == len(st.entries) == len(first[0]) + 100
+    assert len(kept.entries) == len(st.entries) == len(objs) + 100
     st.trim(30)
-    assert len(st.path()[0]) == len(st.entries) <= 30 + max(8, 30 // 4)
+    assert st.branch() is not st.branch()  # a trimmed window is walked again when asked
+    assert len(st.path(keep=True)[0]) == len(st.entries) <= 30 + max(8, 30 // 4)
