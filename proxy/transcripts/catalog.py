@@ -375,8 +375,7 @@ class Catalog:
         predecessor, link = self._predecessor(st)
         st.record = SessionRecord(
             info=st.info, updated=updated,
-            message_count=(st.before_count or 0) + sum(1 for e in st.entries
-                                                        if e.is_raw_message),
+            message_count=(st.before_count or 0) + st.raw,
             count_complete=st.before_count is not None, compaction=comp, resets=resets,
             predecessor=predecessor, link=link)
 

@@ -20,12 +20,13 @@ _MARK_KINDS = ("compaction", "reset")
 
 class SessionState:
     __slots__ = ("_branch", "_by_id", "before_count", "complete", "entries", "info", "marks",
-                 "marks_known", "record", "store")
+                 "marks_known", "raw", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
         self.store = store
         self.entries: list[Entry] = []
+        self.raw = 0  # raw messages in the window, counted as it changes (every append asks)
         # built when first asked: most tracked sessions are never read again after the
         # scan, and the dict cost ~460 bytes a session
         self._by_id: dict[str, Entry] | None = None
@@ -87,6 +88,7 @@ class SessionState:
             known = {e.id for e in entries}
             entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
         self.entries = entries
+        self.raw = sum(1 for e in entries if e.is_raw_message)
         self._by_id = None
         self._branch = None
         self.complete = complete
@@ -104,6 +106,7 @@ class SessionState:
                 continue  # already read by an on-demand re-read of the transcript
             self._branch = self._continued(e)
             self.entries.append(e)
+            self.raw += e.is_raw_message
             self.by_id[e.id] = e
             if e.kind in _MARK_KINDS:
                 self.marks[e.id] = e
@@ -133,7 +136,7 @@ class SessionState:
     def trim(self, limit: int) -> list[Entry]:
         """Drop the oldest entries beyond ``limit`` raw messages (with some slack so that
         appends do not trim every time); returns the dropped entries."""
-        raw = sum(1 for e in self.entries if e.is_raw_message)
+        raw = self.raw
         if raw <= limit + max(8, limit // 4):
             return []
         drop = 0
@@ -145,8 +148,10 @@ class SessionState:
                 raw -= 1
         gone, self.entries = self.entries[:drop], self.entries[drop:]
         self._branch = None
+        dropped = self.raw - raw
+        self.raw = raw
         if self.before_count is not None:
-            self.before_count += sum(1 for e in gone if e.is_raw_message)
+            self.before_count += dropped
         by_id = self._by_id
         if by_id is not None:
             for e in gone:

@@ -1,6 +1,7 @@
-"""The active branch a session keeps between requests: always the branch a fresh walk of its
-window finds, whatever the transcript does (grows, branches off, starts a new root, repeats
-an id, is trimmed or read again); kept only for sessions requests read from, one each."""
+"""What a session's window keeps counted between requests: the active branch (always the
+branch a fresh walk of the window finds, whatever the transcript does: grows, branches off,
+starts a new root, repeats an id, is trimmed or read again; kept only for sessions requests
+read from, one each) and its raw messages (always a recount's)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def test_appends_that_continue_branch_off_or_restart_match_a_fresh_walk() -> Non
     ids = [o["id"] for o in objs]
     for step in range(400):
         assert _ids(st.path(keep=True)) == _ids(_fresh(st)), step
+        assert st.raw == sum(1 for e in st.entries if e.is_raw_message), step
         choice = rng.random()
         if choice < 0.6:
             parent: str | None = st.entries[-1].id  # the common case: the leaf grows
@@ -55,6 +57,8 @@ def test_appends_that_continue_branch_off_or_restart_match_a_fresh_walk() -> Non
         new_id = f"n{step}" if rng.random() > 0.05 else rng.choice(ids)  # a repeated id
         make = user if step % 2 else reply
         obj = make(new_id, parent, f"text {step}")
+        if step % 7 == 0:
+            obj = reply(new_id, parent, "failed", stop="error")  # not a raw message
         added = st.append([_entry(obj, 1000 + step)])
         ids += [e.id for e in added]
         if step % 97 == 96:
