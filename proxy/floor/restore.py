@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from proxy.floor.style import Prefix, learn_prefix, restyle
 from proxy.transcripts.records import TailMessage
@@ -52,9 +52,15 @@ class Block:
         return [m for unit in self.units for m in unit]
 
 
+def _mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # Parsed JSON and renderings are dicts: the exact-type test spares the ABC check's cost
+    # on every message the floor counts.
+    return value.__class__ is dict or isinstance(value, Mapping)
+
+
 def is_internal(message: object) -> bool:
     """OpenClaw's trailing internal-context message or its overflow "Continue" turn."""
-    if not isinstance(message, Mapping) or message.get("role") != "user":
+    if not _mapping(message) or message.get("role") != "user":
         return False
     text = message_text(message)
     # Normalising only drops a time prefix (it starts with "["), collapses whitespace and
@@ -68,8 +74,10 @@ def is_internal(message: object) -> bool:
 
 def is_counted(message: object) -> bool:
     """A raw message of the conversation (what the floor counts)."""
-    return (isinstance(message, Mapping) and message.get("role") in ("user", "assistant", "tool")
-            and not is_internal(message))
+    if not _mapping(message):
+        return False
+    role = message.get("role")
+    return (role == "user" and not is_internal(message)) or role in ("assistant", "tool")
 
 
 def wire_key(message: object) -> tuple[Any, ...]:
@@ -92,7 +100,7 @@ def wire_key(message: object) -> tuple[Any, ...]:
 def _time_of(record: TailMessage) -> float | None:
     # The agent stamps the prefix with the message's own time (ms), not the entry's.
     inner = record.raw.get("message")
-    ts = inner.get("timestamp") if isinstance(inner, Mapping) else None
+    ts = inner.get("timestamp") if _mapping(inner) else None
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         return float(ts) / 1000.0
     return record.timestamp
