@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from datetime import tzinfo
 
 import orjson
 
@@ -27,13 +28,16 @@ __all__ = ["RenderedTail"]
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 
-_Key = tuple[int, str, int, int, tuple[str, int, int] | None, RenderOptions]
+_Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, tzinfo]
 
 
 def _key(store: TranscriptStore, entry: Entry, edit: Entry | None,
          opts: RenderOptions) -> _Key:
+    # The options by their fields: a key is hashed twice a lookup, and the dataclass's own
+    # hash is Python code (half the cost of a lookup).
     return (id(store), entry.id, entry.pos, entry.size,
-            (edit.id, edit.pos, edit.size) if edit is not None else None, opts)
+            (edit.id, edit.pos, edit.size) if edit is not None else None,
+            opts.flavor, opts.tz)
 
 
 def cost_of(entry: Entry, edit: Entry | None, message: TailMessage) -> int:
