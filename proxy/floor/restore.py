@@ -208,20 +208,26 @@ def find_anchor(rendered: Sequence[Message], own: Sequence[Any]) -> int | None:
     return None if best is None else best[1]
 
 
-def legal_block(before: Sequence[Message], own: Sequence[Any], n: int) -> int:
+def legal_block(before: Sequence[Message], own: Sequence[Any], n: int,
+                starts: Sequence[int] | None = None) -> int:
     """Start in ``before`` of the last ``n`` counted messages, moved back to a legal start of
-    ``before + own`` (``len(before)``: nothing to add)."""
+    ``before + own`` (``len(before)``: nothing to add); ``starts``: that list's legal starts,
+    when the caller has them."""
     if n <= 0 or not before:
         return len(before)
-    starts = [s for s in legal_starts([*before, *own]) if s < len(before)]
-    return tail_start(before, n, counts=is_counted, starts=starts)
+    if starts is None:
+        starts = legal_starts([*before, *own])
+    return tail_start(before, n, counts=is_counted, starts=[s for s in starts if s < len(before)])
 
 
-def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Message, ...], ...]:
-    """Split added messages into units (tool exchanges whole), judged with what follows."""
+def to_units(block: Sequence[Message], own: Sequence[Any],
+             starts: Sequence[int] | None = None) -> tuple[tuple[Message, ...], ...]:
+    """Split added messages into units (tool exchanges whole), judged with what follows;
+    ``starts``: the legal starts of ``block + own``, when the caller has them."""
     combined = [*block, *own]
     # The bounds ``units`` splits at, without a Unit made for each (one per restored message).
-    starts = legal_starts(combined)
+    if starts is None:
+        starts = legal_starts(combined)
     bounds = [0, *starts] if combined and (not starts or starts[0] > 0) else starts
     out = []
     for start, end in itertools.pairwise([*bounds, len(combined)]):
@@ -248,7 +254,12 @@ def plan_restore(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
     if anchor is None:
         return None
     before = adapt_ids(rendered[:anchor], strip_underscore)
-    start = legal_block(before, own, n)
-    block = before[start:]
     newest = times[anchor - 1] if anchor > 0 else None
-    return Block(to_units(block, own), newest)
+    if n <= 0 or not before:
+        return Block((), newest)
+    starts = legal_starts([*before, *own])
+    start = legal_block(before, own, n, starts)
+    # No tool exchange spans a legal start, so what follows it splits the same without
+    # what precedes it: the block's legal starts are the list's from there on.
+    return Block(to_units(before[start:], own, [s - start for s in starts if s >= start]),
+                 newest)

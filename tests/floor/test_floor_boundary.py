@@ -5,7 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.floor.restore import is_internal, to_units
+from proxy.floor.restore import is_internal, legal_block, to_units
 from proxy.wire.boundary import (
     fit_start,
     incomplete_tool_calls,
@@ -221,3 +221,19 @@ def test_restored_units_are_the_units_of_the_block_with_what_follows(
     expected = tuple(tuple(block[u.start:min(u.end, cut)]) for u in units(messages)
                      if u.start < cut)
     assert to_units(block, own) == expected
+
+
+@given(conversations(), st.data())
+def test_a_block_cut_at_a_legal_start_keeps_the_lists_later_starts(
+        messages: list[Msg], data: st.DataObject) -> None:
+    """Restoring reuses the legal starts of ``before + own`` for the block it cuts from
+    ``before``: the oracle is the block's own computation."""
+    cut = data.draw(st.integers(0, len(messages)))
+    before, own = messages[:cut], messages[cut:]
+    n = data.draw(st.integers(0, 12))
+    starts = legal_starts(messages)
+    start = legal_block(before, own, n, starts)
+    assert start == legal_block(before, own, n)
+    block = before[start:]
+    shifted = [s - start for s in starts if s >= start]
+    assert to_units(block, own, shifted) == to_units(block, own)
