@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -230,11 +230,13 @@ class Catalog:
         with self._lock:
             return self._index.lookup(key)
 
-    def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
+    def tail(self, session_id: str, k: int, before: str | None = None,
+             roles: Container[str] | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages (user, assistant bar failed turns, tool results,
         custom) of the active branch, oldest first (store reads): after the last reset, or
         with ``before`` = a reset entry's id the part that reset closed. Each carries its
-        OpenAI rendering for this agent, on its own (no cross-message repairs)."""
+        OpenAI rendering for this agent, on its own (no cross-message repairs). ``roles``:
+        only those of the ``k`` with these roles are read and rendered."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None or k <= 0:
@@ -262,6 +264,8 @@ class Catalog:
             path = list(view.active_branch(whole.entries).entries)
             picked = view.tail_of(path, k, before)
             edits = view.replacements(path, picked)
+        if roles is not None:
+            picked = [e for e in picked if (e.role or e.kind) in roles]
         return self._tail_records(st, picked, edits)
 
     def edits(self, session_id: str) -> dict[str, str]:
@@ -284,11 +288,7 @@ class Catalog:
         if not rooted and not view.plan_is_local(path, plan):
             whole = st.store.read_window(None)
             plan = view.context_plan(view.active_branch(whole.entries).entries)
-        return self.render_plan(st.store, plan, opts)
-
-    def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
-                    opts: RenderOptions) -> list[dict[str, Any]]:
-        return loading.render_plan(store, plan, opts)
+        return loading.render_plan(st.store, plan, opts)
 
     # ---------------------------------------------------------------- internals
     def _order(self, session_id: str) -> tuple[float, str]:
