@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
-from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in
+from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
 from proxy.policy.records import Policy
 from proxy.transcripts.records import SessionRecord, TailMessage
 from proxy.wire.content import message_text
@@ -31,12 +31,14 @@ __all__ = ["PinIndex"]
 MAX_SESSIONS = 4096
 _INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is read again
 _DEPTH = 4  # predecessors whose pins a lineage inherits
+_USERS = ("user",)
 
 
 class Transcripts(Protocol):
     """The catalog queries pins need (``proxy.transcripts.catalog.Catalog``)."""
 
-    def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]: ...
+    def tail(self, session_id: str, k: int, before: str | None = None,
+             roles: Container[str] | None = None) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
@@ -158,15 +160,24 @@ class PinIndex:
                     newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
                 return self._keep(session_id, self._read(newest, policy, known.pins),
                                   record=record, read_with=read_with, clean=known.clean)
-        messages: list[TailMessage] = []
-        for reset in record.resets:
-            messages += self.catalog.tail(session_id, count + 8, before=reset.entry_id)
-        messages += self.catalog.tail(session_id, count + 8)
+        messages = self._whole(session_id, count + 8, record, _USERS)
+        if policy.pin_assistant and any(points_back(t) for _i, _r, t in _texts(messages)):
+            messages = self._whole(session_id, count + 8, record)
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
         return self._keep(session_id, self._read(messages, policy), record=record,
                           read_with=read_with, clean=clean)
+
+    def _whole(self, session_id: str, k: int, record: SessionRecord,
+               roles: tuple[str, ...] | None = None) -> list[TailMessage]:
+        """Every segment's last ``k`` messages (``roles``: of those, these only). Pins are
+        read from user messages; an assistant message matters only to a ``!pin ^`` after it,
+        so most first reads render the users' and leave the rest to what asks for them."""
+        messages: list[TailMessage] = []
+        for reset in record.resets:
+            messages += self.catalog.tail(session_id, k, before=reset.entry_id, roles=roles)
+        return messages + self.catalog.tail(session_id, k, roles=roles)
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:

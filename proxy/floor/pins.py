@@ -24,7 +24,8 @@ from typing import Any
 from proxy.policy.pin_patterns import ENVELOPE, MATCH_CHARS
 from proxy.wire.content import message_text
 
-__all__ = ["NO_PINS", "Pin", "PinSet", "merged", "missing", "pin_message", "pins_in"]
+__all__ = ["NO_PINS", "Pin", "PinSet", "merged", "missing", "pin_message", "pins_in",
+           "points_back"]
 
 KEPT_CHARS = 8 * 1024  # of one pin's text; a longer one is kept truncated, and says so
 TRUNCATED = "\n[... truncated by tailfloor: the pinned message was longer]"
@@ -92,6 +93,13 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
             dropped += len(pins) - max_pinned
             pins = pins[-max_pinned:]
     return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls))
+
+
+def points_back(written: str) -> bool:
+    """Whether a user message is a ``!pin ^`` (what ``pins_in`` reads it as): only such a
+    message makes the assistant messages before it matter."""
+    head = ENVELOPE.sub("", written, count=1)[:MATCH_CHARS]
+    return _UNPIN.match(head) is None and _POINT_BACK.match(head) is not None
 
 
 def _pin(entry_id: str, text: str) -> Pin:

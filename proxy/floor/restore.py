@@ -15,13 +15,14 @@ form the request shows.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from proxy.floor.style import Prefix, learn_prefix, restyle
 from proxy.transcripts.records import TailMessage
-from proxy.wire.boundary import legal_starts, tail_start, units
+from proxy.wire.boundary import legal_starts, tail_start
 from proxy.wire.content import message_text
 from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
 from proxy.wire.tool_ids import call_id_key
@@ -35,6 +36,7 @@ FAILED_TURN = "[assistant turn failed before producing content]"
 # transcript may lag the request, or hold a retry's duplicates once).
 _NEAR = 8
 _CONFIRM = 4  # agreeing messages that confirm an anchor found where it was expected
+_INTERNAL_HEADS = ("[", INTERNAL_CONTEXT, OPENCLAW_CONTINUE.split(" ", 1)[0])
 Message = dict[str, Any]
 
 
@@ -50,18 +52,32 @@ class Block:
         return [m for unit in self.units for m in unit]
 
 
+def _mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    # Parsed JSON and renderings are dicts: the exact-type test spares the ABC check's cost
+    # on every message the floor counts.
+    return value.__class__ is dict or isinstance(value, Mapping)
+
+
 def is_internal(message: object) -> bool:
     """OpenClaw's trailing internal-context message or its overflow "Continue" turn."""
-    if not isinstance(message, Mapping) or message.get("role") != "user":
+    if not _mapping(message) or message.get("role") != "user":
         return False
-    text = normalise_user_text(message_text(message))
+    text = message_text(message)
+    # Normalising only drops a time prefix (it starts with "["), collapses whitespace and
+    # cuts a suffix that starts with whitespace: a text whose first word is neither marker's
+    # nor a prefix cannot be one, and most are not (skips normalising every user message).
+    if not text.lstrip().startswith(_INTERNAL_HEADS):
+        return False
+    text = normalise_user_text(text)
     return text.startswith(INTERNAL_CONTEXT) or text.startswith(OPENCLAW_CONTINUE)
 
 
 def is_counted(message: object) -> bool:
     """A raw message of the conversation (what the floor counts)."""
-    return (isinstance(message, Mapping) and message.get("role") in ("user", "assistant", "tool")
-            and not is_internal(message))
+    if not _mapping(message):
+        return False
+    role = message.get("role")
+    return (role == "user" and not is_internal(message)) or role in ("assistant", "tool")
 
 
 def wire_key(message: object) -> tuple[Any, ...]:
@@ -84,7 +100,7 @@ def wire_key(message: object) -> tuple[Any, ...]:
 def _time_of(record: TailMessage) -> float | None:
     # The agent stamps the prefix with the message's own time (ms), not the entry's.
     inner = record.raw.get("message")
-    ts = inner.get("timestamp") if isinstance(inner, Mapping) else None
+    ts = inner.get("timestamp") if _mapping(inner) else None
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         return float(ts) / 1000.0
     return record.timestamp
@@ -192,23 +208,32 @@ def find_anchor(rendered: Sequence[Message], own: Sequence[Any]) -> int | None:
     return None if best is None else best[1]
 
 
-def legal_block(before: Sequence[Message], own: Sequence[Any], n: int) -> int:
+def legal_block(before: Sequence[Message], own: Sequence[Any], n: int,
+                starts: Sequence[int] | None = None) -> int:
     """Start in ``before`` of the last ``n`` counted messages, moved back to a legal start of
-    ``before + own`` (``len(before)``: nothing to add)."""
+    ``before + own`` (``len(before)``: nothing to add); ``starts``: that list's legal starts,
+    when the caller has them."""
     if n <= 0 or not before:
         return len(before)
-    starts = [s for s in legal_starts([*before, *own]) if s < len(before)]
-    return tail_start(before, n, counts=is_counted, starts=starts)
+    if starts is None:
+        starts = legal_starts([*before, *own])
+    return tail_start(before, n, counts=is_counted, starts=[s for s in starts if s < len(before)])
 
 
-def to_units(block: Sequence[Message], own: Sequence[Any]) -> tuple[tuple[Message, ...], ...]:
-    """Split added messages into units (tool exchanges whole), judged with what follows."""
+def to_units(block: Sequence[Message], own: Sequence[Any],
+             starts: Sequence[int] | None = None) -> tuple[tuple[Message, ...], ...]:
+    """Split added messages into units (tool exchanges whole), judged with what follows;
+    ``starts``: the legal starts of ``block + own``, when the caller has them."""
     combined = [*block, *own]
+    # The bounds ``units`` splits at, without a Unit made for each (one per restored message).
+    if starts is None:
+        starts = legal_starts(combined)
+    bounds = [0, *starts] if combined and (not starts or starts[0] > 0) else starts
     out = []
-    for unit in units(combined):
-        if unit.start >= len(block):
+    for start, end in itertools.pairwise([*bounds, len(combined)]):
+        if start >= len(block):
             break
-        out.append(tuple(block[unit.start:min(unit.end, len(block))]))
+        out.append(tuple(block[start:min(end, len(block))]))
     return tuple(out)
 
 
@@ -229,7 +254,12 @@ def plan_restore(tail: Sequence[TailMessage], own: Sequence[Any], n: int,
     if anchor is None:
         return None
     before = adapt_ids(rendered[:anchor], strip_underscore)
-    start = legal_block(before, own, n)
-    block = before[start:]
     newest = times[anchor - 1] if anchor > 0 else None
-    return Block(to_units(block, own), newest)
+    if n <= 0 or not before:
+        return Block((), newest)
+    starts = legal_starts([*before, *own])
+    start = legal_block(before, own, n, starts)
+    # No tool exchange spans a legal start, so what follows it splits the same without
+    # what precedes it: the block's legal starts are the list's from there on.
+    return Block(to_units(before[start:], own, [s - start for s in starts if s >= start]),
+                 newest)

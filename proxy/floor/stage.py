@@ -18,7 +18,7 @@ records metrics and logs from it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -51,7 +51,8 @@ _PROBE = 6  # newest transcript messages compared with the request to learn its 
 class TailSource(SessionIndex, Protocol):
     """The catalog queries the stage needs (``proxy.transcripts.catalog.Catalog``)."""
 
-    def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]: ...
+    def tail(self, session_id: str, k: int, before: str | None = None,
+             roles: Container[str] | None = None) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 

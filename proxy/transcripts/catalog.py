@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,6 +51,8 @@ class Catalog:
                  ) -> None:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
+        flavors: tuple[Flavor, ...] = ("pi", "openclaw")  # made once: a rendering's cache key
+        self._flavours = {f: replace(self._opts, flavor=f) for f in flavors}
         self._lock = threading.RLock()
         self.rendered = RenderedTail()
         self._states: dict[str, SessionState] = {}
@@ -210,7 +212,7 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None or not st.complete:
                 return None
-            return view.active_branch(st.entries, st.by_id_if_built).missing_parent
+            return st.branch().missing_parent
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
@@ -228,16 +230,18 @@ class Catalog:
         with self._lock:
             return self._index.lookup(key)
 
-    def tail(self, session_id: str, k: int, before: str | None = None) -> list[TailMessage]:
+    def tail(self, session_id: str, k: int, before: str | None = None,
+             roles: Container[str] | None = None) -> list[TailMessage]:
         """The last ``k`` raw messages (user, assistant bar failed turns, tool results,
         custom) of the active branch, oldest first (store reads): after the last reset, or
         with ``before`` = a reset entry's id the part that reset closed. Each carries its
-        OpenAI rendering for this agent, on its own (no cross-message repairs)."""
+        OpenAI rendering for this agent, on its own (no cross-message repairs). ``roles``:
+        only those of the ``k`` with these roles are read and rendered."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None or k <= 0:
                 return []
-            path, rooted = st.path()
+            path, rooted = st.path(keep=True)
             picked = view.tail_of(path, k, before)
             short = len(picked) < k and not view.segment_within(path, rooted, before)
             edits = view.replacements(path, picked)
@@ -248,7 +252,7 @@ class Catalog:
             with self._lock:
                 if k <= self.tail_limit and self._states.get(session_id) is st:
                     self._set_window(st, list(window.entries), window.complete, reread=True)
-                    path, rooted = st.path()
+                    path, rooted = st.path(keep=True)
                 else:
                     path = list(view.active_branch(window.entries).entries)
                     rooted = window.complete
@@ -260,6 +264,8 @@ class Catalog:
             path = list(view.active_branch(whole.entries).entries)
             picked = view.tail_of(path, k, before)
             edits = view.replacements(path, picked)
+        if roles is not None:
+            picked = [e for e in picked if (e.role or e.kind) in roles]
         return self._tail_records(st, picked, edits)
 
     def edits(self, session_id: str) -> dict[str, str]:
@@ -282,11 +288,7 @@ class Catalog:
         if not rooted and not view.plan_is_local(path, plan):
             whole = st.store.read_window(None)
             plan = view.context_plan(view.active_branch(whole.entries).entries)
-        return self.render_plan(st.store, plan, opts)
-
-    def render_plan(self, store: TranscriptStore, plan: view.ContextPlan,
-                    opts: RenderOptions) -> list[dict[str, Any]]:
-        return loading.render_plan(store, plan, opts)
+        return loading.render_plan(st.store, plan, opts)
 
     # ---------------------------------------------------------------- internals
     def _order(self, session_id: str) -> tuple[float, str]:
@@ -295,8 +297,7 @@ class Catalog:
         return (created or 0.0, session_id)
 
     def _flavour(self, st: SessionState) -> RenderOptions:
-        flavor: Flavor = "pi" if st.info.source == "pi" else "openclaw"
-        return replace(self._opts, flavor=flavor)
+        return self._flavours["pi" if st.info.source == "pi" else "openclaw"]
 
     def _tail_records(self, st: SessionState, picked: Sequence[Entry],
                       edits: Mapping[str, Entry]) -> list[TailMessage]:
@@ -374,8 +375,7 @@ class Catalog:
         predecessor, link = self._predecessor(st)
         st.record = SessionRecord(
             info=st.info, updated=updated,
-            message_count=(st.before_count or 0) + sum(1 for e in st.entries
-                                                        if e.is_raw_message),
+            message_count=(st.before_count or 0) + st.raw,
             count_complete=st.before_count is not None, compaction=comp, resets=resets,
             predecessor=predecessor, link=link)
 

@@ -32,8 +32,7 @@ def tail_records(store: TranscriptStore, picked: Sequence[Entry], edits: Mapping
     ``kept`` are used as they are, the others read (together) and kept there."""
     found: dict[int, TailMessage] = {}
     if kept is not None:
-        for i, entry in enumerate(picked):
-            hit = kept.get(store, entry, edits.get(entry.id), opts)
+        for i, hit in enumerate(kept.get_many(store, picked, edits, opts)):
             if hit is not None:
                 found[i] = hit
     missing = [e for i, e in enumerate(picked) if i not in found]

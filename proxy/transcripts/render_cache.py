@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from datetime import tzinfo
 
 import orjson
 
@@ -26,13 +28,16 @@ __all__ = ["RenderedTail"]
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 
-_Key = tuple[int, str, int, int, tuple[str, int, int] | None, RenderOptions]
+_Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, tzinfo]
 
 
 def _key(store: TranscriptStore, entry: Entry, edit: Entry | None,
          opts: RenderOptions) -> _Key:
+    # The options by their fields: a key is hashed twice a lookup, and the dataclass's own
+    # hash is Python code (half the cost of a lookup).
     return (id(store), entry.id, entry.pos, entry.size,
-            (edit.id, edit.pos, edit.size) if edit is not None else None, opts)
+            (edit.id, edit.pos, edit.size) if edit is not None else None,
+            opts.flavor, opts.tz)
 
 
 def cost_of(entry: Entry, edit: Entry | None, message: TailMessage) -> int:
@@ -59,14 +64,25 @@ class RenderedTail:
 
     def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions) -> TailMessage | None:
-        key = _key(store, entry, edit, opts)
+        return self.get_many(store, [entry], {entry.id: edit} if edit is not None else {},
+                             opts)[0]
+
+    def get_many(self, store: TranscriptStore, entries: Sequence[Entry],
+                 edits: Mapping[str, Entry], opts: RenderOptions) -> list[TailMessage | None]:
+        """``get`` for each entry (with its edit in ``edits``), under one hold of the lock."""
+        keys = [_key(store, e, edits.get(e.id), opts) for e in entries]
+        out: list[TailMessage | None] = []
         with self._lock:
-            found = self._kept.get(key)
-            # The id of a store that was dropped can be reused: the held store must be it.
-            if found is None or found[0] is not store:
-                return None
-            self._kept.move_to_end(key)
-            return found[1]
+            kept = self._kept
+            for key in keys:
+                found = kept.get(key)
+                # The id of a store that was dropped can be reused: the held store must be it.
+                if found is None or found[0] is not store:
+                    out.append(None)
+                    continue
+                kept.move_to_end(key)
+                out.append(found[1])
+        return out
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:

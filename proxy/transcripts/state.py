@@ -19,13 +19,14 @@ _MARK_KINDS = ("compaction", "reset")
 
 
 class SessionState:
-    __slots__ = ("_by_id", "before_count", "complete", "entries", "info", "marks",
-                 "marks_known", "record", "store")
+    __slots__ = ("_branch", "_by_id", "before_count", "complete", "entries", "info", "marks",
+                 "marks_known", "raw", "record", "store")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
         self.store = store
         self.entries: list[Entry] = []
+        self.raw = 0  # raw messages in the window, counted as it changes (every append asks)
         # built when first asked: most tracked sessions are never read again after the
         # scan, and the dict cost ~460 bytes a session
         self._by_id: dict[str, Entry] | None = None
@@ -35,6 +36,10 @@ class SessionState:
         # raw messages before the window, when known (the window once reached the top)
         self.before_count: int | None = None
         self.record: SessionRecord | None = None
+        # The active branch as a request's ``path`` found it, while the window has not changed
+        # but by appends that continue it: every request restoring from the session asks for
+        # it (several times), and walking the whole window each time cost more than the rest.
+        self._branch: view.Branch | None = None
 
     @property
     def by_id(self) -> dict[str, Entry]:
@@ -49,9 +54,20 @@ class SessionState:
         """``by_id`` when something built it already (a reader that can do without)."""
         return self._by_id
 
-    def path(self) -> tuple[list[Entry], bool]:
+    def branch(self, keep: bool = False) -> view.Branch:
+        """The active branch in the window: the kept one while the window has changed only
+        by appends that continue it, else walked (and kept with ``keep``: a session that
+        requests read from, not every session a scan or an append refreshes)."""
+        branch = self._branch
+        if branch is None:
+            branch = view.active_branch(self.entries, self._by_id)  # no dict kept at a scan
+            if keep:
+                self._branch = branch
+        return branch
+
+    def path(self, keep: bool = False) -> tuple[list[Entry], bool]:
         """The active branch's entries in the window, and whether it starts at the root."""
-        branch = view.active_branch(self.entries, self._by_id)  # no dict kept at a scan
+        branch = self.branch(keep)
         path = list(branch.entries)
         rooted = bool(path) and path[0].parent_id is None
         if branch.missing_parent is not None and self.complete:
@@ -72,7 +88,9 @@ class SessionState:
             known = {e.id for e in entries}
             entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
         self.entries = entries
+        self.raw = sum(1 for e in entries if e.is_raw_message)
         self._by_id = None
+        self._branch = None
         self.complete = complete
         self.before_count = 0 if complete else None
         for e in entries:
@@ -86,12 +104,27 @@ class SessionState:
         for e in entries:
             if e.id in self.by_id:
                 continue  # already read by an on-demand re-read of the transcript
+            self._branch = self._continued(e)
             self.entries.append(e)
+            self.raw += e.is_raw_message
             self.by_id[e.id] = e
             if e.kind in _MARK_KINDS:
                 self.marks[e.id] = e
             added.append(e)
         return added
+
+    def _continued(self, entry: Entry) -> view.Branch | None:
+        """The kept branch with ``entry`` (about to be appended) as its new leaf, when the
+        walk from it would find the kept branch again: its parent is the current leaf
+        (the entry the walk would reach by that id). Otherwise None: walked again."""
+        branch = self._branch
+        if branch is None or not branch.entries or not self.entries:
+            return None
+        leaf = self.entries[-1]
+        if branch.entries[-1] is not leaf or entry.parent_id is None \
+                or self.by_id.get(entry.parent_id) is not leaf:
+            return None
+        return view.Branch((*branch.entries, entry), branch.missing_parent)
 
     def add_marks(self, marks: Sequence[Entry]) -> list[Entry]:
         """Compaction and reset entries found before the window; returns the new ones."""
@@ -103,7 +136,7 @@ class SessionState:
     def trim(self, limit: int) -> list[Entry]:
         """Drop the oldest entries beyond ``limit`` raw messages (with some slack so that
         appends do not trim every time); returns the dropped entries."""
-        raw = sum(1 for e in self.entries if e.is_raw_message)
+        raw = self.raw
         if raw <= limit + max(8, limit // 4):
             return []
         drop = 0
@@ -114,8 +147,11 @@ class SessionState:
             if e.is_raw_message:
                 raw -= 1
         gone, self.entries = self.entries[:drop], self.entries[drop:]
+        self._branch = None
+        dropped = self.raw - raw
+        self.raw = raw
         if self.before_count is not None:
-            self.before_count += sum(1 for e in gone if e.is_raw_message)
+            self.before_count += dropped
         by_id = self._by_id
         if by_id is not None:
             for e in gone:

@@ -133,7 +133,8 @@ class Tracker:
                 touched |= self._apply_keys(path.parent)
             elif kind.role in JSONL_ROLES:
                 touched |= self._jsonl_changed(path, kind)
-                dirs.add(path.parent)
+                if kind.role != "pi":  # a Pi folder holds no OpenClaw file to link
+                    dirs.add(path.parent)
             elif kind.role in ("sqlite", "sqlite-side"):
                 db_path = path if kind.role == "sqlite" else path.with_name(
                     path.name.rsplit("-", 1)[0])

@@ -5,6 +5,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.floor.restore import is_internal, legal_block, to_units
 from proxy.wire.boundary import (
     fit_start,
     incomplete_tool_calls,
@@ -15,6 +16,7 @@ from proxy.wire.boundary import (
     tail_start,
     units,
 )
+from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
 
 Msg = dict[str, Any]
 
@@ -187,3 +189,51 @@ def test_duplicate_result_is_an_orphan() -> None:
     messages = [call("a"), result("a"), user(), result("a")]
     assert orphan_tool_results(messages) == [3]
     assert legal_starts(messages) == [0, 2]
+
+
+_PIECES = st.sampled_from([
+    "", " ", "  ", "\n", "\t", "\n\n", "[Mon 2026-11-30 02:27 UTC] ", "[Tue 2026-12-01 10:00] ",
+    "[", "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<<<BEGIN", "Continue", "Continue the",
+    "Continue the current task from the existing transcript", "current", " task ", "hello",
+    "\n\nRuntime: agent=main | session=x", "Runtime: agent=main", "Cont", "inue",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=8), st.booleans())
+def test_internal_messages_are_found_as_the_normalised_text_shows_them(
+        pieces: list[str], as_parts: bool) -> None:
+    """The oracle: the user text as both sides normalise it starts with one of OpenClaw's
+    markers (the check skips normalising texts that cannot)."""
+    text = "".join(pieces)
+    content: object = [{"type": "text", "text": text}] if as_parts else text
+    expected = normalise_user_text(text).startswith((INTERNAL_CONTEXT, OPENCLAW_CONTINUE))
+    assert is_internal({"role": "user", "content": content}) is expected
+    assert is_internal({"role": "assistant", "content": content}) is False
+
+
+@given(conversations(), st.data())
+def test_restored_units_are_the_units_of_the_block_with_what_follows(
+        messages: list[Msg], data: st.DataObject) -> None:
+    """The oracle: ``units`` of block + own, cut at the end of the block."""
+    cut = data.draw(st.integers(0, len(messages)))
+    block, own = messages[:cut], messages[cut:]
+    expected = tuple(tuple(block[u.start:min(u.end, cut)]) for u in units(messages)
+                     if u.start < cut)
+    assert to_units(block, own) == expected
+
+
+@given(conversations(), st.data())
+def test_a_block_cut_at_a_legal_start_keeps_the_lists_later_starts(
+        messages: list[Msg], data: st.DataObject) -> None:
+    """Restoring reuses the legal starts of ``before + own`` for the block it cuts from
+    ``before``: the oracle is the block's own computation."""
+    cut = data.draw(st.integers(0, len(messages)))
+    before, own = messages[:cut], messages[cut:]
+    n = data.draw(st.integers(0, 12))
+    starts = legal_starts(messages)
+    start = legal_block(before, own, n, starts)
+    assert start == legal_block(before, own, n)
+    block = before[start:]
+    shifted = [s - start for s in starts if s >= start]
+    assert to_units(block, own, shifted) == to_units(block, own)

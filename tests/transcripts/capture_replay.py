@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.transcripts import view
-from proxy.transcripts.catalog import Catalog
+from proxy.transcripts import loading, view
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.jsonl import JsonlTranscript
 from proxy.transcripts.records import TranscriptStore
@@ -107,6 +106,5 @@ def context_at(loaded: Sequence[Loaded], ts: float) -> list[dict[str, Any]] | No
         return None
     _ts, item, before = best
     plan = view.context_plan(view.active_branch(before).entries)
-    catalog = Catalog()
     flavor = "pi" if item.flavor == "pi" else "openclaw"
-    return catalog.render_plan(item.store, plan, RenderOptions(flavor=flavor))
+    return loading.render_plan(item.store, plan, RenderOptions(flavor=flavor))

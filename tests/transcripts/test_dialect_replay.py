@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from proxy.transcripts import view
-from proxy.transcripts.catalog import Catalog
+from proxy.transcripts import loading, view
 from proxy.transcripts.jsonl import JsonlTranscript
 from proxy.transcripts.render import RenderOptions
 from proxy.wire.anthropic import render_messages
@@ -61,7 +60,7 @@ def views(api: str, version: str) -> list[list[dict[str, Any]]]:
         entries = list(transcript.read_window(None).entries)
         for end in range(1, len(entries) + 1):
             plan = view.context_plan(view.active_branch(entries[:end]).entries)
-            out.append(Catalog().render_plan(transcript, plan, RenderOptions(flavor="pi")))
+            out.append(loading.render_plan(transcript, plan, RenderOptions(flavor="pi")))
     return out
 
 

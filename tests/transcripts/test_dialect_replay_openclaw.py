@@ -35,8 +35,7 @@ from typing import Any
 
 import pytest
 
-from proxy.transcripts import view
-from proxy.transcripts.catalog import Catalog
+from proxy.transcripts import loading, view
 from proxy.transcripts.render import RenderOptions
 from proxy.transcripts.sqlite import AgentDatabase, SqliteTranscript
 from proxy.wire.anthropic import render_messages
@@ -80,7 +79,7 @@ def views(api: str) -> list[list[dict[str, Any]]]:
         entries = list(store.read_window(None).entries)
         for end in range(1, len(entries) + 1):
             plan = view.context_plan(view.active_branch(entries[:end]).entries)
-            out.append(Catalog().render_plan(store, plan, RenderOptions(flavor="openclaw")))
+            out.append(loading.render_plan(store, plan, RenderOptions(flavor="openclaw")))
     return out
 
 

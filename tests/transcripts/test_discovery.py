@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.transcripts.discovery import classify, default_roots, reset_time
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.transcripts.discovery import classify, default_roots, inside, reset_time
 
 OC = Path("/h/.openclaw/agents/ops/sessions")
 
@@ -34,3 +37,15 @@ def test_default_roots_follow_the_environment() -> None:
     assert default_roots({"OPENCLAW_STATE_DIR": "/s", "PI_CODING_AGENT_DIR": "/p"}, home) == [
         Path("/s"), Path("/p/sessions")]
     assert reset_time("not a time") is None
+
+
+_PATHS = st.lists(st.sampled_from(["a", "b", "ab", "..", ".", "", "/"]), max_size=5).map(
+    lambda parts: Path(*parts) if parts else Path())
+
+
+@settings(max_examples=500, deadline=None)
+@given(_PATHS, st.lists(_PATHS, max_size=3))
+def test_inside_agrees_with_pathlib(path: Path, roots: list[Path]) -> None:
+    """The oracle: pathlib's own ``is_relative_to`` (or the root itself)."""
+    expected = any(path == r or path.is_relative_to(r) for r in roots)
+    assert inside(path, roots) is expected

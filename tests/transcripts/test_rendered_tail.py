@@ -4,8 +4,10 @@ their byte budget."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import UTC, timedelta, timezone
 from typing import Any
 
 from proxy.transcripts.catalog import Catalog
@@ -94,6 +96,12 @@ def test_render_options_are_part_of_what_is_kept() -> None:
     assert kept.get(store, entry, None, RenderOptions(flavor="pi")) is message
     assert kept.get(store, entry, None, RenderOptions(flavor="openclaw")) is None
     assert kept.get(MemStore(conversation(1)), entry, None, RenderOptions()) is None
+    # Every field of the options counts (an OpenClaw user text is stamped in its zone).
+    fields = {f.name for f in dataclasses.fields(RenderOptions)}
+    assert fields == {"flavor", "tz"}, "a new render option must be part of the cache key"
+    east = RenderOptions(flavor="pi", tz=timezone(timedelta(hours=9)))
+    assert kept.get(store, entry, None, east) is None
+    assert kept.get(store, entry, None, RenderOptions(flavor="pi", tz=UTC)) is message
 
 
 def test_the_byte_budget_holds_and_the_least_recent_goes_first() -> None:
