@@ -24,6 +24,7 @@ from proxy.telemetry.spans import SpanEncoder
 from proxy.telemetry.tracecontext import TraceContext, ids_of, new_span_id
 from proxy.wire.usage import Usage
 from tests.otlp_receiver import attributes
+from tests.telemetry.socket_collector import SocketCollector
 
 UPSTREAM = Upstream.of("https://api.anthropic.com")
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -199,40 +200,15 @@ def test_a_post_http_client_refuses_is_a_failed_export_not_an_exception() -> Non
         assert endpoint.post(b"\x0a\x00", timeout=1.0) is False
 
 
-class DribblingCollector:
+class DribblingCollector(SocketCollector):
     """Takes a request, then answers one byte every 0.1 s: each read waits less than any
     timeout, so only a bound on the whole post ends it."""
 
-    def __init__(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}/v1/traces"
-        self.accepted = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self._server.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                client, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            self.accepted.set()
-            with client:
-                answer = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 10_000
-                for byte in answer:
-                    if self._stop.wait(0.1):
-                        return
-                    try:
-                        client.sendall(bytes([byte]))
-                    except OSError:
-                        break
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._server.close()
+    def answer(self, client: socket.socket) -> None:
+        for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 10_000:
+            if self.stopped(0.1):
+                return
+            client.sendall(bytes([byte]))
 
 
 def test_a_collector_dribbling_its_answer_holds_neither_a_post_nor_the_shutdown() -> None:

@@ -13,60 +13,38 @@ from typing import Any
 import pytest
 
 from proxy.telemetry.exporting import Endpoint
+from tests.telemetry.socket_collector import SocketCollector
 
 
-class KeptAliveCollector:
+class KeptAliveCollector(SocketCollector):
     """Answers each request on a kept-alive connection, the n-th after ``holds[n]`` s;
     counts the connections it accepted."""
 
     def __init__(self, holds: list[float]) -> None:
         self.holds = holds
-        self.connections = 0
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}/v1/traces"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self._answered = 0
+        super().__init__()
 
-    def _serve(self) -> None:
-        self._server.settimeout(0.2)
-        answered = 0
-        while not self._stop.is_set():
-            try:
-                client, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            with client:
-                client.settimeout(10)
-                pending = b""
-                while not self._stop.is_set():
-                    while b"\r\n\r\n" not in pending:
-                        got = client.recv(65536)
-                        if not got:
-                            break
-                        pending += got
-                    if b"\r\n\r\n" not in pending:
-                        break
-                    head, _, pending = pending.partition(b"\r\n\r\n")
-                    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length:"))
-                    while len(pending) < length:
-                        pending += client.recv(65536)
-                    pending = pending[length:]
-                    hold = self.holds[answered] if answered < len(self.holds) else 0.0
-                    answered += 1
-                    if self._stop.wait(hold):
-                        return
-                    try:
-                        client.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                    except OSError:
-                        break
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._server.close()
+    def answer(self, client: socket.socket) -> None:
+        client.settimeout(10)
+        pending = b""
+        while True:
+            while b"\r\n\r\n" not in pending:
+                got = client.recv(65536)
+                if not got:
+                    return
+                pending += got
+            head, _, pending = pending.partition(b"\r\n\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            while len(pending) < length:
+                pending += client.recv(65536)
+            pending = pending[length:]
+            hold = self.holds[self._answered] if self._answered < len(self.holds) else 0.0
+            self._answered += 1
+            if self.stopped(hold):
+                return
+            client.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
 
 def test_an_abort_that_comes_too_late_never_closes_the_next_posts_socket() -> None:

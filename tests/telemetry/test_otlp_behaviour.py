@@ -148,15 +148,20 @@ def test_delta_temporality_and_the_flush_on_shutdown(clean_fake: FakeUpstream,
         "gen_ai.client.inference.usage.input_tokens"].data_points) == 33
 
 
+def leave_after(proxy: InProcessProxy, seconds: float) -> None:
+    """A chat request whose client gives up after ``seconds``."""
+    with pytest.raises(TimeoutError):
+        urllib.request.urlopen(urllib.request.Request(
+            proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
+            headers={"Content-Type": "application/json"}), timeout=seconds)
+
+
 def test_a_client_gone_mid_attempt_leaves_its_span_in_the_trace_the_upstream_was_told(
         clean_fake: FakeUpstream, receiver: OtlpReceiver) -> None:
     clean_fake.script.append(Reply(delay_before_headers=2.0))
     proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
     try:
-        with pytest.raises(TimeoutError):  # the client gives up before the upstream answers
-            urllib.request.urlopen(urllib.request.Request(
-                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
-                headers={"Content-Type": "application/json"}), timeout=0.5)
+        leave_after(proxy, 0.5)  # the client gives up before the upstream answers
         told = clean_fake.chat_requests()[-1].headers["traceparent"]
         server = spans_of(receiver, 1)[0]
         assert server.kind == SERVER
@@ -171,10 +176,7 @@ def test_a_client_that_leaves_mid_attempt_still_has_the_attempts_span(
     proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
     try:
         clean_fake.script.append(Reply(delay_before_headers=3.0))
-        with pytest.raises(TimeoutError):
-            urllib.request.urlopen(urllib.request.Request(
-                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
-                headers={"Content-Type": "application/json"}), timeout=0.8)
+        leave_after(proxy, 0.8)
         found = spans_of(receiver, 2)
         [server] = [s for s in found if s.kind == SERVER]
         [attempt] = [s for s in found if s.kind == CLIENT]
@@ -196,10 +198,7 @@ def test_a_client_that_leaves_while_an_error_body_is_read_records_the_attempt_on
         delay_between_chunks=1.0))
     proxy = InProcessProxy(clean_fake, env=otel_env(receiver))
     try:
-        with pytest.raises(TimeoutError):  # gone while the proxy reads the error body
-            urllib.request.urlopen(urllib.request.Request(
-                proxy.url + "/v1/chat/completions", data=orjson.dumps(chat()),
-                headers={"Content-Type": "application/json"}), timeout=0.5)
+        leave_after(proxy, 0.5)  # gone while the proxy reads the error body
         found = spans_of(receiver, 2)
 
         def durations() -> int:  # the attempts the duration histogram counted, in all

@@ -161,13 +161,7 @@ def test_captured_content_splits_batches_at_a_real_receiver(
     orjson.dumps([[1, 2.5, None, True, "x"]] * 3000),
 ])
 def test_held_bytes_is_never_less_than_what_parsing_allocated(body: bytes) -> None:
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        parsed = orjson.loads(body)
-        allocated = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    parsed, allocated = parsed_and_allocated(body)
     weight = held_bytes(parsed, 1 << 40, objects=1 << 30)
     assert weight is not None and weight >= allocated
     early = held_bytes(parsed, 1000, objects=1 << 30)
@@ -177,6 +171,17 @@ def test_held_bytes_is_never_less_than_what_parsing_allocated(body: bytes) -> No
     objects = 1 + sum(1 for _ in _walk(parsed))
     assert held_bytes(parsed, 1 << 40, objects=objects) == weight
     assert held_bytes(parsed, 1 << 40, objects=objects - 1) is None  # too many to weigh
+
+
+def parsed_and_allocated(body: bytes) -> tuple[Any, int]:
+    """``body`` parsed, and the bytes parsing it allocated (tracemalloc's count)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        parsed = orjson.loads(body)
+        return parsed, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
 
 
 def _walk(value: Any) -> Any:
@@ -197,13 +202,7 @@ def test_the_content_bound_weighs_the_parsed_messages_not_the_body(
     bound = 1024 * KIB
     monkeypatch.setattr(sink_module, "_CONTENT_HELD", bound)
     body = orjson.dumps([{"type": "text", "text": "ab"}] * 2000)  # 54 KB as bytes
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        messages = orjson.loads(body)
-        allocated = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    messages, allocated = parsed_and_allocated(body)
     # Held, these messages weigh over half the bound, though their body is a twentieth.
     assert allocated > bound // 2 and len(body) * 10 < bound
     config = TelemetryConfig(traces_endpoint=receiver.url + "/v1/traces",
