@@ -122,6 +122,8 @@ class Endpoint:
             response.read()
         except Exception:  # the episode's failure, never the thread's end: OSError,
             # HTTPException, or a ValueError for a URL or header http.client refuses
+            with self._lock:  # the abort leaves alone a descriptor the close frees
+                self._under_way = self._socket = None
             self.close()  # a timeout leaves the connection in an unknown state
             return False
         finally:
@@ -155,9 +157,9 @@ class Endpoint:
                     with self._lock:
                         self._socket = sock
                     sock.do_handshake()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a name ssl refuses
                 sock.close()
-                failure = exc
+                failure = exc if isinstance(exc, OSError) else OSError(str(exc))
                 continue
             connection = http.client.HTTPSConnection(
                 self._host, self._port, context=self._context) \
@@ -202,9 +204,11 @@ class Endpoint:
                 socket.socket.shutdown(self._socket, socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """Close the connection; the watchdog's thread ends until the next post."""
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        self._watchdog.stop()
 
 
 class Watchdog:
@@ -221,10 +225,12 @@ class Watchdog:
         self._changed = threading.Condition()
         self._armed: tuple[int, float] | None = None
         self._running = False
+        self._stopping = False
 
     def arm(self, post: int, deadline: float) -> None:
         with self._changed:
             self._armed = (post, deadline)
+            self._stopping = False
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._watch, name="tailfloor-otlp-watchdog",
@@ -236,12 +242,20 @@ class Watchdog:
             if self._armed is not None and self._armed[0] == post:
                 self._armed = None
 
+    def stop(self) -> None:
+        """End the thread now (a later ``arm`` starts it again)."""
+        with self._changed:
+            self._armed = None
+            self._stopping = True
+            self._changed.notify()
+
     def _watch(self) -> None:
         while True:
             with self._changed:
                 armed = self._armed
                 if armed is None:
-                    if not self._changed.wait(self._IDLE) and self._armed is None:
+                    if self._stopping or (not self._changed.wait(self._IDLE)
+                                          and self._armed is None):
                         self._running = False
                         return
                     continue

@@ -92,7 +92,8 @@ class Poster:
     def flush(self) -> None:
         """From the telemetry thread, once it has handed over what was due: send every
         span queued now, a partial batch too (the telemetry thread keeps the schedule)."""
-        self._flush = True
+        with self._lock:
+            self._flush = True
         self._wake.set()
 
     def _full(self) -> bool:
@@ -125,7 +126,8 @@ class Poster:
             # Full batches now; a partial one only once the delay has passed (or the
             # telemetry thread says it has). No more batches than the spans queued now (a
             # batch carries one at least).
-            due_now, self._flush = now >= due or self._flush, False
+            with self._lock:  # a flush asked meanwhile is not lost
+                due_now, self._flush = now >= due or self._flush, False
             for _ in range(len(self._spans)):
                 with self._lock:
                     go = bool(self._spans) and (due_now or self._full())

@@ -122,7 +122,8 @@ class SessionState:
             return None
         leaf = self.entries[-1]
         if branch.entries[-1] is not leaf or entry.parent_id is None \
-                or self.by_id.get(entry.parent_id) is not leaf:
+                or self.by_id.get(entry.parent_id) is not leaf \
+                or entry.id == branch.missing_parent:  # it closes a cycle: walked again
             return None
         return view.Branch((*branch.entries, entry), branch.missing_parent)
 

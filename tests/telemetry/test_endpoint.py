@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.telemetry.exporting import Endpoint
+from tests.otlp_receiver import OtlpReceiver
 from tests.telemetry.socket_collector import SocketCollector
 
 
@@ -77,6 +78,32 @@ def test_a_post_past_its_time_is_ended_by_the_watchdog_and_the_next_one_works() 
         endpoint.close()
     finally:
         collector.close()
+
+
+def test_closing_an_endpoint_ends_its_watchdog_and_a_post_starts_it_again() -> None:
+    collector = OtlpReceiver(keep_alive=True)
+    url = collector.url + "/v1/traces"
+
+    def watchdogs() -> int:
+        return sum(t.name == "tailfloor-otlp-watchdog" for t in threading.enumerate())
+
+    try:
+        before = watchdogs()
+        endpoints = [Endpoint(url, {}) for _ in range(3)]
+        for endpoint in endpoints:
+            assert endpoint.post(b"\x0a\x00", timeout=5.0)
+        assert watchdogs() == before + 3
+        for endpoint in endpoints:
+            endpoint.close()
+        deadline = time.monotonic() + 5
+        while watchdogs() > before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watchdogs() == before  # not after the minute an idle one waits
+        assert endpoints[0].post(b"\x0a\x00", timeout=5.0)  # armed again, watched again
+        assert watchdogs() == before + 1
+        endpoints[0].close()
+    finally:
+        collector.stop()
 
 
 def in_thread(endpoint: Endpoint, timeout: float) -> tuple[threading.Thread, list[bool]]:

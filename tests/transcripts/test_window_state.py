@@ -68,6 +68,18 @@ def test_appends_that_continue_branch_off_or_restart_match_a_fresh_walk() -> Non
     assert _ids(st.path(keep=True)) == _ids(_fresh(st))
 
 
+def test_an_append_that_closes_a_parent_cycle_is_walked_again() -> None:
+    # B's parent A is not in the window; then A comes with B as its parent (a corrupt or
+    # hostile transcript): the kept branch must not keep "A" as the missing parent.
+    objs = [user("B", "A", "first")]
+    st = SessionState(SessionInfo("s", "pi", "pi", "mem"), MemStore(objs))
+    st.set_window([_entry(objs[0], 0)], complete=True)
+    assert _ids(st.path(keep=True)) == _ids(_fresh(st))
+    st.append([_entry(reply("A", "B", "second"), 1)])
+    assert _ids(st.path(keep=True)) == _ids(_fresh(st))
+    assert view.active_branch(list(st.entries)).missing_parent is None
+
+
 def test_a_catalog_tail_follows_the_branch_the_transcript_switches_to() -> None:
     objs = conversation(5)
     store = MemStore(objs)
