@@ -11,7 +11,6 @@ enums.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
 from typing import NamedTuple
 
 from proxy.cost import costs_of
@@ -81,10 +80,8 @@ class _Shape(NamedTuple):
 
 
 class Instruments:
-    def __init__(self, upstream: Upstream, prices: Callable[[], PriceList], *, delta: bool,
-                 start_ns: int) -> None:
+    def __init__(self, upstream: Upstream, *, delta: bool, start_ns: int) -> None:
         self._upstream = upstream
-        self._prices = prices
         self._delta = delta
         self._start_ns = start_ns  # cumulative: since the sink started; delta: the last export
         self._sums: dict[str, dict[Attributes, float]] = {name: {} for name, _, _ in _COUNTERS}
@@ -119,8 +116,10 @@ class Instruments:
             base, own, (*base, *own, ("gen_ai.token.modality", "text")), {})
         return found
 
-    def record(self, report: RequestReport, model: str, agent: str) -> None:
-        """``model``, ``agent``: the report's, labelled (the spans need them too)."""
+    def record(self, report: RequestReport, model: str, agent: str,
+               prices: PriceList) -> None:
+        """``model``, ``agent``: the report's, labelled (the spans need them too);
+        ``prices``: the rules' (read once for a batch of reports)."""
         key = (model, agent, report.route)
         shape = self._shapes.get(key) or self._shape(key)
         own = shape.own
@@ -163,7 +162,6 @@ class Instruments:
         if report.compaction is not None:
             self._add("tailfloor.compactions", 1,
                       (*own, ("tailfloor.compaction", report.compaction)))
-        prices = self._prices()
         if prices.rows:
             self._cost(report, prices, model, own)
 

@@ -74,11 +74,12 @@ class TelemetrySink:
                               certificate=config.certificate)
         self._instruments: Instruments | None = None
         if config.metrics_endpoint is not None:
-            self._instruments = Instruments(upstream, prices, delta=config.delta,
+            self._instruments = Instruments(upstream, delta=config.delta,
                                             start_ns=time.time_ns())
             metrics_endpoint = Endpoint(config.metrics_endpoint, headers,
                                         compress=config.gzip, certificate=config.certificate)
         self._interval = config.export_interval
+        self._prices = prices
         self._poster = Poster(config, traces, metrics_endpoint, episodes=self.episodes,
                               batch_of=self._batch_of, on_dropped=on_dropped)
         self._pending: deque[RequestReport] = deque()
@@ -162,6 +163,7 @@ class TelemetrySink:
             models, agents = self._label, self._agent_label
             # A label already given is itself (BoundedLabel): looked up, not called.
             known_models, known_agents = models.seen, agents.seen
+            prices = self._prices() if instruments is not None else PriceList()
             while pending:
                 report = pending.popleft()
                 if report.messages is not None:
@@ -174,7 +176,7 @@ class TelemetrySink:
                     if agent not in known_agents:
                         agent = agents(agent)
                     if instruments is not None:
-                        instruments.record(report, model, agent)
+                        instruments.record(report, model, agent, prices)
                     if spans is not None:
                         built += spans.encode(report, model, agent)
                 except Exception:  # a bug here costs telemetry, never a request

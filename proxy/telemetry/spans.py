@@ -69,7 +69,7 @@ class SpanEncoder:
         # key -> (span_fixed bytes, error)
         self._servers: dict[Key, tuple[bytes, bool]] = {}
         self._attempts: dict[Key, tuple[bytes, bool]] = {}
-        # _one_attempt's key -> (server fixed, tail, size less its numbers; the same of
+        # encode's key -> (server fixed, tail, size less its numbers; the same of
         # the attempt's span; whether the answer's usage is counted)
         self._pairs: dict[Key, _Pair] = {}
         self._root = sampler.root
@@ -94,13 +94,9 @@ class SpanEncoder:
         return (wire.span_fixed(made.name, kind, self._attributes.encode(
             made.attributes.items())), made.error is not None)
 
-    def encode(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
-        """The report's spans, framed for a batch; none when the trace is not sampled.
-        ``model``, ``agent``: the report's, labelled (the metrics need them too)."""
+    def _general(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
+        """``encode`` for any report."""
         attempts = report.attempts
-        if len(attempts) == 1 and report.traceparent is None and report.summary is None \
-                and (report.messages is None or self._content_limit is None):
-            return self._one_attempt(report, attempts[0], model, agent)
         client = parse_traceparent(report.traceparent) if report.traceparent else None
         sent = attempts[0].traceparent if attempts else None
         if client is not None:
@@ -155,13 +151,21 @@ class SpanEncoder:
             out.append(self._whole(prefix, under_server, plan))
         return out
 
-    def _one_attempt(self, report: RequestReport, attempt: Attempt, model: str,
-                     agent: str) -> list[bytes]:
-        """What ``encode`` makes of most requests (one attempt, no client context, no
-        summary, no content), made with fewer calls: both spans' fixed parts under one key
-        of the raw values they depend on, each span joined in one piece behind a head
-        from its known size. Same bytes as the general way (tests/telemetry/
-        test_encoding.py holds both to plan_spans)."""
+    def encode(self, report: RequestReport, model: str, agent: str) -> list[bytes]:
+        """The report's spans, framed for a batch; none when the trace is not sampled.
+        ``model``, ``agent``: the report's, labelled (the metrics need them too).
+
+        Most requests (one attempt, no client context, no summary, no content) are made
+        here with fewer calls: both spans' fixed parts under one key of the raw values
+        they depend on, each span joined in one piece behind a head from its known size.
+        The same bytes as ``_general`` (tests/telemetry/test_encoding.py holds both to
+        plan_spans)."""
+        attempts = report.attempts
+        if len(attempts) != 1 or report.traceparent is not None \
+                or report.summary is not None \
+                or (report.messages is not None and self._content_limit is not None):
+            return self._general(report, model, agent)
+        attempt = attempts[0]
         trace_hex = report.trace_id or (attempt.traceparent[3:35] if attempt.traceparent
                                         else f"{self._new_id(128):032x}")
         sampled = self._root
@@ -223,7 +227,7 @@ class SpanEncoder:
 
     def _pair(self, key: Key, report: RequestReport, attempt: Attempt, model: str,
               agent: str) -> _Pair:
-        """Both fixed parts, tails and sizes (all but the numbers) of ``_one_attempt``'s
+        """Both fixed parts, tails and sizes (all but the numbers) of ``encode``'s two
         spans, kept under ``key``."""
         server, server_error = self._encoded(wire.SERVER,
                                              server_fixed(server_key(report, agent)))
