@@ -204,10 +204,15 @@ class Endpoint:
                 socket.socket.shutdown(self._socket, socket.SHUT_RDWR)
 
     def close(self) -> None:
-        """Close the connection; the watchdog's thread ends until the next post."""
+        """Close the connection (a collector that closes each one, a failed post)."""
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+    def end(self) -> None:
+        """Close the connection and end the watchdog's thread (at shutdown; a later post
+        starts it again)."""
+        self.close()
         self._watchdog.stop()
 
 

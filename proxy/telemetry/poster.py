@@ -191,4 +191,4 @@ class Poster:
             self._on_dropped("traces", len(self._spans))
         for endpoint in (self._traces, self._metrics):
             if endpoint is not None:
-                endpoint.close()
+                endpoint.end()

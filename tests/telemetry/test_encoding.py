@@ -127,6 +127,9 @@ class FakeEndpoint:
     def close(self) -> None:
         pass
 
+    def end(self) -> None:
+        pass
+
     def batches(self) -> list[int]:
         return [len(ExportTraceServiceRequest.FromString(b).resource_spans[0]
                     .scope_spans[0].spans) for b in self.bodies]

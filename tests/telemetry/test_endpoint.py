@@ -80,7 +80,7 @@ def test_a_post_past_its_time_is_ended_by_the_watchdog_and_the_next_one_works() 
         collector.close()
 
 
-def test_closing_an_endpoint_ends_its_watchdog_and_a_post_starts_it_again() -> None:
+def test_ending_an_endpoint_ends_its_watchdog_and_a_post_starts_it_again() -> None:
     collector = OtlpReceiver(keep_alive=True)
     url = collector.url + "/v1/traces"
 
@@ -93,15 +93,17 @@ def test_closing_an_endpoint_ends_its_watchdog_and_a_post_starts_it_again() -> N
         for endpoint in endpoints:
             assert endpoint.post(b"\x0a\x00", timeout=5.0)
         assert watchdogs() == before + 3
+        endpoints[1].close()  # a connection closed (as after a failed post): still watched
+        assert watchdogs() == before + 3
         for endpoint in endpoints:
-            endpoint.close()
+            endpoint.end()
         deadline = time.monotonic() + 5
         while watchdogs() > before and time.monotonic() < deadline:
             time.sleep(0.01)
         assert watchdogs() == before  # not after the minute an idle one waits
         assert endpoints[0].post(b"\x0a\x00", timeout=5.0)  # armed again, watched again
         assert watchdogs() == before + 1
-        endpoints[0].close()
+        endpoints[0].end()
     finally:
         collector.stop()
 
