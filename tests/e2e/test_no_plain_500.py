@@ -4,7 +4,6 @@ answer or a 5xx, leaves no traceback in the log and leaves the proxy fast."""
 
 from __future__ import annotations
 
-import gzip
 import random
 import socket
 import time
@@ -18,6 +17,7 @@ import pytest
 from tests.conftest import ProxyProcess
 from tests.e2e.rawhttp import send_raw
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.hostile_bodies import fuzzed
 
 CANARIES = ("CANARYPLAIN456", "gsk_CANARYGROQ0123456", "sk-CANARYOPENAI0123", "CANARYCOOKIE77")
 MALFORMED = [
@@ -120,7 +120,7 @@ def test_fuzzed_chat_bodies_get_json_answers_and_no_5xx(
     sent = 0
     statuses: dict[int, int] = {}
     while time.monotonic() < deadline:
-        body, headers = _fuzzed(rng)
+        body, headers = fuzzed(rng)
         answer = _chat(proxy.port, body, **headers)
         sent += 1
         statuses[answer.status] = statuses.get(answer.status, 0) + 1
@@ -138,70 +138,3 @@ def test_fuzzed_chat_bodies_get_json_answers_and_no_5xx(
         assert response.status == 200
     assert time.perf_counter() - started < 0.5
     assert "Traceback" not in proxy.logs()
-
-
-def _fuzzed(rng: random.Random) -> tuple[bytes, dict[str, str]]:
-    """One chat body: a valid one with random parts replaced by random JSON of random depth,
-    sometimes cut short, sometimes gzip (valid or not)."""
-    body: dict[str, Any] = {
-        "model": "fake", "stream": rng.random() < 0.5,
-        "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
-                     {"role": "assistant", "content": None, "tool_calls": [
-                         {"id": "call_1", "type": "function",
-                          "function": {"name": "bash", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": "call_1", "content": "out"}]}
-    for _ in range(rng.randint(1, 4)):
-        _mutate(body, rng)
-    raw = orjson.dumps(body) if rng.random() < 0.95 else _deep(rng)
-    if rng.random() < 0.05:
-        raw = raw[:rng.randint(0, len(raw))]
-    headers: dict[str, str] = {}
-    if rng.random() < 0.05:
-        headers["Content_Encoding"] = "gzip"
-        raw = gzip.compress(raw) if rng.random() < 0.7 else raw
-    return raw, headers
-
-
-def _deep(rng: random.Random) -> bytes:
-    depth = rng.randint(200, 1100)
-    inner = "[" * depth + "]" * depth
-    return (f'{{"model":"fake","stream":true,"stream_options":{{}},'
-            f'"messages":[{{"role":"user","content":{inner}}}]}}').encode()
-
-
-def _junk(rng: random.Random, depth: int = 0) -> Any:
-    choice = rng.randint(0, 9 if depth < 6 else 5)
-    if choice == 0:
-        return None
-    if choice == 1:
-        return rng.choice([True, False])
-    if choice == 2:
-        return rng.choice([0, -1, 2**63, 1e308, 3.5])
-    if choice == 3:
-        letters = "ab\u20ac\U0001f600\n\"\\{}[]"
-        return "".join(rng.choice(letters) for _ in range(rng.randint(0, 40)))
-    if choice == 4:
-        return ""
-    if choice == 5:
-        return rng.choice(["user", "assistant", "tool", "system", "developer", "call_1"])
-    if choice <= 7:
-        return [_junk(rng, depth + 1) for _ in range(rng.randint(0, 4))]
-    return {rng.choice(["role", "content", "tool_calls", "id", "type", "function", "name",
-                        "arguments", "text", "tool_call_id", "x"]): _junk(rng, depth + 1)
-            for _ in range(rng.randint(0, 4))}
-
-
-def _mutate(node: Any, rng: random.Random) -> None:
-    """Replace one random member somewhere inside ``node`` by junk."""
-    while True:
-        if isinstance(node, dict) and node:
-            key = rng.choice(list(node))
-        elif isinstance(node, list) and node:
-            key = rng.randrange(len(node))
-        else:
-            return
-        child = node[key]
-        if not isinstance(child, dict | list) or not child or rng.random() < 0.35:
-            node[key] = _junk(rng)
-            return
-        node = child
