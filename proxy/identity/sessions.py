@@ -17,6 +17,7 @@ from proxy.identity.lineage import ONE_TENANT, Lineage, SessionIndex, Tenant, fi
 from proxy.identity.prompt_prints import Fingerprints, fingerprint
 from proxy.policy.records import RuleSet
 from proxy.values import frozen_value
+from proxy.wire.content import HEAD_ROLES, has_role
 
 __all__ = ["Found", "SessionFinder"]
 
@@ -81,9 +82,14 @@ class SessionFinder:
         messages = body.get("messages")
         head = messages[0] if isinstance(messages, list) and messages else None
         # A plain {role, content} head is keyed by its text: a string keeps its hash, which
-        # the request's other lookups of the same text then reuse.
-        if isinstance(head, dict) and len(head) == 2 and head.get("content").__class__ is str:
-            first: object = (head.get("role"), head["content"])
+        # the request's other lookups of the same text then reuse. A first message that is
+        # no system prompt takes no part in the fingerprint (the tools alone make it): it is
+        # not written out (on the event loop) only to be hashed.
+        first: object
+        if not has_role(head, HEAD_ROLES):
+            first = None
+        elif isinstance(head, dict) and len(head) == 2 and head.get("content").__class__ is str:
+            first = (head.get("role"), head["content"])
         else:
             first = orjson.dumps(head)
         key = hash((first, orjson.dumps(body.get("tools") or [])))

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from proxy.values import frozen_value
 from proxy.wire.content import content_text
-from proxy.wire.openclaw import normalise_user_text
+from proxy.wire.openclaw import collapsed, normalised_pieces
 from proxy.wire.tool_ids import call_id_key
 
 __all__ = [
@@ -266,10 +266,19 @@ def _digest(tag: bytes, text: str) -> int:
     return int.from_bytes(raw, "big")
 
 
+def _digest_of(tag: bytes, pieces: Iterator[str]) -> int | None:
+    """``_digest`` of the pieces' text joined (None when it is empty), without joining it."""
+    digest = hashlib.blake2b(tag, digest_size=8)
+    empty = True
+    for piece in pieces:
+        digest.update(piece.encode("utf-8", "surrogatepass"))
+        empty = empty and not piece
+    return None if empty else int.from_bytes(digest.digest(), "big")
+
+
 def user_text_key(text: str) -> int | None:
     """Index key of a user message's text (None for empty text)."""
-    norm = normalise_user_text(text)
-    return _digest(b"u", norm) if norm else None
+    return _digest_of(b"u", normalised_pieces(text))
 
 
 def assistant_text_key(text: str) -> int | None:
@@ -288,8 +297,7 @@ def tool_call_key(call_id: str) -> int | None:
 def summary_key(summary: str) -> int | None:
     """Index key of a compaction summary's text (whitespace collapsed; None when empty):
     a summary is long model output no other session holds, so it names its session."""
-    norm = " ".join(summary.split())
-    return _digest(b"s", norm) if norm else None
+    return _digest_of(b"s", collapsed(summary))
 
 
 def _user_keys(content: object) -> tuple[int, ...]:

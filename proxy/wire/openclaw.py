@@ -14,6 +14,7 @@ User text is compared across transcript and wire as ``normalise_user_text`` make
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
@@ -22,9 +23,11 @@ __all__ = [
     "OPENCLAW_CONTINUE",
     "USER_PREFIX",
     "RuntimeLine",
+    "collapsed",
     "find_runtime",
     "is_reset_command",
     "normalise_user_text",
+    "normalised_pieces",
     "parse_runtime",
     "render_prefix",
     "strip_user_prefix",
@@ -67,7 +70,33 @@ def strip_user_prefix(text: str) -> str:
 def normalise_user_text(text: str) -> str:
     """User text as both the transcript and any request carry it: prefix and Runtime
     suffix dropped, whitespace collapsed."""
-    return " ".join(strip_user_prefix(text.lstrip()).split())
+    return "".join(normalised_pieces(text))
+
+
+def normalised_pieces(text: str) -> Iterator[str]:
+    """``normalise_user_text(text)`` in pieces (what a digest of it reads)."""
+    return collapsed(strip_user_prefix(text.lstrip()))
+
+
+_SLICE = 65_536
+
+
+def collapsed(text: str, step: int = _SLICE) -> Iterator[str]:
+    """The pieces of ``" ".join(text.split())``, made ``step`` characters at a time: a text
+    of megabytes split whole is a list of a word object per word (~12 times the text) made
+    in one call that holds the interpreter."""
+    within = False  # the last piece ended inside a word (it may go on in the next slice)
+    started = False
+    for start in range(0, len(text), step):
+        part = text[start:start + step]
+        words = part.split()
+        if not words:
+            within = False
+            continue
+        piece = " ".join(words)
+        yield piece if not started or (within and not part[0].isspace()) else " " + piece
+        started = True
+        within = not part[-1].isspace()
 
 
 def is_reset_command(text: str) -> bool:
