@@ -43,6 +43,7 @@ from proxy.replicas.service import SharedStore
 from proxy.server import inspector_routes, protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
+from proxy.server.allocator import give_back_large_blocks
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.guard import last_guard
 from proxy.server.inspector_sink import InspectorSink
@@ -290,6 +291,7 @@ def serve(settings: Settings) -> int:
     # collections ten times rarer; what start-up made (rules, tables, the catalog read at
     # start) is frozen out of them (see _serve).
     gc.set_threshold(700, 10, 100)
+    give_back_large_blocks()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it
