@@ -60,6 +60,9 @@ class ChatRequest:
     translation: Translation | None = None
     client_raw: bytes = b""
     large: bool = False  # worked on in a worker thread (the module docstring), decided once
+    # Bytes its parsed forms hold, estimated before parsing (proxy/server/body_cost.py); 0
+    # when it was not estimated. What keeps the request (the inspector) counts it.
+    weight: int = 0
 
     @property
     def route(self) -> str:
@@ -71,18 +74,19 @@ class ChatRequest:
         return self.translation.pass_reason if self.translation is not None else None
 
     @classmethod
-    def parse(cls, raw: bytes, body: dict[str, Any], agent_id: str | None) -> ChatRequest:
+    def parse(cls, raw: bytes, body: dict[str, Any], agent_id: str | None, *,
+              weight: int = 0) -> ChatRequest:
         model = body.get("model")
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         return cls(
             raw=raw, body=body, model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True, include_usage=include_usage, agent_id=agent_id,
-            large=_large(raw, body))
+            large=_large(raw, body), weight=weight)
 
     @classmethod
     def translated(cls, raw: bytes, body: dict[str, Any], agent_id: str | None,
-                   dialect: Dialect) -> ChatRequest:
+                   dialect: Dialect, *, weight: int = 0) -> ChatRequest:
         """A request in ``dialect``, translated once into the chat shape the stages read."""
         try:
             translation = dialect.translate(body)
@@ -97,7 +101,7 @@ class ChatRequest:
         return cls(raw=chat_raw, body=chat, model=model if isinstance(model, str)
                    else "", stream=chat.get("stream") is True, include_usage=True,
                    agent_id=agent_id, dialect=dialect, translation=translation, client_raw=raw,
-                   large=_large(chat_raw, chat))
+                   large=_large(chat_raw, chat), weight=weight)
 
     def outgoing(self, body: bytes) -> bytes:
         """What goes upstream for ``body`` (a body the stages made): the client's own bytes

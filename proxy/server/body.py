@@ -13,12 +13,13 @@ Bodies in any other encoding: the chat route (which must read the JSON) refuses 
 
 from __future__ import annotations
 
+import asyncio
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 from proxy.errors import BodyTooLarge, InvalidBody, UnsupportedEncoding
 
-__all__ = ["Decoder", "body_encoding", "decode", "decode_stream"]
+__all__ = ["Decoder", "body_encoding", "decode_stream", "decoded"]
 
 _DECODED = frozenset({"gzip", "x-gzip", "deflate"})
 _STEP = 1 << 20  # decompressed bytes produced per call, so memory stays bounded
@@ -51,16 +52,17 @@ class Decoder:
     def _new(wbits: int) -> zlib._Decompress:
         return zlib.decompressobj(wbits=wbits)
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Decoded pieces of ``data``; raises ``InvalidBody`` / ``BodyTooLarge``."""
-        out: list[bytes] = []
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """Decoded pieces of ``data``, each of at most 1 MiB and made when asked for (a small
+        piece of a "zip bomb" stops costing as soon as its reader stops asking); raises
+        ``InvalidBody`` / ``BodyTooLarge``."""
         pending = data
         while pending:
             if self._z.eof:
                 if not self._gzip:
                     raise InvalidBody("the request body has bytes after its deflate stream")
                 if not pending.strip(b"\x00"):
-                    return out  # zero padding after the last member, as gzip(1) allows
+                    return  # zero padding after the last member, as gzip(1) allows
                 # gzip allows several members one after another (RFC 1952 section 2.2).
                 self._z = self._new(zlib.MAX_WBITS | 16)
             try:
@@ -74,10 +76,9 @@ class Decoder:
                 raise InvalidBody(f"the request body does not decompress: {exc}") from exc
             self._first = False
             self._count(piece)
-            if piece:
-                out.append(piece)
             pending = self._z.unused_data if self._z.eof else self._z.unconsumed_tail
-        return out
+            if piece:
+                yield piece
 
     def finish(self) -> list[bytes]:
         """The rest once the body has ended; raises ``InvalidBody`` if it was cut short."""
@@ -97,20 +98,20 @@ class Decoder:
                                "limit")
 
 
-def decode(raw: bytes, encoding: str, limit: int) -> bytes:
-    """A whole body, decoded (CPU work: callers run large ones in a worker thread)."""
-    decoder = Decoder(encoding, limit)
-    parts = decoder.feed(raw)
-    parts.extend(decoder.finish())
-    return b"".join(parts)
-
-
 async def decode_stream(pieces: AsyncIterator[bytes], encoding: str, limit: int
                         ) -> AsyncIterator[bytes]:
     """A body decoded as it streams in."""
-    decoder = Decoder(encoding, limit)
+    async for out in decoded(pieces, Decoder(encoding, limit)):
+        yield out
+
+
+async def decoded(pieces: AsyncIterator[bytes], decoder: Decoder) -> AsyncIterator[bytes]:
+    """``pieces`` decoded by ``decoder`` (which may have decoded the body's start already),
+    the event loop given a turn between two pieces decoded from one piece received."""
     async for piece in pieces:
-        for out in decoder.feed(piece):
+        for index, out in enumerate(decoder.feed(piece)):
+            if index:
+                await asyncio.sleep(0)
             yield out
     for out in decoder.finish():
         yield out

@@ -1,12 +1,17 @@
-"""A budget for request bytes held in memory at once (chat bodies read to be parsed).
+"""A budget for the memory chat request bodies take at once: their bytes, and their parsed
+forms as ``body_cost.py`` estimates them before parsing.
 
-Bytes are taken as they arrive (and again for what decoding a compressed body adds), so a
-client that declares a large body and sends nothing holds nothing; they are given back when
-the request ends. A body that does not fit gets 503 ``busy`` with ``Retry-After`` instead of
-pushing the process past its memory limit. The parsed form of a body is not counted.
+Bytes are taken as they arrive (decoded bytes, for a compressed body), so a client that
+declares a large body and sends nothing holds nothing; a body that does not fit gets 503
+``busy`` with ``Retry-After`` instead of pushing the process past its memory limit. Before a
+body is parsed its request reserves what the parse and the stages will add, waiting a
+moment (``reserve``) for requests that end to give theirs back. Everything is given back
+when the request ends.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 __all__ = ["BodyBudget", "Hold"]
 
@@ -15,9 +20,16 @@ class BodyBudget:
     def __init__(self, total: int) -> None:
         self.total = total
         self.held = 0
+        self._waiting: list[asyncio.Future[None]] = []
 
     def hold(self) -> Hold:
         return Hold(self)
+
+    def _given_back(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class Hold:
@@ -36,6 +48,31 @@ class Hold:
         self.amount += amount
         return True
 
+    async def reserve(self, amount: int, wait: float) -> bool:
+        """Hold ``amount`` more bytes, waiting up to ``wait`` seconds for them to fit; False
+        if they did not. Waiters are woken whenever bytes are given back, and each looks
+        again (no order among them: a few at most, each for a moment)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        budget = self._budget
+        while not self.take(amount):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            budget._waiting.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                return False
+            finally:
+                if waiter in budget._waiting:
+                    budget._waiting.remove(waiter)
+        return True
+
     def release(self) -> None:
-        self._budget.held = max(0, self._budget.held - self.amount)
+        budget = self._budget
+        budget.held = max(0, budget.held - self.amount)
         self.amount = 0
+        if budget._waiting:
+            budget._given_back()

@@ -99,11 +99,12 @@ class InspectorSink:
 
 def _held(trail: Trail) -> int:
     """An upper estimate of the memory a kept trail holds: the client's body, its parsed
-    form (the text again, and the objects around it), and a rewritten body beside it."""
+    form (the text again, and the objects around it; at least what was estimated before
+    parsing it, which counts every JSON value), and a rewritten body beside it."""
     chat, outgoing = trail.chat, trail.outgoing
     raw = len(chat.raw) + len(chat.client_raw)
     sent = outgoing.body if outgoing is not None else None
     rewritten = len(sent) if sent is not None and sent is not chat.raw else 0
     messages = chat.body.get("messages")
     count = len(messages) if isinstance(messages, list) else 0
-    return _TRAIL_BYTES + 3 * raw + 2 * rewritten + count * _MESSAGE_BYTES
+    return _TRAIL_BYTES + max(3 * raw + count * _MESSAGE_BYTES, chat.weight) + 2 * rewritten

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected
 from proxy.floor.decision import public_verdict
@@ -18,8 +19,9 @@ from proxy.server.guard import start_answer
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target
 from proxy.upstream.headers import forward_headers, response_headers
+from proxy.wire.dialect import Dialect
 
-__all__ = ["forward", "passthrough", "route_label"]
+__all__ = ["forward", "limited", "passthrough", "route_label"]
 
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
@@ -47,7 +49,7 @@ async def passthrough(request: web.Request, target: Target) -> web.StreamRespons
         acct.finish()
 
 
-async def _limited(pieces: AsyncIterator[bytes], limit: int, deadline: float
+async def limited(pieces: AsyncIterator[bytes], limit: int, deadline: float
                    ) -> AsyncIterator[bytes]:
     """The body as it streams in, cut off (and the upstream request with it) past ``limit``
     bytes or past ``deadline`` (monotonic; a body slower than --min-body-rate)."""
@@ -66,6 +68,27 @@ async def _limited(pieces: AsyncIterator[bytes], limit: int, deadline: float
         yield piece
 
 
+def _request_body(state: ProxyState, request: web.Request, body: AsyncIterator[bytes] | None
+                  ) -> tuple[CIMultiDict[str], Any]:
+    """The headers and the body to send upstream: ``body`` when the route read part of it
+    already (decoded, sent chunked), else the client's as it streams in (decoded too)."""
+    encoding = body_encoding(request.headers) if request.body_exists else None
+    decoded = decodable(encoding)
+    headers = forward_headers(request.headers, decoded_body=decoded)
+    if body is not None:
+        return headers, body
+    if not request.body_exists:
+        return headers, None
+    limit, length = state.settings.max_body_bytes, request.content_length
+    data = limited(request.content.iter_any(), limit, _body_deadline(state, length))
+    if decoded:
+        assert encoding is not None
+        return headers, decode_stream(data, encoding, limit)  # chunked: its length is unknown
+    if length is not None:
+        headers["Content-Length"] = str(length)
+    return headers, data
+
+
 def _body_deadline(state: ProxyState, length: int | None) -> float:
     """When a body of ``length`` bytes (unknown: the limit) must have arrived by."""
     settings = state.settings
@@ -74,37 +97,29 @@ def _body_deadline(state: ProxyState, length: int | None) -> float:
 
 
 async def forward(state: ProxyState, request: web.Request, target: Target,
-                  acct: Accounting, *, verdict: str | None = None
+                  acct: Accounting, *, verdict: str | None = None,
+                  body: AsyncIterator[bytes] | None = None, dialect: Dialect | None = None
                   ) -> tuple[web.StreamResponse, bool]:
     """The upstream's answer relayed; and whether a write found the client gone. ``verdict``:
-    the ``x-tailfloor`` value of a chat request forwarded unread."""
+    the ``x-tailfloor`` value of a chat request forwarded unread; ``body``: its body, decoded,
+    when the route began reading it (sent chunked); ``dialect``: the shape of errors."""
     length = request.content_length
     limit = state.settings.max_body_bytes
     if length is not None and length > limit:
         too_large = BodyTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
         state.record.rejected(too_large.reason)
-        return error_response(too_large, acct.request_id), False
-    encoding = body_encoding(request.headers) if request.body_exists else None
-    decoded = decodable(encoding)
-    headers = forward_headers(request.headers, decoded_body=decoded)
-    data: Any = None
-    if request.body_exists:
-        data = _limited(request.content.iter_any(), limit, _body_deadline(state, length))
-        if decoded:
-            assert encoding is not None
-            data = decode_stream(data, encoding, limit)  # sent chunked: its length is unknown
-        elif length is not None:
-            headers["Content-Length"] = str(length)
+        return error_response(too_large, acct.request_id, dialect), False
+    headers, data = _request_body(state, request, body)
     overhead = time.perf_counter() - acct.started
     try:
         upstream = await state.upstream.send(request.method, target.path, target.query,
                                              headers, data)
     except Rejected as exc:  # a body past the limit or not decodable, a bad header
         state.record.rejected(exc.reason)
-        return error_response(exc, acct.request_id), False
+        return error_response(exc, acct.request_id, dialect), False
     except ProxyError as exc:
         state.record.upstream_error(exc.reason)
-        return error_response(exc, acct.request_id), False
+        return error_response(exc, acct.request_id, dialect), False
     before = time.perf_counter()
     out_headers = response_headers(upstream.headers, keep_length=True)
     out_headers["x-tailfloor-request-id"] = acct.request_id

@@ -9,31 +9,29 @@ itself); ``Accounting`` does the bookkeeping of both routes.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 from aiohttp import web
 
-from proxy.chat import ChatRequest, is_large_body
+from proxy.chat import ChatRequest
 from proxy.errors import (
-    BadRequest,
     BodyTimeout,
-    BodyTooLarge,
     Busy,
     InvalidHeader,
     Rejected,
     ShuttingDown,
-    UnsupportedEncoding,
     error_body,
 )
 from proxy.floor.decision import pass_through
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
-from proxy.server.body import body_encoding, decodable, decode
-from proxy.server.draining import BodyReads
+from proxy.server.body import body_encoding
+from proxy.server.body_cost import MAX_PARSED_BYTES
+from proxy.server.chat_body import Spill, read_body
 from proxy.server.exchange import ChatExchange
 from proxy.server.held_bodies import Hold
+from proxy.server.parsing import parse
 from proxy.server.passthrough import forward, passthrough
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target, parse_target, route_path
@@ -45,13 +43,6 @@ CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 # The other two dialects the agents speak, translated for the stages (proxy/wire/dialect.py).
 DIALECT_PATHS: dict[str, Dialect] = {"/v1/responses": RESPONSES, "/responses": RESPONSES,
                                      "/v1/messages": MESSAGES, "/messages": MESSAGES}
-# A body above either bound is not parsed: parsing is one call that holds the interpreter,
-# and so every other request, for ~8 ms per 50,000 JSON objects or ~13 ms per 8 MB. It is
-# forwarded as it came, counted (x-tailfloor: none; reason=too_large).
-MAX_OBJECTS = 50_000
-MAX_PARSED_BYTES = 8 * 1024 * 1024
-# Compressed chat bodies above this size are decoded in a worker thread.
-_DECODE_INLINE = 256 * 1024
 
 
 async def route(request: web.Request) -> web.StreamResponse:
@@ -92,11 +83,7 @@ async def chat_completions(request: web.Request, target: Target,
         if length is not None and MAX_PARSED_BYTES < length <= state.settings.max_body_bytes \
                 and body_encoding(request.headers) is None:
             # Too large to read: streamed through as it comes, never held in memory.
-            chat = ChatRequest.unread(b"", target.agent, dialect)
-            state.record.floor(pass_through(chat, "too_large", "too_large"))
-            acct.verdict = "none; reason=too_large"
-            response, gone = await forward(state, request, target, acct, verdict=acct.verdict)
-            return acct.answer(response, gone=gone)
+            return await _unread(state, request, target, acct, dialect=dialect)
         hold = state.bodies.hold()
         try:
             return await _chat(request, target, state, acct, hold, dialect=dialect)
@@ -110,21 +97,31 @@ async def chat_completions(request: web.Request, target: Target,
         acct.finish()
 
 
+async def _unread(state: ProxyState, request: web.Request, target: Target, acct: Accounting,
+                  *, dialect: Dialect | None, spill: Spill | None = None
+                  ) -> web.StreamResponse:
+    """A body too large to parse, forwarded as it came (what was read of it, then the rest
+    as it arrives)."""
+    chat = ChatRequest.unread(b"", target.agent, dialect)
+    state.record.floor(pass_through(chat, "too_large", "too_large"))
+    acct.verdict = "none; reason=too_large"
+    response, gone = await forward(state, request, target, acct, verdict=acct.verdict,
+                                   body=spill.body() if spill is not None else None,
+                                   dialect=dialect)
+    return acct.answer(response, gone=gone)
+
+
 async def _chat(request: web.Request, target: Target, state: ProxyState, acct: Accounting,
                 hold: Hold, *, dialect: Dialect | None) -> web.StreamResponse:
     """Read and parse the body (within the budget, held for the caller), then the exchange."""
     try:
         settings = state.settings
-        raw = await _read_body(request, settings.max_body_bytes, state.offload,
-                               rate=settings.min_body_rate, grace=settings.idle_timeout,
-                               hold=hold, reads=state.body_reads)
-        if len(raw) > MAX_PARSED_BYTES or (is_large_body(len(raw))
-                                           and raw.count(b"{") > MAX_OBJECTS):
-            chat = ChatRequest.unread(raw, target.agent, dialect)
-        else:
-            # Parsing megabytes of JSON is CPU work: a large body is parsed off the loop.
-            chat = (await state.offload(_parsed, raw, target.agent, dialect)
-                    if is_large_body(len(raw)) else _parsed(raw, target.agent, dialect))
+        read = await read_body(request, settings.max_body_bytes, rate=settings.min_body_rate,
+                               grace=settings.idle_timeout, hold=hold, reads=state.body_reads)
+        if isinstance(read, Spill):
+            return await _unread(state, request, target, acct, dialect=dialect, spill=read)
+        chat = await parse(state, read, hold, target.agent, dialect)
+        del read  # the request's own reference to the body: ``chat`` holds it as long as needed
     except Rejected as exc:
         state.record.rejected(exc.reason)
         refused = error_response(exc, acct.request_id, dialect)
@@ -138,73 +135,6 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                                   request_id=acct.request_id, started=acct.started).run()
     acct.verdict = finished.verdict
     return acct.answer(finished.response, gone=finished.client_gone)
-
-
-async def _read_body(request: web.Request, limit: int, offload: Any, *, rate: int,
-                     grace: float, hold: Hold, reads: BodyReads) -> bytes:
-    """The body as the chat route reads it: decoded, within ``limit`` both ways, arriving at
-    ``rate`` bytes/s at least (after a start of ``grace`` seconds), every byte held in
-    ``hold`` as it arrives; by the drain's body deadline once the drain began."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(
-            f"request body of {request.content_length} bytes is over the {limit}-byte limit")
-    expected = request.content_length if request.content_length is not None else limit
-    content = request.content
-    if content.is_eof() and content.exception() is None:
-        # The whole body came with the head (most requests): no timer to arm.
-        raw = _taken(content.read_nowait(), 0, limit, hold)
-    else:
-        parts: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(grace + expected / rate) as deadline:
-                with reads.reading(deadline):
-                    async for chunk in content.iter_any():
-                        size += len(_taken(chunk, size, limit, hold))
-                        parts.append(chunk)
-        except TimeoutError as exc:
-            if reads.draining:
-                raise ShuttingDown("tailfloor is shutting down; retry on another "
-                                   "instance") from exc
-            raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
-        raw = b"".join(parts)
-    encoding = body_encoding(request.headers)
-    if encoding is None:
-        return raw
-    if not decodable(encoding):
-        raise UnsupportedEncoding(f"chat request bodies in {encoding!r} are not supported; "
-                                  "send gzip, deflate or an uncompressed body")
-    decoded: bytes = (await offload(decode, raw, encoding, limit) if len(raw) > _DECODE_INLINE
-                      else decode(raw, encoding, limit))
-    if not hold.take(len(decoded)):
-        raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
-    return decoded
-
-
-def _taken(chunk: bytes, before: int, limit: int, hold: Hold) -> bytes:
-    """A piece of the body, counted against the limit and held in the budget."""
-    if before + len(chunk) > limit:
-        raise BodyTooLarge(f"request body is over the {limit}-byte limit")
-    if not hold.take(len(chunk)):
-        raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
-    return chunk
-
-
-def _parsed(raw: bytes, agent: str | None, dialect: Dialect | None) -> ChatRequest:
-    body = _parse_json_object(raw)
-    if dialect is None:
-        return ChatRequest.parse(raw, body, agent)
-    return ChatRequest.translated(raw, body, agent, dialect)
-
-
-def _parse_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
 
 
 def _shape(request: web.Request) -> Dialect | None:

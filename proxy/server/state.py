@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -51,6 +52,8 @@ class ProxyState:
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
+    # One large body's bytes worked on at a time (server/parsing.py).
+    parsing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     shared: SharedStore | None = None  # --store: what replicas share
     inspector: InspectorStore | None = None  # the kept requests (--inspect-requests)
     connections: CappedSite | None = None  # the proxy port's listener, once it listens

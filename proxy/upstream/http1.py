@@ -125,9 +125,12 @@ class Http1Connection(asyncio.Protocol):
         else:
             self.transport.write(head + body if body else head)
 
-    async def write_body_chunk(self, data: bytes) -> None:
+    async def write_body_chunk(self, *parts: bytes) -> None:
+        """Write ``parts`` one after the other (a large piece is never copied to join it to
+        its chunk framing), then wait while the transport's buffer is full."""
         assert self.transport is not None
-        self.transport.write(data)
+        for data in parts:
+            self.transport.write(data)
         if self._write_paused:
             self._drain_waiter = self.loop.create_future()
             await self._drain_waiter

@@ -281,7 +281,9 @@ class Upstream:
         async for piece in body:
             if not piece:
                 continue
-            framed = f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece
-            await connection.write_body_chunk(framed)
+            if chunked:
+                await connection.write_body_chunk(b"%x\r\n" % len(piece), piece, b"\r\n")
+            else:
+                await connection.write_body_chunk(piece)
         if chunked:
             await connection.write_body_chunk(b"0\r\n\r\n")

@@ -20,7 +20,7 @@ after: what the machine itself, busy with the load, adds to an answer.
   whether any answer was a 5xx that is not JSON or the log holds a traceback.
 
 Usage: python tests/bench/hostile_load.py [--seconds 60] [--clients 6] [--huge 0.2]
-           [--idle 10] [--seed 1] [--repo DIR] [-- extra serve options]
+           [--idle 10] [--seed 1] [--repo DIR] [--env NAME=VALUE] [-- serve options]
 (``--repo`` runs the tailfloor of another checkout, for before/after figures.)
 """
 
@@ -56,7 +56,7 @@ ANSWER_TIMEOUT = 180.0
 
 
 @contextmanager
-def processes(repo: Path, extra: list[str]
+def processes(repo: Path, extra: list[str], env: dict[str, str] | None = None
               ) -> Iterator[tuple[subprocess.Popen[bytes], int, int, int, Path]]:
     """The fake upstream and ``tailfloor serve`` of ``repo``, and an idle server (another fake
     upstream nobody sends to): the server, its port and admin port, the idle one's, its log."""
@@ -73,7 +73,7 @@ def processes(repo: Path, extra: list[str]
              "--admin-listen", f"127.0.0.1:{admin}", "--upstream",
              f"http://127.0.0.1:{upstream}", "--sessions", str(work / "sessions"),
              "--log-level", "WARNING", *extra],
-            cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
+            cwd=repo, env={**os.environ, **(env or {}), "PYTHONPATH": str(repo)},
             stdout=out, stderr=subprocess.STDOUT)
     try:
         yield proc, port, admin, idle, log
@@ -176,8 +176,9 @@ async def warm(port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with processes(Path(args.repo).resolve(), args.serve) as (proc, port, admin, idle_port,
-                                                              log):
+    env = dict(item.split("=", 1) for item in args.env)
+    with processes(Path(args.repo).resolve(), args.serve, env) as (proc, port, admin,
+                                                                   idle_port, log):
         asyncio.run(wait_ready(admin, 60))
         asyncio.run(warm(port))
         with Watch(proc.pid, admin, other=idle_port) as idle:
@@ -236,6 +237,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repo", default=str(ROOT), help="the checkout whose tailfloor runs")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for tailfloor serve only")
     parser.add_argument("serve", nargs="*", help="extra options for tailfloor serve")
     print(json.dumps(run(parser.parse_args()), indent=2))
 

@@ -107,6 +107,14 @@ def test_a_body_of_too_many_objects_is_forwarded_unread(proxy: ProxyProcess,
                                "messages": [{"role": "user", "content": "hi"}] * 60_000})
 
 
+def test_a_body_of_too_many_values_is_forwarded_unread(proxy: ProxyProcess,
+                                                       clean_fake: FakeUpstream) -> None:
+    """Few objects but more than 100,000 JSON values: each a Python object once parsed, 15-20
+    times the body's bytes, and seconds of one call that holds the interpreter."""
+    unread(proxy, clean_fake, {"model": "fake-model", "metadata": [[]] * 150_000,
+                               "messages": [{"role": "user", "content": "hi"}]})
+
+
 def test_a_body_over_8_mib_streams_through_unread(proxy: ProxyProcess,
                                                   clean_fake: FakeUpstream) -> None:
     unread(proxy, clean_fake, {"model": "fake-model", "stream": False, "messages": [

@@ -1,0 +1,158 @@
+"""The chat route's body as it arrives: decoded, within the limit both ways, at the minimum
+rate at least, every decoded byte held in the body budget (``held_bodies.py``).
+
+A body is parsed only up to ``MAX_PARSED_BYTES`` (decoded), so a longer one is not held whole
+either: once past that bound, ``read_body`` stops and returns a ``Spill``, what was read and
+the rest as it arrives (decoded, under the same limit and deadline), which the route forwards
+unread. The most a body holds while read is that bound and one piece, whatever its length or
+coding; a compressed piece is decoded a MiB at a time, the event loop given a turn between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import AsyncIterator, Iterator
+
+from aiohttp import web
+
+from proxy.errors import BodyTimeout, BodyTooLarge, Busy, ShuttingDown, UnsupportedEncoding
+from proxy.server.body import Decoder, body_encoding, decodable, decoded
+from proxy.server.body_cost import MAX_PARSED_BYTES
+from proxy.server.draining import BodyReads
+from proxy.server.held_bodies import Hold
+from proxy.server.passthrough import limited
+
+__all__ = ["Spill", "read_body"]
+
+_PIECE = 1024 * 1024  # the start of a spilled body goes upstream a piece at a time
+
+
+class Spill:
+    """A body past the parse bound: its start, read, and the rest still to come."""
+
+    def __init__(self, head: bytes, rest: AsyncIterator[bytes]) -> None:
+        self._head = head
+        self._rest = rest
+
+    async def body(self) -> AsyncIterator[bytes]:
+        head, self._head = self._head, b""
+        for start in range(0, len(head), _PIECE):
+            yield head[start:start + _PIECE]  # a MiB at a time: no long write, no long copy
+        del head  # sent: not kept while the rest streams
+        async for piece in self._rest:
+            yield piece
+
+
+async def read_body(request: web.Request, limit: int, *, rate: int, grace: float,
+                    hold: Hold, reads: BodyReads) -> bytes | Spill:
+    """The body (decoded), or its ``Spill`` when it is longer than a body is parsed; by the
+    drain's body deadline once the drain began."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BodyTooLarge(f"request body of {length} bytes is over the {limit}-byte limit")
+    encoding = body_encoding(request.headers)
+    if encoding is not None and not decodable(encoding):
+        raise UnsupportedEncoding(f"chat request bodies in {encoding!r} are not supported; "
+                                  "send gzip, deflate or an uncompressed body")
+    reader = _Reader(limit, hold, Decoder(encoding, limit) if encoding is not None else None)
+    content = request.content
+    deadline = time.monotonic() + grace + (length if length is not None else limit) / rate
+    if content.is_eof() and content.exception() is None:
+        # The whole body came with the head (most requests): no timer to arm.
+        whole = content.read_nowait()
+        if reader.decoder is None:  # kept as it came, not copied
+            taken = reader.taken(whole)
+            return taken if len(taken) <= MAX_PARSED_BYTES else Spill(taken, _nothing())
+        if await reader.add(whole):
+            return reader.spill(_nothing())
+        return reader.body()
+    try:
+        async with asyncio.timeout_at(_loop_time(deadline)) as timer:
+            with reads.reading(timer):
+                async for chunk in content.iter_any():
+                    if await reader.add(chunk):
+                        return reader.spill(limited(content.iter_any(),
+                                                    limit - reader.received, deadline))
+    except TimeoutError as exc:
+        if reads.draining:
+            raise ShuttingDown("tailfloor is shutting down; retry on another "
+                               "instance") from exc
+        raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
+    return reader.body()
+
+
+class _Reader:
+    def __init__(self, limit: int, hold: Hold, decoder: Decoder | None) -> None:
+        self.limit, self.hold, self.decoder = limit, hold, decoder
+        self.received = 0  # bytes as sent (compressed ones included)
+        self._buffer = io.BytesIO()  # grows in place: no second copy to join the pieces
+        self._pending: Iterator[bytes] = iter(())  # the decoded rest of the last piece
+
+    def taken(self, piece: bytes) -> bytes:
+        """``piece`` counted against the limit and held in the budget."""
+        if self.received + len(piece) > self.limit:
+            raise BodyTooLarge(f"request body is over the {self.limit}-byte limit")
+        if not self.hold.take(len(piece)):
+            raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
+        self.received += len(piece)
+        return piece
+
+    async def add(self, chunk: bytes) -> bool:
+        """Take ``chunk``; True once the body is past the parse bound (then the rest of its
+        decoded pieces is left for ``spill``)."""
+        if self.decoder is None:
+            self._buffer.write(self.taken(chunk))
+            return self._buffer.tell() > MAX_PARSED_BYTES
+        if self.received + len(chunk) > self.limit:
+            raise BodyTooLarge(f"request body is over the {self.limit}-byte limit")
+        self.received += len(chunk)
+        pieces = self.decoder.feed(chunk)
+        for index, piece in enumerate(pieces):
+            if index:
+                await asyncio.sleep(0)
+            if not self.hold.take(len(piece)):
+                raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
+            self._buffer.write(piece)
+            if self._buffer.tell() > MAX_PARSED_BYTES:
+                self._pending = pieces
+                return True
+        return False
+
+    def body(self) -> bytes:
+        if self.decoder is not None:
+            for piece in self.decoder.finish():
+                if not self.hold.take(len(piece)):
+                    raise Busy("tailfloor holds as many request bodies as it may; retry "
+                               "shortly")
+                self._buffer.write(piece)
+        return self._buffer.getvalue()
+
+    def spill(self, tail: AsyncIterator[bytes]) -> Spill:
+        head = self._buffer.getvalue()
+        self._buffer = io.BytesIO()
+        return Spill(head, self._rest(tail))
+
+    async def _rest(self, tail: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        for piece in self._pending:
+            yield piece
+            await asyncio.sleep(0)
+        if self.decoder is None:
+            async for piece in tail:
+                yield piece
+        else:
+            async for piece in decoded(tail, self.decoder):
+                yield piece
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
+
+
+def _loop_time(monotonic: float) -> float:
+    """The event loop's time at ``monotonic`` (both count from the same clock here, but
+    only the difference is relied on)."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (monotonic - time.monotonic())
