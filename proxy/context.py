@@ -148,8 +148,12 @@ class ContextBuilder:
 
     def identify(self, chat: ChatRequest, headers: Mapping[str, str], rules: RuleSet
                  ) -> RequestSignals:
-        """The signals alone (a pass over every message: a worker thread's job when large)."""
-        return identify(chat.agent_id, headers, chat.body, rules.identification)
+        """The signals alone (a pass over every message: a worker thread's job when large),
+        and the fingerprint the session lookup will want, made ahead in the same thread."""
+        signals = identify(chat.agent_id, headers, chat.body, rules.identification)
+        if self.sessions is not None and isinstance(chat.body.get("messages"), list):
+            self.sessions.prime(chat.body)
+        return signals
 
 
 def runs_ahead(ctx: RequestContext) -> bool:

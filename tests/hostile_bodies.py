@@ -1,8 +1,9 @@
 """Hostile request bodies for the three chat routes, seeded: small valid bodies with random
 parts replaced by random JSON (some cut short, some gzip), and huge ones near the body limit
 built to cost the most for their size (one long text, many messages or content blocks, many
-tiny JSON values, text that Python holds at four bytes a character), sent with a length,
-chunked or compressed. The e2e fuzz and ``tests/bench/hostile_load.py`` share them."""
+tiny JSON values, text that Python holds at four bytes a character, a system prompt of
+megabytes), sent with a length, chunked or compressed. The e2e fuzz and
+``tests/bench/hostile_load.py`` share them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ __all__ = ["HUGE_KINDS", "ROUTES", "fuzzed", "huge", "messages_of"]
 ROUTES = {"chat": "/v1/chat/completions", "responses": "/v1/responses",
           "messages": "/v1/messages"}
 HUGE_KINDS = ("long_text", "long_text_chunked", "long_text_gzip", "many_messages",
-              "many_blocks", "many_values", "many_lists", "wide_text")
+              "many_blocks", "many_values", "many_lists", "wide_text", "long_system")
 # Kinds parsed by a proxy that parses bodies up to 8 MiB: built just under it.
 _PARSED_SIZE = 8 * 1024 * 1024 - 64 * 1024
 # Messages or blocks in one body: just under the 50,000 JSON objects a proxy parses at most.
@@ -98,6 +99,16 @@ def huge(kind: str, route: str, size: int) -> tuple[bytes, dict[str, str], bool]
         head = orjson.dumps(_with_messages(route, stream, [{"role": "user", "content": "x"}]))
         filler = b'"metadata":[' + b",".join([value] * count) + b"],"
         return head[:1] + filler + head[1:], {}, False
+    if kind == "long_system":
+        # A system prompt of megabytes: what ties sessions together is normalised from it.
+        line = "You are a coding agent; today is 2026-11-30 02:27 and the workspace is big. "
+        body = _base(route, stream)
+        text = line * (_PARSED_SIZE // len(line))
+        if route == "chat":
+            body["messages"][0]["content"] = text
+        else:
+            body["instructions" if route == "responses" else "system"] = text
+        return orjson.dumps(body), {}, False
     if kind == "wide_text":
         # One character outside the BMP: Python holds the whole string at 4 bytes a character.
         return orjson.dumps(_with_messages(route, stream, [

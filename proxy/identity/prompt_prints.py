@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
 from proxy.wire.content import head_length, message_text
 
-__all__ = ["Fingerprints", "fingerprint"]
+__all__ = ["Fingerprints", "fingerprint", "normalised_pieces"]
 
 # Volatile parts of system prompts: dates and times (Pi's "Current date:"), uuids and
 # OpenClaw's per-session Runtime fields (2026.7 puts the Runtime line in the system prompt).
@@ -26,6 +26,51 @@ _VOLATILE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     r"|(?<=sessionId=)[^ |\n]+|(?<=session=)[^ |\n]+")
+_SLICE = 65_536
+_TRIES = 64
+# What a date or uuid is made of; a session value follows "session=" or "sessionId=".
+_MATCHED = frozenset("0123456789abcdefABCDEF-:.TZ+ ")
+
+
+def normalised_pieces(text: str, step: int = _SLICE) -> Iterator[str]:
+    """``_VOLATILE.sub("~", text)`` in pieces, a slice of about ``step`` characters at a
+    time: the regular expression tries every position, ~1 s for 8 MB in one call that holds
+    the interpreter. A slice ends after a newline or ``|``, else after a space that follows
+    no digit, else (with no session value near) after a character no date or uuid holds: no
+    match holds such a character or needs what comes before it, so the pieces joined are
+    the text normalised whole. Only a slice with none of them is cut where it ends (a
+    hostile prompt's, never a real one's)."""
+    start, end_of_text = 0, len(text)
+    while start < end_of_text:
+        end = min(end_of_text, start + step)
+        if end < end_of_text:
+            cut = max(text.rfind("\n", start, end), text.rfind("|", start, end))
+            if cut < start:
+                cut = _safe_cut(text, start, end)
+            if cut >= start:
+                end = cut + 1
+        yield _VOLATILE.sub("~", text[start:end])
+        start = end
+
+
+def _safe_cut(text: str, start: int, end: int) -> int:
+    """The end (inclusive) of a slice of ``text[start:end]`` no match crosses; -1: none."""
+    last = end
+    for _ in range(_TRIES):
+        cut = text.rfind(" ", start, last)
+        if cut < start:
+            break
+        if cut == start or not text[cut - 1].isdigit():
+            return cut
+        last = cut
+    if "session" in text[start:end]:
+        return -1  # within a session value, perhaps: only a space or "|" ends one
+    for cut in range(end - 1, max(start, end - _TRIES) - 1, -1):
+        if text[cut] not in _MATCHED:
+            return cut
+    return -1
+
+
 def fingerprint(body: Mapping[str, Any]) -> str | None:
     """System prompt(s) and tools of a request, volatile parts normalised; None without both."""
     messages = body.get("messages")
@@ -36,7 +81,8 @@ def fingerprint(body: Mapping[str, Any]) -> str | None:
         return None
     digest = hashlib.blake2b(digest_size=12)
     for text in system:
-        digest.update(_VOLATILE.sub("~", text).encode("utf-8", "surrogatepass"))
+        for piece in normalised_pieces(text):
+            digest.update(piece.encode("utf-8", "surrogatepass"))
         digest.update(b"\x00")
     try:
         digest.update(orjson.dumps(tools or []))

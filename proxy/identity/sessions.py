@@ -22,6 +22,7 @@ from proxy.wire.content import HEAD_ROLES, has_role
 __all__ = ["Found", "SessionFinder"]
 
 _PRINT_CACHE = 4096
+_UNKNOWN = object()
 
 
 @frozen_value
@@ -43,7 +44,7 @@ class SessionFinder:
         self.single_tenant = single_tenant
         self._resolve_root = resolve_root
         self._bound: dict[str, str] = {}
-        self._prints_by_head: dict[int, str | None] = {}
+        self._prints_by_head: dict[int, object] = {}
 
     def find(self, signals: RequestSignals, body: Mapping[str, Any], rules: RuleSet) -> Found:
         print_ = self._fingerprint(body)
@@ -62,6 +63,16 @@ class SessionFinder:
             planted = self.prints.get(sid) is None
             self.prints.record(sid, print_)
         return Found(lineage, tenant, print_, planted)
+
+    def prime(self, body: Mapping[str, Any]) -> None:
+        """The fingerprint ``find`` will look up for ``body``, made ahead: for a large request,
+        in the worker thread that identifies it, not on the event loop (a system prompt of
+        megabytes takes a second to normalise). A body it cannot fingerprint is left to
+        ``find``, which says so in the lineage."""
+        try:
+            self._fingerprint(body)
+        except Exception:
+            return
 
     def resolved(self, root: str) -> str:
         """A root named in the rules, in the form the tracker records (resolved once)."""
@@ -93,8 +104,9 @@ class SessionFinder:
         else:
             first = orjson.dumps(head)
         key = hash((first, orjson.dumps(body.get("tools") or [])))
-        if key in self._prints_by_head:
-            return self._prints_by_head[key]
+        known = self._prints_by_head.get(key, _UNKNOWN)  # one lookup: prime() may clear it
+        if known is not _UNKNOWN:
+            return known if isinstance(known, str) else None
         found = fingerprint(body)
         if len(self._prints_by_head) >= _PRINT_CACHE:
             self._prints_by_head.clear()

@@ -15,9 +15,10 @@ after: what the machine itself, busy with the load, adds to an answer.
   under an ``/agents/<id>/`` prefix): small mutated bodies (tests/hostile_bodies.py), and
   with probability ``--huge`` a huge one (a 32 MB text with a length, chunked or gzip; 49,000
   messages or content blocks; 8 MB of tiny JSON values; 8 MB of text Python holds at four
-  bytes a character). Reported: the peak RSS (``VmHWM``), RSS after, the /healthz latencies
-  and the huge kinds in flight during the slow probes, every answer's status by kind, and
-  whether any answer was a 5xx that is not JSON or the log holds a traceback.
+  bytes a character; an 8 MB system prompt). Reported: the peak RSS (``VmHWM``), RSS after,
+  the /healthz latencies and the huge kinds in flight during the slow probes, every answer's
+  status by kind, and whether any answer was a 5xx that is not JSON or the log holds a
+  traceback.
 
 Usage: python tests/bench/hostile_load.py [--seconds 60] [--clients 6] [--huge 0.2]
            [--idle 10] [--seed 1] [--repo DIR] [--env NAME=VALUE] [-- serve options]
