@@ -38,10 +38,14 @@ def _digest(data: bytes) -> str:
 
 
 def _sorted_json(value: object) -> str:
+    return _sorted_json_bytes(value).decode()
+
+
+def _sorted_json_bytes(value: object) -> bytes:
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
     except TypeError:  # integers beyond 64 bits or lone surrogates, which orjson refuses
-        return json.dumps(value, sort_keys=True, default=str)
+        return json.dumps(value, sort_keys=True, default=str).encode()
 
 
 def _content(content: object) -> list[Any]:
@@ -62,7 +66,7 @@ def _content(content: object) -> list[Any]:
                 url = image.get("url") if isinstance(image, Mapping) else image
                 parts.append(["image", _digest(str(url).encode())])
             else:
-                parts.append(["part", _digest(_sorted_json(part).encode())])
+                parts.append(["part", _digest(_sorted_json_bytes(part))])
     # adjacent text parts read as one text, so "a\nb" and ["a", "b"] fingerprint the same;
     # each run joined once (appending to the last text copied it: quadratic in the parts)
     merged: list[Any] = []
@@ -112,7 +116,9 @@ def message_fingerprint(msg: Mapping[str, Any]) -> str:
         _calls(msg.get("tool_calls")),
         call_id_key(msg.get("tool_call_id")),
     ]
-    return _digest(_sorted_json(canonical).encode())
+    # The bytes hashed as they are written: a message of megabytes is not decoded into a
+    # string and encoded back (two more copies of it) on the way.
+    return _digest(_sorted_json_bytes(canonical))
 
 
 class KeptFingerprints:
