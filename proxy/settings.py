@@ -49,7 +49,7 @@ class Settings:
     log_format: str = "text"
     log_level: str = "INFO"
     max_body_bytes: int = 32 * 1024 * 1024
-    max_buffered_bytes: int = 64 * 1024 * 1024
+    max_buffered_bytes: int = 48 * 1024 * 1024
     idle_timeout: float = 60.0
     min_body_rate: int = 16 * 1024
     max_connections: int = 0
@@ -102,8 +102,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("log_format", "choice:json,text", "text", "log line format"),
     ("log_level", "choice:DEBUG,INFO,WARNING,ERROR", "INFO", "log level"),
     ("max_body_bytes", "int", 32 * 1024 * 1024, "largest request body accepted (413 above)"),
-    ("max_buffered_bytes", "int", 64 * 1024 * 1024,
-     "request body bytes held in memory at once, all requests together (503 busy above)"),
+    ("max_buffered_bytes", "int", 48 * 1024 * 1024,
+     "memory chat request bodies take at once (their bytes and their parsed forms, "
+     "estimated), all requests together (503 busy above)"),
     ("idle_timeout", "float", 60.0,
      "seconds a client connection may wait for its next request head (also the deadline for "
      "a slow head) before it is closed"),

@@ -51,7 +51,7 @@ class ProxyState:
     transcripts: TranscriptService | None = None
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
-    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(64 * 1024 * 1024))
+    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(48 * 1024 * 1024))
     # One large body's bytes worked on at a time (server/parsing.py).
     parsing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     shared: SharedStore | None = None  # --store: what replicas share

@@ -3,7 +3,7 @@ against a real ``tailfloor serve``; its peak RSS and how fast ``/healthz`` answe
 
 Starts the fake upstream (``--lenient``: it answers any JSON) and ``tailfloor serve`` on an
 empty sessions root with its default limits (bodies up to 32 MiB, ``--max-buffered-bytes``
-64 MiB, the inspector on). A watcher process (tests/bench/watch.py) asks ``/healthz`` on the
+48 MiB, the inspector on). A watcher process (tests/bench/watch.py) asks ``/healthz`` on the
 admin port every 15 ms on a new connection and reads the process's ``VmRSS`` after each probe;
 it asks an idle aiohttp server (a second fake upstream nobody sends to) the same way right
 after: what the machine itself, busy with the load, adds to an answer.
