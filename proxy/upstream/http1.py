@@ -94,6 +94,34 @@ class Http1Connection(asyncio.Protocol):
             self._drain_waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        sink = self._sink
+        if (sink is not None and not self._sink_paused and not self._done
+                and self._mode == "chunked"):
+            # A relayed stream's piece (the hot path: one call per SSE event): decoded and
+            # handed to the sink here, without the general path's calls in between.
+            decoder = self._chunked
+            assert decoder is not None
+            try:
+                body = decoder.feed(data)
+            except ChunkedError as exc:
+                self._fail(ProtocolError(str(exc)))
+                return
+            if decoder.ended:
+                if decoder.extra:
+                    self._keep_alive = False
+                self._push(body)
+                self._finish()
+            elif body:
+                # A piece arrived: the silence the read timeout measures starts again.
+                self._deadline = self.loop.time() + self.read_timeout
+                try:
+                    ready = sink(body)
+                except Exception as exc:  # a bug in the sink ends this answer, not the loop
+                    self._fail(exc)
+                    return
+                if not ready:
+                    self._pause_relay()
+            return
         if self._head is not None and not self._head.done():
             self._buffer += data
             if b"\r\n\r\n" not in self._buffer:
