@@ -46,10 +46,8 @@ async def relay_stream(
     outcome = StreamOutcome()
     clock = time.perf_counter  # the keep-alive's clock too: the relay reads it anyway
     state = _IdleState(clock())
-    keeper = (
-        asyncio.create_task(_keep_alive(response, scanner, state, keepalive_interval, outcome))
-        if keepalive_interval > 0 else None
-    )
+    keeper = (_KeepAlive(response, scanner, state, keepalive_interval, outcome)
+              if keepalive_interval > 0 else None)
     client = _ClientWrites(response)
     try:
         # Until the client's writer is known (its first write sends the head), pieces are
@@ -210,21 +208,50 @@ class _IdleState:
     writing: bool = False
 
 
-async def _keep_alive(
-    response: web.StreamResponse, scanner: StreamScanner, state: _IdleState, interval: float,
-    outcome: StreamOutcome,
-) -> None:
-    clock = time.perf_counter
-    while True:
-        due = state.last_write + interval
-        now = clock()
-        if now < due:
-            await asyncio.sleep(due - now)
-            continue
-        if not state.writing and scanner.at_event_boundary:
-            try:
-                await response.write(KEEPALIVE)
-            except (ConnectionError, RuntimeError):
-                return  # the client is gone; the relay loop notices on its next write
-            outcome.keepalives += 1
-        state.last_write = clock()
+class _KeepAlive:
+    """An SSE comment to the client once the stream was idle for ``interval``, between
+    events only. A timer that looks at the idle time when it fires, and a task only for a
+    write: a task per stream, woken and cancelled, cost more than a short stream's events."""
+
+    __slots__ = ("_handle", "_interval", "_loop", "_outcome", "_response", "_scanner",
+                 "_state", "_writing")
+
+    def __init__(self, response: web.StreamResponse, scanner: StreamScanner,
+                 state: _IdleState, interval: float, outcome: StreamOutcome) -> None:
+        self._response, self._scanner, self._state = response, scanner, state
+        self._interval, self._outcome = interval, outcome
+        self._loop = asyncio.get_running_loop()
+        self._writing: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(interval, self._due)
+
+    def _due(self) -> None:
+        state = self._state
+        idle = time.perf_counter() - state.last_write  # the relay's clock
+        if idle < self._interval:
+            self._handle = self._loop.call_later(self._interval - idle, self._due)
+            return
+        if self._writing is None and not state.writing and self._scanner.at_event_boundary:
+            self._writing = self._loop.create_task(self._write())
+        state.last_write = time.perf_counter()
+        self._handle = self._loop.call_later(self._interval, self._due)
+
+    async def _write(self) -> None:
+        try:
+            await self._response.write(KEEPALIVE)
+        except (ConnectionError, RuntimeError):
+            self._stop_timer()  # the client is gone; the relay notices on its next write
+            return
+        finally:
+            self._writing = None
+        self._outcome.keepalives += 1
+        self._state.last_write = time.perf_counter()
+
+    def _stop_timer(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def cancel(self) -> None:
+        self._stop_timer()
+        if self._writing is not None:
+            self._writing.cancel()

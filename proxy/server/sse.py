@@ -93,10 +93,20 @@ class StreamScanner:
         data = self._pending + chunk if self._pending else chunk
         out: list[bytes] = []
         start = 0
-        for match in _EVENT_END.finditer(data):
-            event = data[start:match.end()]
-            start = match.end()
-            out.append(self._filter_event(event))
+        if data.find(b"\r") < 0:
+            # Events ended by LF only (every upstream we know): found with find, where the
+            # regex, which has no literal to look for first, tries every position.
+            end = data.find(b"\n\n")
+            while end >= 0:
+                end += 2
+                out.append(self._filter_event(data[start:end]))
+                start = end
+                end = data.find(b"\n\n", start)
+        else:
+            for match in _EVENT_END.finditer(data):
+                event = data[start:match.end()]
+                start = match.end()
+                out.append(self._filter_event(event))
         self._pending = data[start:]
         if len(self._pending) > MAX_PENDING:
             out.append(self._pending)

@@ -11,8 +11,9 @@ class ChunkedError(Exception):
 
 def chunk_size(line: bytes) -> int:
     """A chunk-size line's size (its extensions ignored)."""
-    if b";" in line:
-        line = line.split(b";", 1)[0]
+    cut = line.find(b";")
+    if cut >= 0:
+        line = line[:cut]
     try:
         return int(line.strip(), 16)
     except ValueError as exc:

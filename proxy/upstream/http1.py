@@ -124,7 +124,7 @@ class Http1Connection(asyncio.Protocol):
             return
         if self._head is not None and not self._head.done():
             self._buffer += data
-            if b"\r\n\r\n" not in self._buffer:
+            if self._buffer.find(b"\r\n\r\n") < 0:  # (``in`` first tries an int: slower)
                 if len(self._buffer) > MAX_HEAD:
                     self._fail(ProtocolError("response head over 64 KiB"))
                 return

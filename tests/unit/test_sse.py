@@ -157,3 +157,19 @@ def test_facts_and_event_boundary_wherever_the_chunks_split(cuts: list[int],
     assert scanner.usage == Usage(100, 20, 120, 40, 5)
     if not adjusted:
         assert relayed == data
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
+def test_whole_event_mode_finds_crlf_and_lf_event_ends_wherever_the_chunks_split(
+        cuts: list[int]) -> None:
+    """Events ended by CRLF CRLF (allowed by SSE) are still whole events when the relay
+    works on events: every event seen once, the usage-only one hidden, facts read."""
+    lf = stream_bytes()
+    crlf = lf.replace(b"\n", b"\r\n")
+    for data in (lf, crlf):
+        scanner = StreamScanner(hide_usage=True)
+        relayed = b"".join(scanner.feed(piece) for piece in split_at(data, cuts))
+        relayed += scanner.flush()
+        assert scanner.events == lf.count(b"\n\n")
+        assert scanner.saw_done and scanner.usage == Usage(100, 20, 120, 40, 5)
+        assert relayed.replace(b"\r\n", b"\n") == stream_bytes(include_usage=False)
