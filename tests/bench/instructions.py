@@ -12,6 +12,12 @@ Request kinds, one connection, back to back, non-streaming:
 - ``small``: the benchmark's two-message request (``loadgen.BODY``);
 - ``agent``: an agent-sized request (``loadgen.AGENT_BODY``: 40 KB system prompt, 12 tools).
 
+``--stream`` adds a column per stream event: ``STREAMS`` streams one after the other, of
+``FEW_EVENTS`` events in one run and ``MANY_EVENTS`` in the other (the upstream writes one
+event every ``EVENT_GAP`` seconds, so each arrives alone), and the difference per event: what
+relaying one event costs, the request part left out. The client asked for the usage, so the
+scanner runs as it does for most agents (no event changed).
+
 ``--otlp`` adds ``tailfloor-otlp``: tailfloor exporting traces and metrics over OTLP/HTTP
 (every request sampled) to a receiver in this process (tests/otlp_receiver.py, kept-alive
 HTTP/1.1 as a collector answers), printed beside plain tailfloor with what it adds.
@@ -19,7 +25,7 @@ HTTP/1.1 as a collector answers), printed beside plain tailfloor with what it ad
 Needs valgrind (``apt-get install valgrind``); nginx is measured when installed.
 
 Usage: python tests/bench/instructions.py [--requests 200] [--targets tailfloor,nginx,...]
-       [--otlp]
+       [--otlp] [--stream]
 """
 
 from __future__ import annotations
@@ -37,13 +43,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench import peers
-from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency
+from tests.bench.bench_proxy import script_stream_replies
+from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency, measure_stream
 from tests.conftest import free_port
 from tests.otlp_receiver import OtlpReceiver
 
 TARGETS = ("tailfloor", "nginx", "uvloop-raw", "aiohttp-own-client")
 KINDS = {"small": BODY, "agent": AGENT_BODY}
 WARM = 50
+STREAMS, FEW_EVENTS, MANY_EVENTS, EVENT_GAP = 8, 20, 220, 0.004
 
 
 def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str], str]:
@@ -68,8 +76,9 @@ def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str
 
 
 def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
-            env: dict[str, str]) -> int:
-    """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown."""
+            env: dict[str, str], events: int = 0) -> int:
+    """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown
+    (``events``: the requests are ``STREAMS`` streams of that many events instead)."""
     port = free_port()
     argv, ready = command(target, port, upstream, work)
     out = work / f"cachegrind-{target}-{port}.out"
@@ -79,7 +88,8 @@ def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, 
         env={**os.environ, "PYTHONHASHSEED": "0", **env})
     try:
         peers.wait_http(ready, 300, proc)
-        asyncio.run(measure_latency(port, body, 1, WARM + requests))
+        asyncio.run(measure_latency(port, body, 1, WARM + requests) if not events
+                    else _streams(port, upstream, events))
     finally:
         proc.send_signal(signal.SIGINT if target != "nginx" else signal.SIGQUIT)
         proc.wait(300)
@@ -89,11 +99,26 @@ def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, 
     raise RuntimeError(f"no cachegrind summary for {target}")
 
 
+async def _streams(port: int, upstream: int, events: int) -> None:
+    await measure_latency(port, BODY, 1, WARM)
+    script_stream_replies(upstream, STREAMS, events, EVENT_GAP)
+    for _ in range(STREAMS):
+        result = await measure_stream(port)
+        if result.events < events:
+            raise RuntimeError(f"a stream relayed {result.events} of {events} events")
+
+
 def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
                 env: dict[str, str]) -> float:
     fewer = counted(target, body, 0, upstream, work, env=env)
     more = counted(target, body, requests, upstream, work, env=env)
     return (more - fewer) / requests
+
+
+def per_event(target: str, upstream: int, work: Path, *, env: dict[str, str]) -> float:
+    fewer = counted(target, BODY, 0, upstream, work, env=env, events=FEW_EVENTS)
+    more = counted(target, BODY, 0, upstream, work, env=env, events=MANY_EVENTS)
+    return (more - fewer) / (STREAMS * (MANY_EVENTS - FEW_EVENTS))
 
 
 def main() -> int:
@@ -102,6 +127,8 @@ def main() -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--otlp", action="store_true",
                         help="also tailfloor exporting OTLP to a receiver in this process")
+    parser.add_argument("--stream", action="store_true",
+                        help="also instructions per stream event")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)")
@@ -126,19 +153,25 @@ def main() -> int:
         peers.wait_http(f"http://127.0.0.1:{upstream}/v1/models", 15, fake)
         rows = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t])
                     for kind, body in KINDS.items()} for t in targets}
+        if args.stream:
+            for t in targets:
+                rows[t]["event"] = per_event(t, upstream, work, env=envs[t])
     finally:
         services.stop()
         if receiver is not None:
             receiver.stop()
     base = rows.get("nginx")
+    kinds = [*KINDS, *(["event"] if args.stream else [])]
     print(f"\ninstructions per request (user space, {args.requests} requests after "
-          f"{WARM} to warm up)")
-    print(f"{'target':<22}" + "".join(f"{kind:>16}" for kind in KINDS)
-          + ("".join(f"{'x nginx ' + kind:>18}" for kind in KINDS) if base else ""))
+          f"{WARM} to warm up)" + (f"; per stream event ({STREAMS} streams of "
+                                   f"{MANY_EVENTS} less {FEW_EVENTS} events)"
+                                   if args.stream else ""))
+    print(f"{'target':<22}" + "".join(f"{kind:>16}" for kind in kinds)
+          + ("".join(f"{'x nginx ' + kind:>18}" for kind in kinds) if base else ""))
     for target, row in rows.items():
-        line = f"{target:<22}" + "".join(f"{row[kind]:>16,.0f}" for kind in KINDS)
+        line = f"{target:<22}" + "".join(f"{row[kind]:>16,.0f}" for kind in kinds)
         if base:
-            line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in KINDS)
+            line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in kinds)
         print(line)
     plain, exporting = rows.get("tailfloor"), rows.get("tailfloor-otlp")
     if plain and exporting:

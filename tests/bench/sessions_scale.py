@@ -254,6 +254,10 @@ async def measure(*, upstream_port: int, tailfloor_port: int, tailfloor_pid: int
         "restored_answers": restored,
         "cpu_seconds": cpu, "cpu_share_of_one_core": cpu / through["seconds"],
         "cpu_ms_per_request": cpu / max(through["requests"], 1) * 1e3,
+        # the event loop's thread alone (relaying, the request path); the rest is the worker
+        # threads' floor work and the transcript reader
+        "loop_cpu_ms_per_request": meter.main_thread_seconds / max(through["requests"], 1)
+        * 1e3,
         "added_ttfc_p50_ms": through["ttfc_p50_ms"] - direct["ttfc_p50_ms"],
         "added_ttfc_p99_ms": through["ttfc_p99_ms"] - direct["ttfc_p99_ms"],
         "rss_warm_mb": rss_warm, "rss_before_mb": rss_before, "rss_peak_mb": peak[0],
