@@ -39,8 +39,8 @@ def request_head(path: str, host: str, port: int, https: bool,
     """The head of every post to ``path`` up to the Content-Length's value (the post adds
     it, then the body): the request line, Host (unless ``headers`` has one), the
     ``headers`` in their order, but for the framing ones. None when a part cannot go into a
-    head unchanged (a line break would end it or start another request): every post fails,
-    as a URL or header http.client refused did."""
+    head unchanged (a line break would end it or start another request): every post fails
+    (config.py vets the headers it reads; a URL is taken as it is set)."""
     if not path.startswith("/") or _BAD_TARGET.search(path):
         return None
     names = {name.lower() for name in headers}

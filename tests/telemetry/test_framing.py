@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.telemetry.framing import MAX_BODY, MAX_HEAD, MAX_LINES, Answer, AnswerError, \
-    request_head
+from proxy.telemetry.framing import (
+    MAX_BODY,
+    MAX_HEAD,
+    MAX_LINES,
+    Answer,
+    AnswerError,
+    request_head,
+)
 
 # (answer bytes, status, kept alive): each ends exactly at its last byte.
 ANSWERS = {

@@ -6,6 +6,7 @@ each answer, said or not; the request framed as sent, gzipped, over TLS with a C
 from __future__ import annotations
 
 import gzip
+import random
 import socket
 import ssl
 import subprocess
@@ -206,6 +207,20 @@ def test_the_request_is_framed_as_sent_and_gzipped_when_asked(
     assert b"content-encoding" not in fields and sent == body
     assert b"Content-Encoding: gzip" in zipped_head.split(b"\r\n")
     assert gzip.decompress(zipped_sent) == body
+
+
+def test_a_request_larger_than_the_sockets_buffer_arrives_whole(
+        collect: list[ScriptedCollector]) -> None:
+    collector = scripted(collect, [], pause=0.0)
+    endpoint = Endpoint(collector.url, {})
+    body = random.Random(7).randbytes(4 * 1024 * 1024)  # a request's most
+    try:
+        assert endpoint.post(body, timeout=10.0)
+        assert endpoint.post(BODY, timeout=5.0)
+    finally:
+        endpoint.end()
+    assert [sent for _, _, sent in collector.requests] == [body, BODY]
+    assert collector.connections == 1
 
 
 @pytest.fixture(scope="module")
