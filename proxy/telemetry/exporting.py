@@ -90,6 +90,10 @@ class Endpoint:
         if compress:
             sent["Content-Encoding"] = "gzip"
         self._head = request_head(path, self._host, self._port, self._https, sent)
+        if self._head is None:  # the URL shown only: a header's value may be a key
+            log.warning("OTLP export to %s cannot be made: its URL or a header holds a "
+                        "character no request head can carry (a space, a line break)",
+                        self.shown)
         self._context = ssl.create_default_context(cafile=certificate) if self._https \
             else None
         self._sock: socket.socket | None = None  # the kept-alive connection
@@ -112,15 +116,17 @@ class Endpoint:
             body = gzip.compress(body, compresslevel=6)
         deadline = time.monotonic() + timeout
         sock = self._sock
-        if sock is not None and self._poll.poll(0) and self._gone(sock):
-            self.close()
-            sock = None
         with self._lock:
             self._posts += 1
             this = self._under_way = self._posts
             self._socket = sock
         self._watchdog.arm(this, deadline)
         try:
+            if sock is not None and self._poll.poll(0) and self._gone(sock):
+                with self._lock:
+                    self._socket = None
+                self.close()
+                sock = None
             if sock is None:
                 sock = self._connect(deadline)
             sock.settimeout(timeout)

@@ -6,6 +6,7 @@ each answer, said or not; the request framed as sent, gzipped, over TLS with a C
 from __future__ import annotations
 
 import gzip
+import logging
 import random
 import socket
 import ssl
@@ -284,3 +285,13 @@ def test_a_collector_resetting_the_connection_mid_answer_fails_the_post_without_
         stop.set()
         thread.join(5)
         server.close()
+
+
+def test_an_endpoint_whose_head_cannot_be_made_says_so_and_never_connects(
+        collect: list[ScriptedCollector], caplog: pytest.LogCaptureFixture) -> None:
+    collector = scripted(collect, [])
+    with caplog.at_level(logging.WARNING, "tailfloor.telemetry"):
+        endpoint = Endpoint(collector.url, {"x-key": "s3cret\r\nX-Injected: 1"})
+    assert endpoint.post(BODY, timeout=1.0) is False
+    assert "cannot be made" in caplog.text and "s3cret" not in caplog.text
+    assert collector.connections == 0
