@@ -35,6 +35,7 @@ PURE = [
     "context.py", "chat.py", "answer.py", "report.py", "errors.py",
     "inspector/store.py", "inspector/facts.py", "inspector/pages.py",
     "telemetry/config.py", "telemetry/tracecontext.py", "telemetry/attributes.py",
+    "telemetry/framing.py", "upstream/chunked.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",
                     "pathlib", "sqlite3", "shutil", "tempfile", "socket", "subprocess",

@@ -22,10 +22,14 @@ scanner runs as it does for most agents (no event changed).
 (every request sampled) to a receiver in this process (tests/otlp_receiver.py, kept-alive
 HTTP/1.1 as a collector answers), printed beside plain tailfloor with what it adds.
 
+``--threads`` counts with callgrind (``--separate-threads=yes``, slower) instead, and splits
+each figure into the main thread (the event loop) and the others (the export's telemetry,
+poster and watchdog threads, and those any run has).
+
 Needs valgrind (``apt-get install valgrind``); nginx is measured when installed.
 
 Usage: python tests/bench/instructions.py [--requests 200] [--targets tailfloor,nginx,...]
-       [--otlp] [--stream]
+       [--otlp] [--stream] [--threads]
 """
 
 from __future__ import annotations
@@ -76,16 +80,19 @@ def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str
 
 
 def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
-            env: dict[str, str], events: int = 0) -> int:
-    """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown
-    (``events``: the requests are ``STREAMS`` streams of that many events instead)."""
+            env: dict[str, str], threads: bool = False, events: int = 0) -> tuple[int, int]:
+    """Instructions of one run (start-up, the warm-up, ``requests`` requests, shutdown): of
+    the main thread and of the others (0 unless ``threads``: all in the first).
+    ``events``: the requests are ``STREAMS`` streams of that many events instead."""
     port = free_port()
     argv, ready = command(target, port, upstream, work)
-    out = work / f"cachegrind-{target}-{port}.out"
+    out = work / f"grind-{target}-{port}.out"
+    tool = ["--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}"] \
+        if threads else ["--tool=cachegrind", "--cache-sim=no",
+                         f"--cachegrind-out-file={out}"]
     proc = subprocess.Popen(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
-         *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONHASHSEED": "0", **env})
+        ["valgrind", *tool, *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0", **env})
     try:
         peers.wait_http(ready, 300, proc)
         asyncio.run(measure_latency(port, body, 1, WARM + requests) if not events
@@ -93,10 +100,20 @@ def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, 
     finally:
         proc.send_signal(signal.SIGINT if target != "nginx" else signal.SIGQUIT)
         proc.wait(300)
-    for line in out.read_text().splitlines():
-        if line.startswith("summary:"):
+    if not threads:
+        return summary(out), 0
+    # callgrind writes one file per thread, <out>-01 the main thread's.
+    found = {path.name.rsplit("-", 1)[1]: summary(path)
+             for path in work.glob(f"{out.name}-*")}
+    main = found.pop("01")
+    return main, sum(found.values())
+
+
+def summary(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
-    raise RuntimeError(f"no cachegrind summary for {target}")
+    raise RuntimeError(f"no valgrind summary in {path.name}")
 
 
 async def _streams(port: int, upstream: int, events: int) -> None:
@@ -109,15 +126,16 @@ async def _streams(port: int, upstream: int, events: int) -> None:
 
 
 def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
-                env: dict[str, str]) -> float:
-    fewer = counted(target, body, 0, upstream, work, env=env)
-    more = counted(target, body, requests, upstream, work, env=env)
-    return (more - fewer) / requests
+                env: dict[str, str], threads: bool = False) -> tuple[float, float]:
+    """Instructions per request: of the main thread, and of the others."""
+    fewer = counted(target, body, 0, upstream, work, env=env, threads=threads)
+    more = counted(target, body, requests, upstream, work, env=env, threads=threads)
+    return (more[0] - fewer[0]) / requests, (more[1] - fewer[1]) / requests
 
 
 def per_event(target: str, upstream: int, work: Path, *, env: dict[str, str]) -> float:
-    fewer = counted(target, BODY, 0, upstream, work, env=env, events=FEW_EVENTS)
-    more = counted(target, BODY, 0, upstream, work, env=env, events=MANY_EVENTS)
+    fewer = sum(counted(target, BODY, 0, upstream, work, env=env, events=FEW_EVENTS))
+    more = sum(counted(target, BODY, 0, upstream, work, env=env, events=MANY_EVENTS))
     return (more - fewer) / (STREAMS * (MANY_EVENTS - FEW_EVENTS))
 
 
@@ -129,6 +147,8 @@ def main() -> int:
                         help="also tailfloor exporting OTLP to a receiver in this process")
     parser.add_argument("--stream", action="store_true",
                         help="also instructions per stream event")
+    parser.add_argument("--threads", action="store_true",
+                        help="callgrind: the main thread and the others apart")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)")
@@ -151,8 +171,11 @@ def main() -> int:
         fake = services.start([sys.executable, "tests/fake_upstream.py", "--port",
                                str(upstream)], "upstream")
         peers.wait_http(f"http://127.0.0.1:{upstream}/v1/models", 15, fake)
-        rows = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t])
-                    for kind, body in KINDS.items()} for t in targets}
+        split = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t],
+                                       threads=args.threads)
+                     for kind, body in KINDS.items()} for t in targets}
+        rows = {t: {kind: sum(parts) for kind, parts in row.items()}
+                for t, row in split.items()}
         if args.stream:
             for t in targets:
                 rows[t]["event"] = per_event(t, upstream, work, env=envs[t])
@@ -173,6 +196,11 @@ def main() -> int:
         if base:
             line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in kinds)
         print(line)
+    if args.threads:
+        print("\nof which (main thread / the others; callgrind)")
+        for target, row in split.items():
+            print(f"{target:<22}" + "".join(f"{f'{main:,.0f} / {rest:,.0f}':>26}"
+                                            for main, rest in row.values()))
     plain, exporting = rows.get("tailfloor"), rows.get("tailfloor-otlp")
     if plain and exporting:
         print("OTLP export adds " + ", ".join(
