@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from proxy.transcripts.entries import Entry
-
 __all__ = ["ContentIndex"]
 
 
@@ -39,10 +37,9 @@ class ContentIndex:
             else:
                 held.add(sid)
 
-    def drop(self, sid: str, gone: Iterable[Entry], keep: Iterable[Entry]) -> None:
-        """Forget the keys of ``gone`` entries that no ``keep`` entry still carries."""
-        still = {k for e in keep for k in e.keys}
-        for key in {k for e in gone for k in e.keys} - still:
+    def drop(self, sid: str, gone: Iterable[int], keep: Iterable[int]) -> None:
+        """Forget the ``gone`` keys (of entries that left) that ``keep`` does not hold."""
+        for key in set(gone).difference(keep):
             held = self._map.get(key)
             if held == sid:
                 del self._map[key]
