@@ -34,6 +34,9 @@ class FileKind:
     archive_time: float | None = None
 
 
+_PI = FileKind("pi")
+
+
 def default_roots(environ: Mapping[str, str], home: Path) -> list[Path]:
     """The usual OpenClaw and Pi locations (existing or not)."""
     oc = environ.get("OPENCLAW_STATE_DIR")
@@ -83,7 +86,7 @@ def classify(path: Path) -> FileKind:
         return FileKind("ignored")
     if oc_agent is not None:
         return FileKind("openclaw-jsonl", oc_agent)
-    return FileKind("pi")
+    return _PI  # one for every Pi transcript tracked, not one each
 
 
 def inside(path: Path, roots: Sequence[Path]) -> bool:

@@ -8,9 +8,10 @@ so memory does not grow with transcript size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "user_text_key",
 ]
 
+_MESSAGE = sys.intern("message")
 KNOWN_KINDS = frozenset({
     "message", "compaction", "branch_summary", "custom_message", "model_change",
     "thinking_level_change", "custom", "label", "session_info", "reset",
@@ -136,6 +138,11 @@ class Entry:
 
 def parse_timestamp(value: object) -> float | None:
     """ISO-8601 string or epoch milliseconds -> epoch seconds; None when unusable."""
+    if type(value) is str:  # what nearly every entry has: straight to it
+        try:
+            return datetime.fromisoformat(value).timestamp() if value else None
+        except ValueError:
+            return None
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -166,10 +173,6 @@ def parse_header(obj: object) -> Header:
         parent_session=parent if isinstance(parent, str) else None)
 
 
-def _interned(value: str | None) -> str | None:
-    return sys.intern(value) if value is not None else None
-
-
 def _str(obj: Mapping[str, Any], key: str) -> str | None:
     value = obj.get(key)
     return value if isinstance(value, str) else None
@@ -184,8 +187,11 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     chains them, and a compaction's ``firstKeptEntryIndex`` maps onto the same naming.
     Raises EntryError(kind) for objects that are not usable entries.
     """
-    if not isinstance(obj, Mapping):
+    # A decoded line is a dict: the exact type first, the ABC's instance check is slow (the
+    # scan parses every entry of every session).
+    if obj.__class__ is not dict and not isinstance(obj, Mapping):
         raise EntryError("malformed", "entry is not a JSON object")
+    assert isinstance(obj, Mapping)
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise EntryError("malformed", "entry has no type")
@@ -205,21 +211,22 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     entry_id = sys.intern(entry_id)
     parent = sys.intern(parent) if parent else None
     ts = parse_timestamp(obj.get("timestamp"))
-    role = stop = summary = first_kept = reason = target = None
-    removes = False
-    keys: tuple[int, ...] = ()
     if kind == "message":
         msg = obj.get("message")
-        if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
+        if (msg.__class__ is not dict and not isinstance(msg, Mapping)) \
+                or not isinstance(msg.get("role"), str):
             raise EntryError("malformed", "message entry without a message role")
         # A few distinct values in every entry of every session: one object each, not one
         # per entry (each parse makes new strings; 10,000 sessions keep them all).
-        role = sys.intern(str(msg["role"]))
-        stop = _interned(_str(msg, "stopReason"))
+        stop = msg.get("stopReason")
         if ts is None:
             ts = parse_timestamp(msg.get("timestamp"))
-        keys = _message_keys(msg)
-    elif kind == "compaction":
+        return Entry(_MESSAGE, entry_id, parent, ts, pos, size, sys.intern(str(msg["role"])),
+                     sys.intern(stop) if isinstance(stop, str) else None, _message_keys(msg))
+    summary = first_kept = reason = target = None
+    removes = False
+    keys: tuple[int, ...] = ()
+    if kind == "compaction":
         summary = _str(obj, "summary") or ""
         first_kept = _str(obj, "firstKeptEntryId")
         found = summary_key(summary)
@@ -236,7 +243,7 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         keys = _user_keys(obj.get("content"))
     elif kind == "context_edit":
         target, removes = _edit_target(obj)
-    return Entry(sys.intern(kind), entry_id, parent, ts, pos, size, role, stop, keys,
+    return Entry(sys.intern(kind), entry_id, parent, ts, pos, size, None, None, keys,
                  _detail(summary, first_kept, reason, target, removes))
 
 
@@ -279,6 +286,7 @@ def assistant_text_key(text: str) -> int | None:
     return _digest(b"a", text) if text else None
 
 
+@functools.lru_cache(maxsize=256)  # a tool result repeats the id of the call just before
 def tool_call_key(call_id: str) -> int | None:
     """Index key of a tool-call id, the same for each of its wire forms (wire.tool_ids)."""
     core = call_id_key(call_id)
@@ -301,20 +309,25 @@ def _message_keys(msg: Mapping[str, Any]) -> tuple[int, ...]:
     role = msg.get("role")
     if role == "user":
         return _user_keys(msg.get("content"))
+    if role == "toolResult":
+        call = msg.get("toolCallId")
+        key = tool_call_key(call) if isinstance(call, str) else None
+        return (key,) if key is not None else ()
+    if role != "assistant":
+        return ()
     ids: list[object] = []
-    text = None
-    if role == "assistant":
-        blocks = _blocks(msg.get("content"))
-        ids = [b.get("id") for b in blocks if b.get("type") == "toolCall"]
-        texts = (b.get("text") for b in blocks if b.get("type") == "text")
-        text = assistant_text_key("".join(t for t in texts if isinstance(t, str) and t.strip()))
-    elif role == "toolResult":
-        ids = [msg.get("toolCallId")]
+    texts: list[str] = []
+    content = msg.get("content")
+    for b in content if isinstance(content, list) else ():
+        if b.__class__ is not dict and not isinstance(b, Mapping):
+            continue
+        kind = b.get("type")
+        if kind == "toolCall":
+            ids.append(b.get("id"))
+        elif kind == "text":
+            text = b.get("text")
+            if isinstance(text, str) and text.strip():
+                texts.append(text)
     keys = [tool_call_key(i) for i in ids if isinstance(i, str)]
-    return tuple(dict.fromkeys(k for k in (*keys, text) if k is not None))
-
-
-def _blocks(content: object) -> Iterable[Mapping[str, Any]]:
-    if isinstance(content, list):
-        return [b for b in content if isinstance(b, Mapping)]
-    return []
+    keys.append(assistant_text_key("".join(texts)))
+    return tuple(dict.fromkeys(k for k in keys if k is not None))
