@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from proxy.values import frozen_value
 from proxy.wire.content import content_text
@@ -187,42 +187,55 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     chains them, and a compaction's ``firstKeptEntryIndex`` maps onto the same naming.
     Raises EntryError(kind) for objects that are not usable entries.
     """
-    # A decoded line is a dict: the exact type first, the ABC's instance check is slow (the
-    # scan parses every entry of every session).
+    # A decoded line is a dict: the exact type first, the ABC's instance check is slow, and
+    # so is a call per field (the scan parses every entry of every session).
     if obj.__class__ is not dict and not isinstance(obj, Mapping):
         raise EntryError("malformed", "entry is not a JSON object")
-    assert isinstance(obj, Mapping)
-    kind = obj.get("type")
+    get = cast("Mapping[str, Any]", obj).get
+    kind = get("type")
     if not isinstance(kind, str):
         raise EntryError("malformed", "entry has no type")
     if kind == "session":
         raise EntryError("misplaced_header", "session header after line 1")
     if kind not in KNOWN_KINDS:
         raise EntryError("unknown_type", f"unknown entry type {kind[:40]!r}")
-    if v1_index is not None and not isinstance(obj.get("id"), str):
-        entry_id: str | None = f"v1-{v1_index}"
-        parent: str | None = v1_parent
+    entry_id = get("id")
+    if v1_index is not None and not isinstance(entry_id, str):
+        entry_id, parent = f"v1-{v1_index}", v1_parent
     else:
-        entry_id = _str(obj, "id")
-        parent = _str(obj, "parentId")
-    if not entry_id:
+        parent = get("parentId")
+        if not isinstance(parent, str):
+            parent = None
+    if not entry_id or not isinstance(entry_id, str):
         raise EntryError("malformed", "entry has no id")
-    # A parent id repeats the previous entry's id: share one string object between them.
-    entry_id = sys.intern(entry_id)
-    parent = sys.intern(parent) if parent else None
-    ts = parse_timestamp(obj.get("timestamp"))
+    # Ids are not interned: a tracked session keeps them packed (``packed``, where a parent
+    # that repeats the entry before is not stored again), and interning every id of every
+    # transcript only churned the interpreter's table of interned strings.
+    parent = parent or None
+    ts = parse_timestamp(get("timestamp"))
     if kind == "message":
-        msg = obj.get("message")
-        if (msg.__class__ is not dict and not isinstance(msg, Mapping)) \
-                or not isinstance(msg.get("role"), str):
+        msg = get("message")
+        if msg.__class__ is not dict and not isinstance(msg, Mapping):
+            raise EntryError("malformed", "message entry without a message role")
+        message = cast("Mapping[str, Any]", msg)
+        role = message.get("role")
+        if not isinstance(role, str):
             raise EntryError("malformed", "message entry without a message role")
         # A few distinct values in every entry of every session: one object each, not one
         # per entry (each parse makes new strings; 10,000 sessions keep them all).
-        stop = msg.get("stopReason")
+        stop = message.get("stopReason")
         if ts is None:
-            ts = parse_timestamp(msg.get("timestamp"))
-        return Entry(_MESSAGE, entry_id, parent, ts, pos, size, sys.intern(str(msg["role"])),
-                     sys.intern(stop) if isinstance(stop, str) else None, _message_keys(msg))
+            ts = parse_timestamp(message.get("timestamp"))
+        return Entry(_MESSAGE, entry_id, parent, ts, pos, size, sys.intern(str(role)),
+                     sys.intern(stop) if isinstance(stop, str) else None,
+                     _message_keys(message))
+    return _other(kind, cast("Mapping[str, Any]", obj), entry_id, parent, ts=ts, pos=pos,
+                  size=size)
+
+
+def _other(kind: str, obj: Mapping[str, Any], entry_id: str, parent: str | None, *,
+           ts: float | None, pos: int, size: int) -> Entry:
+    """An entry of a kind other than ``message``."""
     summary = first_kept = reason = target = None
     removes = False
     keys: tuple[int, ...] = ()
@@ -268,9 +281,15 @@ def _edit_target(obj: Mapping[str, Any]) -> tuple[str | None, bool]:
     return sys.intern(target), replacement is None
 
 
+# A hash already fed its tag, copied for each key: a new hash object costs more than the
+# hashing of a short text (the scan makes a key for every message of every session).
+_TAGGED = {tag: hashlib.blake2b(tag, digest_size=8) for tag in (b"u", b"a", b"t", b"s")}
+
+
 def _digest(tag: bytes, text: str) -> int:
-    raw = hashlib.blake2b(tag + text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(raw, "big")
+    h = _TAGGED[tag].copy()
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big")
 
 
 def user_text_key(text: str) -> int | None:
@@ -301,7 +320,13 @@ def summary_key(summary: str) -> int | None:
 
 
 def _user_keys(content: object) -> tuple[int, ...]:
-    key = user_text_key(content_text(content))
+    if content.__class__ is list and len(content) == 1 \
+            and content[0].__class__ is dict:
+        text = content[0].get("text")
+        # one text block, as a user turn mostly is: content_text's join of it
+        key = user_text_key(text if isinstance(text, str) else "")
+    else:
+        key = user_text_key(content_text(content))
     return (key,) if key else ()
 
 
