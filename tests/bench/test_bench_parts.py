@@ -85,3 +85,17 @@ async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) ->
         assert len(ids) == 3
     finally:
         await service.stop()
+
+
+def test_session_memory_measures_each_part(tmp_path: Path) -> None:
+    from tests.bench import session_memory
+    from tests.bench.cold_start import generate as write_sessions
+
+    write_sessions(tmp_path, 1, 30)
+    report = session_memory.measure(tmp_path, served=5, prints=300, top=3)
+    assert report["sessions"] == 30
+    assert len(report["tracked_top"]) == 3
+    assert report["tracked_bytes_per_session"] > 0
+    assert report["renderings"] >= 5  # the tails read kept their renderings
+    assert report["rendered_at_most_mb"] > report["rendered_budget_bytes"] / 1e6
+    assert report["fingerprint_bytes_per_session"] > 0
