@@ -47,7 +47,7 @@ __all__ = ["SERVED_ENTRIES", "SERVED_SESSIONS", "Catalog"]
 _RELINK_SLICE = 500  # per hold of the lock, which the loop's lookups wait on (850 ms for 50k)
 # Sessions whose windows are kept unpacked: an agent's requests each read its session
 # several times, and unpacking a window of 300 entries costs about half a millisecond.
-SERVED_SESSIONS = 128
+SERVED_SESSIONS = 1024
 SERVED_ENTRIES = 32_768  # some 13 MB of entry objects at most
 
 

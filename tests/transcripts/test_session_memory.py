@@ -10,6 +10,7 @@ from pathlib import Path
 
 from proxy.transcripts.catalog import SERVED_SESSIONS, Catalog
 from proxy.transcripts.entries import parse_entry
+from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.records import SessionInfo, Window
 from proxy.transcripts.tracker import Tracker
 from tests.bench.bench_transcripts import session_text
@@ -85,3 +86,24 @@ def test_only_a_bounded_number_of_sessions_keep_entry_objects_and_answers_do_not
         assert set(live) <= set(catalog.served._kept)
         assert sid in live  # the session just read keeps its objects
     assert len(catalog.served) == SERVED_SESSIONS  # full: the oldest were packed
+
+
+def test_the_content_index_grows_in_small_tables() -> None:
+    # A dict that doubles copies its whole table holding the GIL (100-180 ms for the 350,000
+    # keys of 50,000 sessions): no table may hold more than a small share of the keys.
+    index = ContentIndex()
+    rng = random.Random(7)
+    kept: dict[str, list[int]] = {}
+    for n in range(20_000):
+        keys = [rng.getrandbits(64) for _ in range(7)]
+        kept[f"s{n}"] = keys
+        index.add(f"s{n}", keys)
+    index.add("shared", kept["s5"][:2])  # a key two sessions hold
+    assert len(index) == 140_000
+    assert max(len(table) for table in index._maps) <= len(index) // 32
+    assert index.lookup(kept["s5"][0]) == {"s5", "shared"}
+    assert index.lookup(kept["s9"][3]) == {"s9"}
+    index.drop("s5", kept["s5"], keep=kept["s5"][:1])
+    assert index.lookup(kept["s5"][0]) == {"s5", "shared"}  # still held
+    assert index.lookup(kept["s5"][1]) == {"shared"}
+    assert index.lookup(kept["s5"][2]) == frozenset()
