@@ -341,7 +341,7 @@ class Catalog:
         """``st`` was read or grew: its window stays unpacked, and the sessions that were
         served longest ago are packed beyond the budget."""
         if st.live:
-            for sid in self.served.touch(st.info.session_id, len(st)):
+            for sid in self.served.touch(st.info.session_id, st.size):
                 other = self._states.get(sid)
                 if other is not None:
                     other.release()

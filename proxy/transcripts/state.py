@@ -79,7 +79,8 @@ class SessionState:
         """Whether the window is held as objects (``release`` packs it)."""
         return self._entries is not None
 
-    def __len__(self) -> int:
+    @property
+    def size(self) -> int:
         """Entries in the window (without unpacking)."""
         return len(self._entries) if self._entries is not None else packed.count(self._blob)
 

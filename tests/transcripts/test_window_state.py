@@ -134,12 +134,12 @@ def test_a_packed_window_is_the_window_it_was() -> None:
                               2000 + step)])
         if step % 37 == 36:
             st.trim(25)
-        before = (list(st.entries), st.raw, _ids(_fresh(st)), dict(st.marks), len(st))
+        before = (list(st.entries), st.raw, _ids(_fresh(st)), dict(st.marks), st.size)
         keys = sorted(k for e in [*st.entries, *st.marks.values()] for k in e.keys)
         st.release()
         assert not st.live
-        assert len(st) == before[4]
+        assert st.size == before[4]
         assert sorted(st.held_keys()) == keys
         assert st.first_pos == before[0][0].pos
-        assert (st.entries, st.raw, _ids(st.path()), st.marks, len(st)) == before
+        assert (st.entries, st.raw, _ids(st.path()), st.marks, st.size) == before
         assert st.live
