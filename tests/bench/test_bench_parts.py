@@ -118,3 +118,17 @@ def test_rss_slope_is_the_least_squares_line() -> None:
     line = [(float(t), 100.0 + 0.5 * t) for t in range(0, 600, 5)]  # 0.5 MB/s
     assert abs(thousand_agents.slope_mb_per_min(line) - 30.0) < 1e-9
     assert thousand_agents.slope_mb_per_min([(0.0, 5.0), (10.0, 5.0)]) == 0.0
+
+
+def test_session_memory_measures_each_part(tmp_path: Path) -> None:
+    from tests.bench import session_memory
+    from tests.bench.cold_start import generate as write_sessions
+
+    write_sessions(tmp_path, 1, 30)
+    report = session_memory.measure(tmp_path, served=5, prints=300, top=3)
+    assert report["sessions"] == 30
+    assert len(report["tracked_top"]) == 3
+    assert report["tracked_bytes_per_session"] > 0
+    assert report["renderings"] >= 5  # the tails read kept their renderings
+    assert report["rendered_at_most_mb"] > report["rendered_budget_bytes"] / 1e6
+    assert report["fingerprint_bytes_per_session"] > 0
