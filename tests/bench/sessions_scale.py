@@ -150,13 +150,14 @@ def wait_tracked(admin_port: int, expected: int, seconds: float = 180) -> float:
                        f"sessions after {seconds:.0f} s")
 
 
-def script_replies(upstream_port: int, count: int, events: int, gap: float) -> None:
+def script_replies(upstream_port: int, count: int, events: int, gap: float,
+                   timeout: float = 60) -> None:
     reply = {"text": "__TS__" * events, "pieces": events, "stamp": True,
              "delay_between_chunks": gap}
     request = urllib.request.Request(
         f"http://127.0.0.1:{upstream_port}/_control/script?replace=1",
         data=orjson.dumps([reply] * count), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10):
+    with urllib.request.urlopen(request, timeout=timeout):
         pass
 
 

@@ -38,7 +38,14 @@ from tests.bench.bench_transcripts import session_text
 from tests.bench.cold_start import fake_upstream, serving
 from tests.bench.loadgen import measure_stream, percentile
 from tests.bench.procs import CpuMeter, rss_mb
-from tests.bench.sessions_scale import RESTORED, Session, active_session, session_copy
+from tests.bench.sessions_scale import (
+    RESTORED,
+    Session,
+    active_session,
+    script_replies,
+    session_copy,
+)
+from tests.bench.soak_proxy import slope_mb_per_min
 
 FIXTURE_DB = (Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "captures"
               / "oc96-state" / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
@@ -140,16 +147,6 @@ def generate(root: Path, tracked: int, active: int, openclaw_share: float, per_d
                       "over_5mb": sum(1 for n in range(tracked) if n % 2500 == 1249)}
 
 
-def script_replies(port: int, count: int, events: int, gap: float) -> None:
-    reply = {"text": "__TS__" * events, "pieces": events, "stamp": True,
-             "delay_between_chunks": gap}
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/_control/script?replace=1",
-        data=orjson.dumps([reply] * count), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60):
-        pass
-
-
 async def load(port: int, sessions: list[Session], interval: float, seconds: float,
                write: bool) -> dict[str, Any]:
     """Every session asks after an exponential pause of mean ``interval`` until ``seconds``
@@ -183,17 +180,6 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             "seconds": round(time.monotonic() - began, 1),
             "ttfc_p50_ms": round(percentile(firsts, 50) * 1e3, 2),
             "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts}
-
-
-def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MB) samples, in MB per minute."""
-    n = len(samples)
-    if n < 2:
-        return 0.0
-    mt = sum(t for t, _ in samples) / n
-    mm = sum(m for _, m in samples) / n
-    var = sum((t - mt) ** 2 for t, _ in samples)
-    return 60 * sum((t - mt) * (m - mm) for t, m in samples) / var if var else 0.0
 
 
 async def through_tailfloor(port: int, pid: int, sessions: list[Session], interval: float,
