@@ -31,10 +31,12 @@ PURE = [
     "recovery/summarize/response.py",
     "transcripts/catalog.py", "transcripts/entries.py", "transcripts/view.py",
     "transcripts/index.py", "transcripts/records.py", "transcripts/render.py",
-    "transcripts/state.py", "transcripts/ordering.py", "replicas/health.py",
+    "transcripts/state.py", "transcripts/ordering.py", "transcripts/packed.py",
+    "transcripts/links.py", "transcripts/served.py", "replicas/health.py",
     "context.py", "chat.py", "answer.py", "report.py", "errors.py",
     "inspector/store.py", "inspector/facts.py", "inspector/pages.py",
     "telemetry/config.py", "telemetry/tracecontext.py", "telemetry/attributes.py",
+    "telemetry/framing.py", "upstream/chunked.py",
 ]
 IMPURE = frozenset({"aiohttp", "asyncio", "watchfiles", "prometheus_client", "os", "io",
                     "pathlib", "sqlite3", "shutil", "tempfile", "socket", "subprocess",

@@ -44,13 +44,10 @@ async def relay_stream(
     """Relay an SSE body. The response must already be prepared. A client that leaves ends
     the relay (``client_gone``); an upstream that breaks ends it with an error event."""
     outcome = StreamOutcome()
-    loop = asyncio.get_running_loop()
-    state = _IdleState(loop.time())
-    keeper = (
-        asyncio.create_task(_keep_alive(response, scanner, state, keepalive_interval, outcome))
-        if keepalive_interval > 0 else None
-    )
-    clock = time.perf_counter
+    clock = time.perf_counter  # the keep-alive's clock too: the relay reads it anyway
+    state = _IdleState(clock())
+    keeper = (_KeepAlive(response, scanner, state, keepalive_interval, outcome)
+              if keepalive_interval > 0 else None)
     client = _ClientWrites(response)
     try:
         # Until the client's writer is known (its first write sends the head), pieces are
@@ -67,10 +64,10 @@ async def relay_stream(
             if data:
                 await client.write(data)
             state.writing = False
-            state.last_write = loop.time()
-            outcome.proxy_seconds += clock() - started
+            state.last_write = now = clock()
+            outcome.proxy_seconds += now - started
         else:
-            await upstream.pipe(_Sink(scanner, client, state, outcome, loop), client.drain)
+            await upstream.pipe(_Sink(scanner, client, state, outcome), client.drain)
         rest = scanner.flush()
         if rest:
             await client.write(rest)
@@ -113,12 +110,16 @@ class _ClientWrites:
     kept (a closing transport is a client gone, a drain once 64 KiB wait to be sent) and
     none of its per-write layers, which cost more than the event itself."""
 
-    __slots__ = ("_decided", "_response", "_writer")
+    __slots__ = ("_decided", "_response", "_writer", "chunked", "transport")
 
     def __init__(self, response: web.StreamResponse) -> None:
         self._response = response
         self._writer: StreamWriter | None = None
         self._decided = False
+        # Kept once the writer is known: a transport, once closed, stays closing, so the
+        # callback need not look it up through aiohttp's protocol each time.
+        self.transport: asyncio.Transport | None = None
+        self.chunked = False
 
     async def write(self, data: bytes) -> None:
         writer = self._writer
@@ -130,29 +131,25 @@ class _ClientWrites:
                 # Only aiohttp's own HTTP/1.x writer, uncompressed and without a declared
                 # length, is framed here; anything else keeps going through the response.
                 if (isinstance(found, StreamWriter) and not self._response.compression
-                        and found.length is None):
+                        and found.length is None and found.transport is not None):
                     self._writer = found
+                    self.transport = found.transport
+                    self.chunked = found.chunked
             return
-        if not self.put(data):
+        transport = self.transport
+        assert transport is not None
+        if transport.is_closing() or not _put(writer, transport, self.chunked, data):
             await self.drain()  # raises when the client is gone
 
     @property
     def direct(self) -> bool:
-        """Writes go to the transport pre-framed (``put``) from now on."""
+        """Writes go to the transport pre-framed from now on (``_Sink``)."""
         return self._writer is not None
 
-    def put(self, data: bytes) -> bool:
-        """One pre-framed write from a callback: False when the client's buffer is full (or
-        the client is gone), so reading the upstream waits for ``drain``."""
-        writer = self._writer
-        assert writer is not None
-        transport = writer.transport
-        if transport is None or transport.is_closing():
-            return False
-        size = len(data)
-        transport.write(b"%x\r\n%b\r\n" % (size, data) if writer.chunked else data)
-        writer.output_size += size
-        return transport.get_write_buffer_size() <= DRAIN_ABOVE
+    @property
+    def writer(self) -> StreamWriter:
+        assert self._writer is not None
+        return self._writer
 
     async def drain(self) -> None:
         writer = self._writer
@@ -164,22 +161,45 @@ class _ClientWrites:
 
 
 class _Sink:
-    """What the upstream's callback does with each piece of a stream being relayed."""
+    """What the upstream's callback does with each piece of a stream being relayed: scan it
+    and write it to the client's transport, in one call (this runs once per SSE event, where
+    every call and lookup shows)."""
 
-    __slots__ = ("_client", "_loop", "_outcome", "_scanner", "_state")
+    __slots__ = ("_chunked", "_feed", "_outcome", "_state", "_transport", "_writer")
 
     def __init__(self, scanner: StreamScanner, client: _ClientWrites, state: _IdleState,
-                 outcome: StreamOutcome, loop: asyncio.AbstractEventLoop) -> None:
-        self._scanner, self._client, self._state = scanner, client, state
-        self._outcome, self._loop = outcome, loop
+                 outcome: StreamOutcome) -> None:
+        assert client.transport is not None
+        self._feed, self._state, self._outcome = scanner.feed, state, outcome
+        self._writer, self._transport, self._chunked = (client.writer, client.transport,
+                                                        client.chunked)
 
     def __call__(self, chunk: bytes) -> bool:
-        started = time.perf_counter()
-        data = self._scanner.feed(chunk)
-        ready = self._client.put(data) if data else True
-        self._state.last_write = self._loop.time()
-        self._outcome.proxy_seconds += time.perf_counter() - started
+        clock = time.perf_counter
+        started = clock()
+        data = self._feed(chunk)
+        ready = True
+        if data:
+            transport = self._transport
+            if transport.is_closing():
+                ready = False  # the client is gone: the drain that follows raises
+            else:
+                size = len(data)
+                transport.write(b"%x\r\n%b\r\n" % (size, data) if self._chunked else data)
+                self._writer.output_size += size
+                ready = transport.get_write_buffer_size() <= DRAIN_ABOVE
+        self._state.last_write = now = clock()
+        self._outcome.proxy_seconds += now - started
         return ready
+
+
+def _put(writer: StreamWriter, transport: asyncio.Transport, chunked: bool, data: bytes
+         ) -> bool:
+    """One pre-framed write; False when the client's buffer is over ``DRAIN_ABOVE``."""
+    size = len(data)
+    transport.write(b"%x\r\n%b\r\n" % (size, data) if chunked else data)
+    writer.output_size += size
+    return transport.get_write_buffer_size() <= DRAIN_ABOVE
 
 
 @dataclass(slots=True)
@@ -188,21 +208,50 @@ class _IdleState:
     writing: bool = False
 
 
-async def _keep_alive(
-    response: web.StreamResponse, scanner: StreamScanner, state: _IdleState, interval: float,
-    outcome: StreamOutcome,
-) -> None:
-    loop = asyncio.get_running_loop()
-    while True:
-        due = state.last_write + interval
-        now = loop.time()
-        if now < due:
-            await asyncio.sleep(due - now)
-            continue
-        if not state.writing and scanner.at_event_boundary:
-            try:
-                await response.write(KEEPALIVE)
-            except (ConnectionError, RuntimeError):
-                return  # the client is gone; the relay loop notices on its next write
-            outcome.keepalives += 1
-        state.last_write = loop.time()
+class _KeepAlive:
+    """An SSE comment to the client once the stream was idle for ``interval``, between
+    events only. A timer that looks at the idle time when it fires, and a task only for a
+    write: a task per stream, woken and cancelled, cost more than a short stream's events."""
+
+    __slots__ = ("_handle", "_interval", "_loop", "_outcome", "_response", "_scanner",
+                 "_state", "_writing")
+
+    def __init__(self, response: web.StreamResponse, scanner: StreamScanner,
+                 state: _IdleState, interval: float, outcome: StreamOutcome) -> None:
+        self._response, self._scanner, self._state = response, scanner, state
+        self._interval, self._outcome = interval, outcome
+        self._loop = asyncio.get_running_loop()
+        self._writing: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(interval, self._due)
+
+    def _due(self) -> None:
+        state = self._state
+        idle = time.perf_counter() - state.last_write  # the relay's clock
+        if idle < self._interval:
+            self._handle = self._loop.call_later(self._interval - idle, self._due)
+            return
+        if self._writing is None and not state.writing and self._scanner.at_event_boundary:
+            self._writing = self._loop.create_task(self._write())
+        state.last_write = time.perf_counter()
+        self._handle = self._loop.call_later(self._interval, self._due)
+
+    async def _write(self) -> None:
+        try:
+            await self._response.write(KEEPALIVE)
+        except (ConnectionError, RuntimeError):
+            self._stop_timer()  # the client is gone; the relay notices on its next write
+            return
+        finally:
+            self._writing = None
+        self._outcome.keepalives += 1
+        self._state.last_write = time.perf_counter()
+
+    def _stop_timer(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def cancel(self) -> None:
+        self._stop_timer()
+        if self._writing is not None:
+            self._writing.cancel()

@@ -46,7 +46,7 @@ class StreamScanner:
         self.finish_reason: str | None = None
         self.model: str | None = None  # the model the events name
         self.saw_done = False
-        self.events = 0
+        self.events = 0  # whole events seen (counted in whole-event mode only)
         self._pending = b""
         self._tail = b""
 
@@ -60,18 +60,21 @@ class StreamScanner:
     def feed(self, chunk: bytes) -> bytes:
         if self._by_event:
             return self._feed_events(chunk)
-        data = self._pending + chunk if self._pending else chunk
-        cut = data.rfind(b"\n") + 1
-        complete, self._pending = data[:cut], data[cut:]
-        if len(self._pending) > MAX_PENDING:
-            self._pending = b""
-        self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk[-4:]
+        if not self._pending and chunk and chunk[-1] == 10:  # 10: b"\n"
+            complete = chunk  # whole lines (every upstream read of one event): no slicing
+        else:
+            data = self._pending + chunk if self._pending else chunk
+            cut = data.rfind(b"\n") + 1
+            complete, self._pending = data[:cut], data[cut:]
+            if len(self._pending) > MAX_PENDING:
+                self._pending = b""
+        # The last relayed bytes, for ``at_event_boundary``: the chunk itself, not a copy.
+        self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk
         if complete:
-            self.events += complete.count(b"data:")
             if self._interesting.search(complete):
                 for line in complete.splitlines():
                     self._read_line(line)
-            elif b"[DONE]" in complete:
+            elif complete.find(DONE) >= 0:  # find: ``in`` first tries the needle as an int
                 self.saw_done = True
         return chunk
 
@@ -84,16 +87,26 @@ class StreamScanner:
 
     def _feed_events(self, chunk: bytes) -> bytes:
         if (not self._pending and len(chunk) > 2 and chunk.find(b"\n\n") == len(chunk) - 2
-                and b"\r" not in chunk):
+                and chunk.find(b"\r") < 0):
             # One whole event, the way upstreams send them: no search for its end.
             return self._filter_event(chunk)
         data = self._pending + chunk if self._pending else chunk
         out: list[bytes] = []
         start = 0
-        for match in _EVENT_END.finditer(data):
-            event = data[start:match.end()]
-            start = match.end()
-            out.append(self._filter_event(event))
+        if data.find(b"\r") < 0:
+            # Events ended by LF only (every upstream we know): found with find, where the
+            # regex, which has no literal to look for first, tries every position.
+            end = data.find(b"\n\n")
+            while end >= 0:
+                end += 2
+                out.append(self._filter_event(data[start:end]))
+                start = end
+                end = data.find(b"\n\n", start)
+        else:
+            for match in _EVENT_END.finditer(data):
+                event = data[start:match.end()]
+                start = match.end()
+                out.append(self._filter_event(event))
         self._pending = data[start:]
         if len(self._pending) > MAX_PENDING:
             out.append(self._pending)
@@ -105,10 +118,12 @@ class StreamScanner:
         if self.dialect is None and not self._interesting.search(event):
             # No usage object, error or finish reason in it: nothing to read or change but
             # the ``"usage":null`` field (and the end marker), so no JSON is parsed.
-            if DONE in event:
+            # find, not ``in``: ``in`` first tries its needle as an int, which costs more
+            # than the search itself on a relayed event.
+            if event.find(DONE) >= 0:
                 for line in event.splitlines():
                     self._read_line(line)
-            if self.hide_usage and _USAGE_NULL in event:
+            if self.hide_usage and event.find(_USAGE_NULL) >= 0:
                 return event.replace(_USAGE_NULL, b"")
             return event
         parsed: object = None

@@ -1,8 +1,9 @@
 """Traces and metrics over OTLP/HTTP, made from each finished request's report.
 
-Written here, from the OTLP protobuf definitions (protowire.py), with the standard library's
-HTTP client: export needs nothing beyond tailfloor itself. Without the standard
-OTEL_EXPORTER_OTLP_* variables nothing here starts, and the request path does nothing more.
+Written here, from the OTLP protobuf definitions (protowire.py), and posted over HTTP/1.1
+written here too (framing.py, exporting.py): export needs nothing beyond tailfloor itself.
+Without the standard OTEL_EXPORTER_OTLP_* variables nothing here starts, and the request path
+does nothing more.
 """
 
 from __future__ import annotations

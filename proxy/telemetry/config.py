@@ -159,7 +159,7 @@ def _pairs(raw: str, name: str, notes: list[str], *, secret: bool = False
 
 
 def _sendable(name: str, value: str) -> bool:
-    """What http.client can put in a request head without refusing (or splitting) it."""
+    """What a request head can carry unchanged (framing.py refuses the rest)."""
     if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\x00"):
         return False
     try:

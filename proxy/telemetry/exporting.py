@@ -3,31 +3,31 @@
 starts failing, an INFO when it works again, what could not be sent dropped and counted,
 never retried from the request path.
 
-The standard library's ``http.client``, http or https; the body is protobuf
-(``application/x-protobuf``), gzipped when OTEL_EXPORTER_OTLP_COMPRESSION asks. Any 2xx is a
-success (OTLP/HTTP answers 200 with an ExportServiceResponse whose partial-success counts
-are not read); anything else, a timeout or a refused connection, is a failure.
+HTTP/1.1 written here on a plain or TLS socket (framing.py makes the head once and reads the
+answer): a general client parsed each answer's headers into a message object, which cost
+more than the export it answered. The body is protobuf (``application/x-protobuf``),
+gzipped when OTEL_EXPORTER_OTLP_COMPRESSION asks. Any 2xx is a success (OTLP/HTTP answers 200
+with an ExportServiceResponse whose partial-success counts are not read); anything else, a
+timeout, a refused connection or an answer framing.py cannot read, is a failure.
 
-A post is bounded as a whole, not per read: http.client's timeout applies to each socket
-operation, so a collector that dribbles its answer a byte at a time would hold the poster
-(and a shutdown waiting on it) for as long as it likes. A watchdog shuts the post's socket down
-once the post's time is up (one watchdog thread per endpoint); it is armed for one post (a
-number checked under a lock), so an abort that comes too late for its post leaves the next
-post's kept-alive socket alone.
-The connection is made here, not by http.client, so the whole of it is within the bound: an
-address in the URL is used as it is; a name is resolved on a thread of its own, waited for
-no longer than the post's time (a resolver that hangs leaves that one thread waiting; while
-it does, a post that needs a resolution fails at once instead of starting another); each
-address's connect() gets what is left of it, and the TLS handshake's socket is the one the
-watchdog shuts down.
+A post is bounded as a whole, not per read: a watchdog (watchdog.py) shuts the post's socket
+down once the post's time is up (one watchdog thread per endpoint); it is armed for one post
+(a number checked under a lock), so an abort that comes too late for its post leaves the
+next post's kept-alive socket alone. The connection is made here, so the whole of it is
+within the bound: an address in the URL is used as it is; a name is resolved on a thread of
+its own, waited for no longer than the post's time (a resolver that hangs leaves that one
+thread waiting; while it does, a post that needs a resolution fails at once instead of
+starting another); each address's connect() gets what is left of it, and the TLS handshake's
+socket is the one the watchdog shuts down. A kept-alive connection the collector closed
+while idle is seen before a post is written to it: a new connection, not a failed post.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
-import http.client
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -37,10 +37,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy import __version__
+from proxy.telemetry.framing import Answer, request_head
+from proxy.telemetry.watchdog import Watchdog
 
 __all__ = ["Endpoint", "Episodes"]
 
 log = logging.getLogger("tailfloor.telemetry")
+_READ = 16384  # bytes asked of one recv: an answer is a few hundred
 
 
 class Episodes:
@@ -78,17 +81,23 @@ class Endpoint:
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # What a log line may show: no user, password or query (a key may sit there).
         self.shown = f"{parts.scheme}://{self._host}:{self._port}{parts.path or '/'}"
         self._compress = compress
-        self._headers = {**headers, "Content-Type": "application/x-protobuf",
-                         "User-Agent": f"tailfloor/{__version__} (OTLP/HTTP exporter)"}
+        sent = {**headers, "Content-Type": "application/x-protobuf",
+                "User-Agent": f"tailfloor/{__version__} (OTLP/HTTP exporter)"}
         if compress:
-            self._headers["Content-Encoding"] = "gzip"
+            sent["Content-Encoding"] = "gzip"
+        self._head = request_head(path, self._host, self._port, self._https, sent)
+        if self._head is None:  # the URL shown only: a header's value may be a key
+            log.warning("OTLP export to %s cannot be made: its URL or a header holds a "
+                        "character no request head can carry (a space, a line break)",
+                        self.shown)
         self._context = ssl.create_default_context(cafile=certificate) if self._https \
             else None
-        self._connection: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None  # the kept-alive connection
+        self._poll: Any = None  # select.poll of it: whether it closed while idle
         self._lock = threading.Lock()  # the post under way and its socket, for the watchdog
         self._posts = 0  # posts begun: the number the watchdog is armed with
         self._under_way: int | None = None
@@ -100,41 +109,75 @@ class Endpoint:
 
     def post(self, body: bytes, timeout: float) -> bool:
         """Send one export request; True when the collector took it (2xx)."""
-        if timeout <= 0:
+        head = self._head
+        if timeout <= 0 or head is None:
             return False
         if self._compress:
             body = gzip.compress(body, compresslevel=6)
         deadline = time.monotonic() + timeout
+        sock = self._sock
         with self._lock:
             self._posts += 1
             this = self._under_way = self._posts
-            self._socket = self._connection.sock if self._connection is not None else None
+            self._socket = sock
         self._watchdog.arm(this, deadline)
         try:
-            connection = self._connection
-            if connection is None:
-                connection = self._connect(deadline)
-            connection.timeout = timeout
-            if connection.sock is not None:
-                connection.sock.settimeout(timeout)
-            connection.request("POST", self._path, body, self._headers)
-            response = connection.getresponse()
-            response.read()
-        except Exception:  # the episode's failure, never the thread's end: OSError,
-            # HTTPException, or a ValueError for a URL or header http.client refuses
+            if sock is not None and self._poll.poll(0) and self._gone(sock):
+                with self._lock:
+                    self._socket = None
+                self.close()
+                sock = None
+            if sock is None:
+                sock = self._connect(deadline)
+            sock.settimeout(timeout)
+            request = (head, str(len(body)).encode(), b"\r\n\r\n", body)
+            if self._context is None:
+                # The pieces as they are (a batch can be megabytes: not copied again), in
+                # one call; the rest of a partial send joined.
+                sent = sock.sendmsg(request)
+                if sent < len(head) + len(request[1]) + 4 + len(body):
+                    sock.sendall(b"".join(request)[sent:])
+            else:  # TLS writes what it is given whole
+                sock.sendall(b"".join(request))
+            answer = Answer()
+            recv = sock.recv
+            while True:
+                data = recv(_READ)
+                if not data:
+                    answer.closed()  # the end of a body read to the close, or an error
+                    break
+                if answer.feed(data):
+                    break
+        except Exception:  # the episode's failure, never the thread's end: OSError (a
+            # timeout, a reset, the watchdog's shutdown), the answer's AnswerError
             with self._lock:  # the abort leaves alone a descriptor the close frees
                 self._under_way = self._socket = None
-            self.close()  # a timeout leaves the connection in an unknown state
+            self.close()  # the connection is in an unknown state
             return False
         finally:
             with self._lock:  # from here on, this post's abort does nothing
                 self._under_way = self._socket = None
             self._watchdog.disarm(this)
-        if response.will_close:
+        if not answer.keep_alive:
             self.close()
-        return 200 <= response.status < 300
+        return 200 <= answer.status < 300
 
-    def _connect(self, deadline: float) -> http.client.HTTPConnection:
+    def _gone(self, sock: socket.socket) -> bool:
+        """The idle connection is readable: closed by the collector, or bytes no request
+        asked for; either way not one to post on. Over TLS, a session ticket the collector
+        sent after the handshake is read (and the connection kept) too."""
+        if self._context is None:
+            return True
+        try:
+            sock.settimeout(0.0)
+            sock.recv(1)  # b"": closed; anything else: not asked for
+        except ssl.SSLWantReadError:  # only TLS records of its own: still open
+            return False
+        except OSError:
+            pass
+        return True
+
+    def _connect(self, deadline: float) -> socket.socket:
         """A new connection, connected (and its TLS handshake done) before ``deadline``."""
         addresses = self._resolve(deadline)
         failure: OSError = OSError(f"no address for {self._host}")
@@ -161,13 +204,10 @@ class Endpoint:
                 sock.close()
                 failure = exc if isinstance(exc, OSError) else OSError(str(exc))
                 continue
-            connection = http.client.HTTPSConnection(
-                self._host, self._port, context=self._context) \
-                if self._context is not None else \
-                http.client.HTTPConnection(self._host, self._port)
-            connection.sock = sock
-            self._connection = connection
-            return connection
+            self._sock = sock
+            self._poll = select.poll()
+            self._poll.register(sock, select.POLLIN)
+            return sock
         raise failure
 
     def _resolve(self, deadline: float) -> list[tuple[Any, ...]]:
@@ -205,72 +245,15 @@ class Endpoint:
 
     def close(self) -> None:
         """Close the connection (a collector that closes each one, a failed post)."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        sock, self._sock, self._poll = self._sock, None, None
+        if sock is not None:
+            sock.close()
 
     def end(self) -> None:
         """Close the connection and end the watchdog's thread (at shutdown; a later post
         starts it again)."""
         self.close()
         self._watchdog.stop()
-
-
-class Watchdog:
-    """One thread for all of an endpoint's posts, not a timer each (starting a thread per
-    post cost more than the post): it calls ``abort(post)`` once the post armed last is
-    still under way at its deadline. ``abort`` checks the post's number itself, so a call
-    that comes too late for its post leaves the next one alone. The thread starts with the
-    first post and ends after a minute without one."""
-
-    _IDLE = 60.0
-
-    def __init__(self, abort: Callable[[int], None]) -> None:
-        self._abort = abort
-        self._changed = threading.Condition()
-        self._armed: tuple[int, float] | None = None
-        self._running = False
-        self._stopping = False
-
-    def arm(self, post: int, deadline: float) -> None:
-        with self._changed:
-            self._armed = (post, deadline)
-            self._stopping = False
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._watch, name="tailfloor-otlp-watchdog",
-                                 daemon=True).start()
-            self._changed.notify()
-
-    def disarm(self, post: int) -> None:
-        with self._changed:
-            if self._armed is not None and self._armed[0] == post:
-                self._armed = None
-
-    def stop(self) -> None:
-        """End the thread now (a later ``arm`` starts it again)."""
-        with self._changed:
-            self._armed = None
-            self._stopping = True
-            self._changed.notify()
-
-    def _watch(self) -> None:
-        while True:
-            with self._changed:
-                armed = self._armed
-                if armed is None:
-                    if self._stopping or (not self._changed.wait(self._IDLE)
-                                          and self._armed is None):
-                        self._running = False
-                        return
-                    continue
-                post, deadline = armed
-                left = deadline - time.monotonic()
-                if left > 0:
-                    self._changed.wait(left)
-                    continue
-                self._armed = None
-            self._abort(post)
 
 
 def _is_address(host: str) -> bool:

@@ -11,7 +11,6 @@ enums.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import NamedTuple
 
 from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
@@ -72,11 +71,43 @@ class _Histogram:
             self.maximum = value
 
 
-class _Shape(NamedTuple):
-    base: Attributes  # the GenAI client attributes
-    own: Attributes  # tailfloor's: agent, route
-    tokens: Attributes  # the token counters'
-    floors: dict[str, Attributes]  # the floors counter's, by floor kind
+Cell = list[float]  # one point's running sum, one item: added to in place
+
+
+class _Shape:
+    """The attribute sets every request of one (model, agent, route) counts under, and the
+    cells and histograms they add to, found once: hashing an attribute tuple for each add
+    cost more than the adds."""
+
+    __slots__ = ("base", "cached", "chunk", "duration", "floors", "input", "output", "own",
+                 "tokens")
+
+    def __init__(self, base: Attributes, own: Attributes, tokens: Attributes) -> None:
+        self.base = base  # the GenAI client attributes
+        self.own = own  # tailfloor's: agent, route
+        self.tokens = tokens  # the token counters'
+        self.floors: dict[str, Cell] = {}  # the floors counter's, by floor kind
+        # Each made with its first value: a point is exported once it has one.
+        self.input: Cell | None = None
+        self.output: Cell | None = None
+        self.cached: Cell | None = None
+        self.duration: _Histogram | None = None  # of an attempt without an error
+        self.chunk: _Histogram | None = None
+
+
+def _cell(sums: dict[Attributes, Cell], attributes: Attributes) -> Cell:
+    cell = sums.get(attributes)
+    if cell is None:
+        cell = sums[attributes] = [0]
+    return cell
+
+
+def _histogram(kept: dict[Attributes, _Histogram], attributes: Attributes,
+               buckets: int) -> _Histogram:
+    point = kept.get(attributes)
+    if point is None:
+        point = kept[attributes] = _Histogram(buckets)
+    return point
 
 
 class Instruments:
@@ -84,7 +115,7 @@ class Instruments:
         self._upstream = upstream
         self._delta = delta
         self._start_ns = start_ns  # cumulative: since the sink started; delta: the last export
-        self._sums: dict[str, dict[Attributes, float]] = {name: {} for name, _, _ in _COUNTERS}
+        self._sums: dict[str, dict[Attributes, Cell]] = {name: {} for name, _, _ in _COUNTERS}
         self._histograms: dict[str, dict[Attributes, _Histogram]] = {
             _DURATION[0]: {}, _FIRST_CHUNK[0]: {}}
         self._input, self._output, self._cached = (self._sums[name]
@@ -97,11 +128,9 @@ class Instruments:
         self._histogram_attributes = wire.AttributeCache(9)
 
     def _add(self, name: str, value: float, attributes: Attributes) -> None:
-        sums = self._sums[name]
-        sums[attributes] = sums.get(attributes, 0) + value
+        _cell(self._sums[name], attributes)[0] += value
 
     def _shape(self, key: tuple[str, str, str]) -> _Shape:
-        """The attribute sets every request of one (model, agent, route) counts under."""
         model, agent, route = key
         upstream = self._upstream
         provider = upstream.provider or ("anthropic" if route == "messages" else "openai")
@@ -113,7 +142,7 @@ class Instruments:
         if len(self._shapes) >= 4096:  # bounded by the labels' caps; this is a backstop
             self._shapes.clear()
         found = self._shapes[key] = _Shape(
-            base, own, (*base, *own, ("gen_ai.token.modality", "text")), {})
+            base, own, (*base, *own, ("gen_ai.token.modality", "text")))
         return found
 
     def record(self, report: RequestReport, model: str, agent: str,
@@ -125,34 +154,57 @@ class Instruments:
         own = shape.own
         usage = report.usage
         if usage is not None:
-            tokens = shape.tokens
-            if usage.prompt_tokens:
-                sums = self._input
-                sums[tokens] = sums.get(tokens, 0) + usage.prompt_tokens
-            if usage.completion_tokens:
-                sums = self._output
-                sums[tokens] = sums.get(tokens, 0) + usage.completion_tokens
-            if usage.cached_tokens:
-                sums = self._cached
-                sums[tokens] = sums.get(tokens, 0) + usage.cached_tokens
+            count = usage.prompt_tokens
+            if count:
+                cell = shape.input
+                if cell is None:
+                    cell = shape.input = _cell(self._input, shape.tokens)
+                cell[0] += count
+            count = usage.completion_tokens
+            if count:
+                cell = shape.output
+                if cell is None:
+                    cell = shape.output = _cell(self._output, shape.tokens)
+                cell[0] += count
+            count = usage.cached_tokens
+            if count:
+                cell = shape.cached
+                if cell is None:
+                    cell = shape.cached = _cell(self._cached, shape.tokens)
+                cell[0] += count
         attempts = report.attempts
         if len(attempts) == 1 and attempts[0].error is None \
                 and (attempts[0].status or 0) < 400:  # most requests: one attempt, answered
-            # _observed's duration, one call fewer: the histogram every request adds to.
-            point = self._durations.get(shape.base)
-            if point is None or attempts[0].first_chunk is not None:
-                self._observed(shape.base, report.seconds - attempts[0].started, attempts[0],
-                               shape.base)
-            else:
-                seconds = report.seconds - attempts[0].started
-                point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
+            # _observed's, without its lookups: the histograms every request adds to.
+            attempt = attempts[0]
+            point = shape.duration
+            if point is None:
+                point = shape.duration = _histogram(self._durations, shape.base,
+                                                    len(_DURATION_BUCKETS) + 1)
+            seconds = report.seconds - attempt.started
+            point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
+            if attempt.first_chunk is not None:
+                point = shape.chunk
+                if point is None:
+                    point = shape.chunk = _histogram(self._chunks, shape.base,
+                                                     len(_CHUNK_BUCKETS) + 1)
+                seconds = attempt.first_chunk - attempt.started
+                point.add(seconds if seconds > 0.0 else 0.0, _CHUNK_BUCKETS)
         elif attempts:
             self._attempts(report, shape.base)
         kind = report.floor_kind
-        floors = shape.floors.get(kind)
-        if floors is None:
-            floors = shape.floors[kind] = (*own, ("tailfloor.floor.kind", kind))
-        self._floors[floors] = self._floors.get(floors, 0) + 1
+        cell = shape.floors.get(kind)
+        if cell is None:
+            cell = shape.floors[kind] = _cell(self._floors,
+                                              (*own, ("tailfloor.floor.kind", kind)))
+        cell[0] += 1
+        if report.carried or report.restored or report.overflow is not None \
+                or report.compaction is not None or prices.rows:
+            self._rarer(report, prices, model, own)
+
+    def _rarer(self, report: RequestReport, prices: PriceList, model: str,
+               own: Attributes) -> None:
+        """What only some requests add to: floors, recovery, costs."""
         if report.carried:
             self._add("tailfloor.carried.messages", report.carried, own)
         if report.restored:
@@ -189,16 +241,12 @@ class Instruments:
                   base: Attributes) -> None:
         """One attempt's duration, under ``attributes`` (with its error, if any), and its
         time to first chunk, under ``base``."""
-        point = self._durations.get(attributes)
-        if point is None:
-            point = self._durations[attributes] = _Histogram(len(_DURATION_BUCKETS) + 1)
-        point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
+        _histogram(self._durations, attributes, len(_DURATION_BUCKETS) + 1).add(
+            seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
         if attempt.first_chunk is not None:
-            point = self._chunks.get(base)
-            if point is None:
-                point = self._chunks[base] = _Histogram(len(_CHUNK_BUCKETS) + 1)
             first = attempt.first_chunk - attempt.started
-            point.add(first if first > 0.0 else 0.0, _CHUNK_BUCKETS)
+            _histogram(self._chunks, base, len(_CHUNK_BUCKETS) + 1).add(
+                first if first > 0.0 else 0.0, _CHUNK_BUCKETS)
 
     def collect(self, now_ns: int) -> list[bytes]:
         """Every metric with a point, framed for ScopeMetrics.metrics (delta: what came
@@ -210,8 +258,8 @@ class Instruments:
         for name, unit, description in _COUNTERS:
             sums = self._sums[name]
             if sums:
-                points = [wire.number_point(numbers(attributes), start, now_ns, value)
-                          for attributes, value in sums.items()]
+                points = [wire.number_point(numbers(attributes), start, now_ns, cell[0])
+                          for attributes, cell in sums.items()]
                 found.append(wire.metric(name, description, unit,
                                          wire.sum_(points, temporality, monotonic=True)))
         histograms = self._histogram_attributes.encode
@@ -225,6 +273,7 @@ class Instruments:
                                          wire.histogram(points, temporality)))
         if self._delta:
             self._start_ns = now_ns
+            self._shapes.clear()  # their cells and histograms are the ones cleared here
             for sums in self._sums.values():
                 sums.clear()
             for kept in self._histograms.values():

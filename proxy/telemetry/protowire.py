@@ -302,11 +302,15 @@ def span_head(size: int) -> bytes:
 
 def export_traces(resource_attributes: bytes, scope_message: bytes,
                   spans: Sequence[bytes]) -> bytes:
-    """The ExportTraceServiceRequest of framed ``spans`` (one resource, one scope)."""
-    scope_spans = delimited(tag(1, _LENGTH), scope_message) + b"".join(spans)
-    resource_spans = delimited(tag(1, _LENGTH), resource_attributes) \
-        + delimited(tag(2, _LENGTH), scope_spans)
-    return delimited(tag(1, _LENGTH), resource_spans)
+    """The ExportTraceServiceRequest of framed ``spans`` (one resource, one scope): the
+    enclosing lengths summed first, so the batch is copied once, not once per level."""
+    scope = delimited(_FIELD_1, scope_message)
+    scope_spans = len(scope) + sum(map(len, spans))
+    middle = delimited(_FIELD_1, resource_attributes) + _FIELD_2 + varint(scope_spans)
+    return b"".join((_FIELD_1, varint(len(middle) + scope_spans), middle, scope, *spans))
+
+
+_FIELD_1, _FIELD_2 = tag(1, _LENGTH), tag(2, _LENGTH)
 
 
 # -- metrics.proto: Metric { name 1, description 2, unit 3, gauge 5, sum 7, histogram 9 };

@@ -12,6 +12,7 @@ told the upstream. Used from the telemetry thread only.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from struct import Struct
 
 from proxy.report import Attempt, RequestReport
@@ -46,7 +47,12 @@ _FIXED_KEPT = 4096  # distinct fixed parts kept per span kind; emptied when full
 _F64 = Struct("<d")
 _TRACE_ID, _SPAN_ID, _PARENT, _TIMES = wire.TRACE_ID, wire.SPAN_ID, wire.PARENT, wire.TIMES
 _START_TAG, _END_TAG, _SPAN_TAG = wire.START_TAG, wire.END_TAG, wire.SPAN_TAG
-_Pair = tuple[bytes, bytes, int, bytes, bytes, int, bool]
+_AFTER_START = Struct("<QBQ")  # _TIMES but the start's tag (a fixed part ends with it)
+# encode's per key: the server span's Struct.pack, what comes before its trace id, its fixed
+# part (and the start time's tag), its tail; the size of its fields but the numbers; the same
+# of the attempt's span (the head apart: its numbers vary); whether usage is counted.
+_Pair = tuple[Callable[..., bytes], bytes, bytes, bytes, int, Callable[..., bytes], bytes,
+              bytes, int, bool]
 _getrandbits = random.getrandbits  # ids need to be unique, not secret
 _TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True)
           for flags in (_LOCAL, _REMOTE)}
@@ -75,6 +81,10 @@ class SpanEncoder:
         self._root = sampler.root
         self._proxy_seconds = self._server_numbers.head(0)
         self._first_chunk = self._attempt_numbers.head(0)
+        # Each token count below 128 with its key, whole (most counts of a small answer).
+        count = self._attempt_numbers.count
+        self._small = [[count(index, value) for value in range(128)]
+                       for index in range(len(ATTEMPT_NUMBERS))]
         self._random = random.Random()  # ids need to be unique, not secret
 
     def _new_id(self, bits: int) -> int:
@@ -157,9 +167,9 @@ class SpanEncoder:
 
         Most requests (one attempt, no client context, no summary, no content) are made
         here with fewer calls: both spans' fixed parts under one key of the raw values
-        they depend on, each span joined in one piece behind a head from its known size.
-        The same bytes as ``_general`` (tests/telemetry/test_encoding.py holds both to
-        plan_spans)."""
+        they depend on, each span packed in one call of a Struct made for its key. The
+        same bytes as ``_general`` (tests/telemetry/test_encoding.py holds both to
+        plan_spans, and to each other)."""
         attempts = report.attempts
         if len(attempts) != 1 or report.traceparent is not None \
                 or report.summary is not None \
@@ -171,14 +181,15 @@ class SpanEncoder:
         sampled = self._root
         if not (sampled if sampled is not None else self._sampler.sampled(trace_hex, None)):
             return []
+        usage = report.usage
         key = (report.route, report.status, report.verdict, report.floor_kind, agent,
                report.floor_reason, report.method, report.carried_from, report.compaction,
                report.overflow, report.named_session, model, report.stream, attempt.number,
                attempt.status, attempt.compacted, attempt.error, report.finish_reason,
-               report.response_model, report.usage is not None)
-        pair = self._pairs.get(key) or self._pair(key, report, attempt, model, agent)
-        server_fixed_part, server_tail, server_size, attempt_fixed_part, attempt_tail, \
-            attempt_size, counted = pair
+               report.response_model, usage is not None)
+        server_pack, server_pre, server_fixed_part, server_tail, server_size, \
+            client_pack, client_fixed_part, client_tail, client_size, counted = \
+            self._pairs.get(key) or self._pair(key, report, attempt, model, agent)
         trace_id = bytes.fromhex(trace_hex)
         server_id = (_getrandbits(64) or 1).to_bytes(8, "big")
         at = report.at
@@ -186,14 +197,14 @@ class SpanEncoder:
         end_ns = int((at + report.seconds) * 1e9)
         if report.restored or report.carried or report.added_tokens or report.tokens_removed:
             numbers = self._server_numbers.encode(server_numbers(report))
-        else:
-            numbers = self._proxy_seconds + _F64.pack(report.proxy_seconds)
-        size = server_size + len(numbers)
-        server = b"".join((
-            bytes((_SPAN_TAG, size & 0x7F | 0x80, size >> 7)) if 127 < size < 16384
-            else wire.span_head(size), _TRACE_ID, trace_id, _SPAN_ID, server_id,
-            server_fixed_part, _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), numbers,
-            server_tail))
+            size = server_size + len(numbers)
+            server = b"".join((wire.span_head(size), _TRACE_ID, trace_id, _SPAN_ID, server_id,
+                               server_fixed_part, _AFTER_START.pack(start_ns, _END_TAG, end_ns),
+                               numbers, server_tail))
+        else:  # tailfloor's own time alone: a size known in advance
+            server = server_pack(server_pre, trace_id, _SPAN_ID, server_id, server_fixed_part,
+                                 start_ns, _END_TAG, end_ns, self._proxy_seconds,
+                                 report.proxy_seconds, server_tail)
         started = at + attempt.started
         attempt_start = int(started * 1e9)
         attempt_end = end_ns if attempt.error is None \
@@ -202,33 +213,36 @@ class SpanEncoder:
         span_id = bytes.fromhex(traceparent[36:52]) if traceparent \
             else self._new_id(64).to_bytes(8, "big")
         first = attempt.first_chunk
-        usage = report.usage
         numbers = self._first_chunk + _F64.pack(first - attempt.started) \
             if first is not None else b""
         if counted and usage is not None:  # attempt_numbers' counts, in their order
-            count = self._attempt_numbers.count
-            if usage.prompt_tokens is not None:
-                numbers += count(1, usage.prompt_tokens)
-            if usage.completion_tokens is not None:
-                numbers += count(2, usage.completion_tokens)
-            if usage.cached_tokens is not None:
-                numbers += count(3, usage.cached_tokens)
-            if usage.reasoning_tokens is not None:
-                numbers += count(4, usage.reasoning_tokens)
-        size = attempt_size + len(numbers)
+            small, count = self._small, self._attempt_numbers.count
+            value = usage.prompt_tokens
+            if value is not None:
+                numbers += small[1][value] if 0 <= value < 128 else count(1, value)
+            value = usage.completion_tokens
+            if value is not None:
+                numbers += small[2][value] if 0 <= value < 128 else count(2, value)
+            value = usage.cached_tokens
+            if value is not None:
+                numbers += small[3][value] if 0 <= value < 128 else count(3, value)
+            value = usage.reasoning_tokens
+            if value is not None:
+                numbers += small[4][value] if 0 <= value < 128 else count(4, value)
+        size = client_size + len(numbers)
         client = b"".join((
             bytes((_SPAN_TAG, size & 0x7F | 0x80, size >> 7)) if 127 < size < 16384
-            else wire.span_head(size), _TRACE_ID, trace_id, _SPAN_ID, span_id, _PARENT,
-            server_id, attempt_fixed_part, _TIMES.pack(
-                _START_TAG, attempt_start, _END_TAG,
+            else wire.span_head(size), client_pack(
+                _TRACE_ID, trace_id, _SPAN_ID, span_id, _PARENT, server_id,
+                client_fixed_part, attempt_start, _END_TAG,
                 attempt_end if attempt_end > attempt_start else attempt_start),
-            numbers, attempt_tail))
+            numbers, client_tail))
         return [server, client]
 
     def _pair(self, key: Key, report: RequestReport, attempt: Attempt, model: str,
               agent: str) -> _Pair:
-        """Both fixed parts, tails and sizes (all but the numbers) of ``encode``'s two
-        spans, kept under ``key``."""
+        """What ``encode``'s two spans are but their ids, times and numbers, kept under
+        ``key``."""
         server, server_error = self._encoded(wire.SERVER,
                                              server_fixed(server_key(report, agent)))
         made = attempt_key(report, attempt, True, model, self._response_label)
@@ -236,11 +250,20 @@ class SpanEncoder:
         server_tail, client_tail = _TAILS[server_error, _LOCAL], _TAILS[client_error, _LOCAL]
         if len(self._pairs) >= _FIXED_KEPT:
             self._pairs.clear()
-        # The ids, the times and the parent (for the client span) around the fixed parts.
+        # The ids and the times (and the parent, for the client span) around the fixed
+        # parts; the start time's tag joins the fixed part.
         around = len(_TRACE_ID) + 16 + len(_SPAN_ID) + 8 + _TIMES.size
+        server_size = around + len(server) + len(server_tail)
+        numbers = len(self._proxy_seconds) + _F64.size
+        pre = wire.span_head(server_size + numbers) + _TRACE_ID
+        server_part, client_part = server + bytes((_START_TAG,)), client + bytes((_START_TAG,))
         found = self._pairs[key] = (
-            server, server_tail, around + len(server) + len(server_tail),
-            client, client_tail, around + len(_PARENT) + 8 + len(client) + len(client_tail),
+            Struct(f"<{len(pre)}s16s{len(_SPAN_ID)}s8s{len(server_part)}sQBQ"
+                   f"{len(self._proxy_seconds)}sd{len(server_tail)}s").pack,
+            pre, server_part, server_tail, server_size,
+            Struct(f"<{len(_TRACE_ID)}s16s{len(_SPAN_ID)}s8s{len(_PARENT)}s8s"
+                   f"{len(client_part)}sQBQ").pack,
+            client_part, client_tail, around + len(_PARENT) + 8 + len(client) + len(client_tail),
             made[-1])
         return found
 

@@ -11,6 +11,10 @@ loop and in worker threads. Every method holds one lock for its in-memory part o
 of a store happen outside it, so a slow disk never stalls a query. ``get`` and the ``find_*``
 lookups never touch a store: they are safe on the event loop. ``tail``, ``context`` and
 ``full`` may read a store: call them off the loop.
+
+Memory: a session's window is packed (see ``state``) but for the sessions requests read
+from or transcripts grew lately (``served``): at most ``SERVED_SESSIONS`` of them, holding
+``SERVED_ENTRIES`` entries together, keep theirs as objects.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from proxy.transcripts import loading, view
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
-from proxy.transcripts.ordering import Groups
+from proxy.transcripts.links import Links
 from proxy.transcripts.records import (
     SessionInfo,
     SessionRecord,
@@ -35,11 +39,16 @@ from proxy.transcripts.records import (
 )
 from proxy.transcripts.render import Flavor, RenderOptions
 from proxy.transcripts.render_cache import RenderedTail
+from proxy.transcripts.served import Served
 from proxy.transcripts.state import SessionState
 
-__all__ = ["Catalog"]
+__all__ = ["SERVED_ENTRIES", "SERVED_SESSIONS", "Catalog"]
 
 _RELINK_SLICE = 500  # per hold of the lock, which the loop's lookups wait on (850 ms for 50k)
+# Sessions whose windows are kept unpacked: an agent's requests each read its session
+# several times, and unpacking a window of 300 entries costs about half a millisecond.
+SERVED_SESSIONS = 1024
+SERVED_ENTRIES = 32_768  # some 13 MB of entry objects at most
 
 
 class Catalog:
@@ -58,13 +67,9 @@ class Catalog:
         self._states: dict[str, SessionState] = {}
         self._sources: Counter[str] = Counter()  # the gauge reads it after every batch
         self._index = ContentIndex()
-        # Sessions by OpenClaw session key (scoped) and by Pi directory, each in order.
-        self._by_key = Groups(self._order)
-        self._by_group = Groups(self._order)
-        self._key_scopes: dict[str, set[str]] = {}
-        # (table, name) whose links may change -> the sessions added to it (None: any may)
-        self._relink: dict[tuple[int, str], set[str] | None] = {}
+        self._links = Links(self._order)
         self._deferred: set[str] = set()
+        self.served = Served(SERVED_SESSIONS, SERVED_ENTRIES)
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
@@ -72,21 +77,24 @@ class Catalog:
         """Add or replace a session with the given window of entries.
 
         ``defer``: skip computing its record until the next ``relink`` (bulk loading).
+        The window is packed: a request that reads the session unpacks it.
         """
         with self._lock:
             old = self._states.get(info.session_id)
             if old is not None:
                 self._sources[old.info.source] -= 1
-                self._index.drop(info.session_id, old.held, keep=())
+                self._index.drop(info.session_id, old.held_keys(), keep=())
+                self.served.discard(info.session_id)
                 if old.info.created != info.created:
-                    self._reorder(info)
+                    self._links.reorder(info)
             st = SessionState(info, store)
             self._states[info.session_id] = st
             self._sources[info.source] += 1
             st.add_marks(window.marks)
             self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
             self._set_window(st, list(window.entries), window.complete)
-            self._link_key(info)
+            st.release()
+            self._links.add(info)
             if defer:
                 self._deferred.add(info.session_id)
             else:
@@ -101,6 +109,8 @@ class Catalog:
             for e in st.append(entries):
                 self._index.add(session_id, e.keys)
             self._trim(st)
+            st.settle()
+            self._serve(st)
             self._refresh(st)
 
     def update_info(self, info: SessionInfo) -> None:
@@ -114,8 +124,8 @@ class Catalog:
             self._sources[info.source] += 1
             st.info = info
             if moved:
-                self._reorder(info)
-            self._link_key(info)
+                self._links.reorder(info)
+            self._links.add(info)
             self._refresh(st)
 
     def remove(self, session_id: str) -> None:
@@ -124,11 +134,9 @@ class Catalog:
             if st is None:
                 return
             self._sources[st.info.source] -= 1
-            self._index.drop(session_id, st.held, keep=())
-            for n, (table, name) in enumerate(((self._by_key, _scoped(st.info)),
-                                               (self._by_group, st.info.group))):
-                if name and table.remove(name, session_id):
-                    self._relink[(n, name)] = None
+            self._index.drop(session_id, st.held_keys(), keep=())
+            self.served.discard(session_id)
+            self._links.remove(st.info)
             self._refresh_dependents(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -157,16 +165,20 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None:
                 return None
-            if st.marks_known or st.complete or not st.entries:
+            before = st.first_pos
+            if st.marks_known or st.complete or before is None:
                 return st.record
             st.marks_known = True
             reader = getattr(st.store, "read_marks", None)
-            before = st.entries[0].pos
         marks = reader(before) if reader is not None else []
         with self._lock:
             if self._states.get(session_id) is st:
-                for mark in st.add_marks(marks):
+                added = st.add_marks(marks)
+                for mark in added:
                     self._index.add(session_id, mark.keys)
+                if added:  # the record's compaction may be older than the window
+                    st.settle()
+                    self._serve(st)
                 self._refresh(st)
             return st.record
 
@@ -178,7 +190,7 @@ class Catalog:
     def key_scopes(self, session_key: str) -> list[str]:
         """The agent directories (scopes) that have sessions under this key."""
         with self._lock:
-            return sorted(self._key_scopes.get(session_key, set()))
+            return sorted(self._links.key_scopes(session_key))
 
     def by_key(self, session_key: str, scope: str | None = None) -> SessionRecord | None:
         """The current (newest) session of an OpenClaw session key; None when, without
@@ -191,12 +203,11 @@ class Catalog:
         """Every session seen under a session key in one scope, newest first."""
         with self._lock:
             if scope is None:
-                scopes = self._key_scopes.get(session_key, set())
+                scopes = self._links.key_scopes(session_key)
                 if len(scopes) != 1:
                     return []
                 scope = next(iter(scopes))
-            ids = sorted(self._by_key.members(f"{scope}\x00{session_key}"), key=self._order,
-                         reverse=True)
+            ids = self._links.key_members(scope, session_key)
             return [r for r in (self.get(i) for i in ids) if r is not None]
 
     def sessions(self, agent_id: str | None = None) -> list[SessionRecord]:
@@ -212,7 +223,7 @@ class Catalog:
             st = self._states.get(session_id)
             if st is None or not st.complete:
                 return None
-            return st.branch().missing_parent
+            return st.missing
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
@@ -242,6 +253,7 @@ class Catalog:
             if st is None or k <= 0:
                 return []
             path, rooted = st.path(keep=True)
+            self._serve(st)
             picked = view.tail_of(path, k, before)
             short = len(picked) < k and not view.segment_within(path, rooted, before)
             edits = view.replacements(path, picked)
@@ -253,6 +265,7 @@ class Catalog:
                 if k <= self.tail_limit and self._states.get(session_id) is st:
                     self._set_window(st, list(window.entries), window.complete, reread=True)
                     path, rooted = st.path(keep=True)
+                    self._serve(st)
                 else:
                     path = list(view.active_branch(window.entries).entries)
                     rooted = window.complete
@@ -274,6 +287,8 @@ class Catalog:
         with self._lock:
             st = self._states.get(session_id)
             path = st.path()[0] if st is not None else []
+            if st is not None:
+                self._serve(st)
         return {target: edit.id for target, edit in view.edits_of(path).items()}
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
@@ -283,6 +298,7 @@ class Catalog:
             if st is None:
                 return None
             path, rooted = st.path()
+            self._serve(st)
             opts = self._flavour(st)
         plan = view.context_plan(path)
         if not rooted and not view.plan_is_local(path, plan):
@@ -308,50 +324,34 @@ class Catalog:
     def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
                     reread: bool = False) -> None:
         old = st.set_window(entries, complete, reread=reread)
-        self._index.drop(st.info.session_id, old, keep=st.held)
+        self._index.drop(st.info.session_id, (k for e in old for k in e.keys),
+                         keep=st.held_keys())
         for e in st.entries:
             self._index.add(st.info.session_id, e.keys)
         self._trim(st)
+        st.settle()
 
     def _trim(self, st: SessionState) -> None:
         gone = st.trim(self.tail_limit)
         if gone:
-            self._index.drop(st.info.session_id, gone, keep=st.held)
+            self._index.drop(st.info.session_id, (k for e in gone for k in e.keys),
+                             keep=st.held_keys())
 
-    def _reorder(self, info: SessionInfo) -> None:
-        """The session's start time changed: its groups sort again, and every link in them
-        may move (its old neighbours and its new ones)."""
-        for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
-                                           (self._by_group, info.group))):
-            if name:
-                table.reorder(name)
-                self._relink[(n, name)] = None
-
-    def _link_key(self, info: SessionInfo) -> None:
-        if info.session_key:
-            self._key_scopes.setdefault(info.session_key, set()).add(info.scope or "")
-        for n, (table, name) in enumerate(((self._by_key, _scoped(info)),
-                                           (self._by_group, info.group))):
-            if name and table.add(name, info.session_id):
-                added = self._relink.setdefault((n, name), set())
-                if added is not None:
-                    added.add(info.session_id)
+    def _serve(self, st: SessionState) -> None:
+        """``st`` was read or grew: its window stays unpacked, and the sessions that were
+        served longest ago are packed beyond the budget."""
+        if st.live:
+            for sid in self.served.touch(st.info.session_id, st.size):
+                other = self._states.get(sid)
+                if other is not None:
+                    other.release()
 
     def relink(self) -> None:
         """Recompute the records of sessions whose key or directory gained or lost a session
         (a predecessor may have appeared after its successor)."""
         with self._lock:
-            pending, self._relink = self._relink, {}
             todo, self._deferred = self._deferred, set()
-            for (n, name), added in pending.items():
-                table = self._by_key if n == 0 else self._by_group
-                if added is None:
-                    todo.update(table.members(name))
-                else:
-                    # Only a new session and the one right after it can change links: a
-                    # directory of 20,000 sessions gaining one refreshes two, not 20,000.
-                    todo.update(added)
-                    todo.update(table.after(name, added))
+            todo |= self._links.pending()
         # Only the readers' thread changes the catalog: a slice sees what the last one left.
         ordered = list(todo)
         for start in range(0, len(ordered), _RELINK_SLICE):
@@ -368,32 +368,11 @@ class Catalog:
                 self._refresh(st)
 
     def _refresh(self, st: SessionState) -> None:
-        path, rooted = st.path()
-        comp, resets = view.boundaries(path, rooted, st.marks.values())
-        times = [e.timestamp for e in st.entries if e.timestamp is not None]
-        updated = max(times) if times else st.info.created
-        predecessor, link = self._predecessor(st)
+        """The session's record from what its window settled on (``SessionState.settle``,
+        called by whatever changed the window) and its links now."""
+        predecessor, link = self._links.predecessor(st.info)
         st.record = SessionRecord(
-            info=st.info, updated=updated,
+            info=st.info, updated=st.updated if st.updated is not None else st.info.created,
             message_count=(st.before_count or 0) + st.raw,
-            count_complete=st.before_count is not None, compaction=comp, resets=resets,
-            predecessor=predecessor, link=link)
-
-    def _predecessor(self, st: SessionState) -> tuple[str | None, Any]:
-        info = st.info
-        if info.predecessor:
-            return info.predecessor, info.link
-        scoped = _scoped(info)
-        if scoped:
-            older = self._by_key.before(scoped, info.session_id)
-            if older is not None:
-                return older, "key_history"
-        if info.group is not None:
-            before = self._by_group.before(info.group, info.session_id)
-            if before is not None:
-                return before, "pi_directory"
-        return None, None
-
-
-def _scoped(info: SessionInfo) -> str | None:
-    return f"{info.scope or ''}\x00{info.session_key}" if info.session_key else None
+            count_complete=st.before_count is not None, compaction=st.compaction,
+            resets=st.resets, predecessor=predecessor, link=link)

@@ -34,6 +34,9 @@ class FileKind:
     archive_time: float | None = None
 
 
+_PI = FileKind("pi")
+
+
 def default_roots(environ: Mapping[str, str], home: Path) -> list[Path]:
     """The usual OpenClaw and Pi locations (existing or not)."""
     oc = environ.get("OPENCLAW_STATE_DIR")
@@ -83,7 +86,7 @@ def classify(path: Path) -> FileKind:
         return FileKind("ignored")
     if oc_agent is not None:
         return FileKind("openclaw-jsonl", oc_agent)
-    return FileKind("pi")
+    return _PI  # one for every Pi transcript tracked, not one each
 
 
 def inside(path: Path, roots: Sequence[Path]) -> bool:
@@ -114,20 +117,58 @@ def walk(roots: Sequence[Path], on_error: Callable[[str, str, str], None]
             kind = "permission" if isinstance(exc, PermissionError) else "io"
             on_error(kind, str(exc.filename), str(exc.strerror or exc))
 
-        for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
-            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-            for name in filenames:
-                path = Path(dirpath, name)
-                kind = classify(path)
-                if kind.role == "ignored":
+        for folder, entry in _files(root, failed):
+            path = folder / entry.name
+            kind = classify(path)
+            if kind.role == "ignored":
+                continue
+            if _is_symlink(entry):
+                target = path.resolve()
+                if not inside(target, resolved):
+                    on_error("outside_root", str(path),
+                             "symlink leads outside the transcript roots; not followed")
                     continue
-                if path.is_symlink():
-                    target = path.resolve()
-                    if not inside(target, resolved):
-                        on_error("outside_root", str(path),
-                                 "symlink leads outside the transcript roots; not followed")
-                        continue
-                if path in seen:
-                    continue
-                seen.add(path)
-                yield path, kind
+            if path in seen:
+                continue
+            seen.add(path)
+            yield path, kind
+
+
+def _is_symlink(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return False
+
+
+def _files(top: Path, failed: Callable[[OSError], None]) -> Iterator[tuple[Path, os.DirEntry[str]]]:
+    """The files under ``top`` (its folder, and each one's directory entry), in the order
+    ``os.walk`` lists them: a folder's files, then each of its subfolders in turn; symlinked
+    folders and the skipped ones are not entered. The entries tell a symlink without a
+    ``stat`` of each file (a scan lists tens of thousands)."""
+    try:
+        listing = os.scandir(top)
+    except OSError as exc:
+        failed(exc)
+        return
+    files: list[os.DirEntry[str]] = []
+    folders: list[os.DirEntry[str]] = []
+    with listing:
+        while True:
+            try:
+                entry = next(listing)
+            except StopIteration:
+                break
+            except OSError as exc:
+                failed(exc)
+                return
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (folders if is_dir else files).append(entry)
+    for entry in files:
+        yield top, entry
+    for entry in folders:
+        if entry.name not in _SKIP_DIRS and not _is_symlink(entry):
+            yield from _files(top / entry.name, failed)

@@ -8,12 +8,13 @@ so memory does not grow with transcript size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from proxy.values import frozen_value
 from proxy.wire.content import content_text
@@ -36,6 +37,7 @@ __all__ = [
     "user_text_key",
 ]
 
+_MESSAGE = sys.intern("message")
 KNOWN_KINDS = frozenset({
     "message", "compaction", "branch_summary", "custom_message", "model_change",
     "thinking_level_change", "custom", "label", "session_info", "reset",
@@ -136,6 +138,11 @@ class Entry:
 
 def parse_timestamp(value: object) -> float | None:
     """ISO-8601 string or epoch milliseconds -> epoch seconds; None when unusable."""
+    if type(value) is str:  # what nearly every entry has: straight to it
+        try:
+            return datetime.fromisoformat(value).timestamp() if value else None
+        except ValueError:
+            return None
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -166,10 +173,6 @@ def parse_header(obj: object) -> Header:
         parent_session=parent if isinstance(parent, str) else None)
 
 
-def _interned(value: str | None) -> str | None:
-    return sys.intern(value) if value is not None else None
-
-
 def _str(obj: Mapping[str, Any], key: str) -> str | None:
     value = obj.get(key)
     return value if isinstance(value, str) else None
@@ -184,42 +187,59 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
     chains them, and a compaction's ``firstKeptEntryIndex`` maps onto the same naming.
     Raises EntryError(kind) for objects that are not usable entries.
     """
-    if not isinstance(obj, Mapping):
+    # A decoded line is a dict: the exact type first, the ABC's instance check is slow, and
+    # so is a call per field (the scan parses every entry of every session).
+    if obj.__class__ is not dict and not isinstance(obj, Mapping):
         raise EntryError("malformed", "entry is not a JSON object")
-    kind = obj.get("type")
+    get = cast("Mapping[str, Any]", obj).get
+    kind = get("type")
     if not isinstance(kind, str):
         raise EntryError("malformed", "entry has no type")
     if kind == "session":
         raise EntryError("misplaced_header", "session header after line 1")
     if kind not in KNOWN_KINDS:
         raise EntryError("unknown_type", f"unknown entry type {kind[:40]!r}")
-    if v1_index is not None and not isinstance(obj.get("id"), str):
-        entry_id: str | None = f"v1-{v1_index}"
-        parent: str | None = v1_parent
+    entry_id = get("id")
+    if v1_index is not None and not isinstance(entry_id, str):
+        entry_id, parent = f"v1-{v1_index}", v1_parent
     else:
-        entry_id = _str(obj, "id")
-        parent = _str(obj, "parentId")
-    if not entry_id:
+        parent = get("parentId")
+        if not isinstance(parent, str):
+            parent = None
+    if not entry_id or not isinstance(entry_id, str):
         raise EntryError("malformed", "entry has no id")
-    # A parent id repeats the previous entry's id: share one string object between them.
-    entry_id = sys.intern(entry_id)
-    parent = sys.intern(parent) if parent else None
-    ts = parse_timestamp(obj.get("timestamp"))
-    role = stop = summary = first_kept = reason = target = None
-    removes = False
-    keys: tuple[int, ...] = ()
+    # Ids are not interned: a tracked session keeps them packed (``packed``, where a parent
+    # that repeats the entry before is not stored again), and interning every id of every
+    # transcript only churned the interpreter's table of interned strings.
+    parent = parent or None
+    ts = parse_timestamp(get("timestamp"))
     if kind == "message":
-        msg = obj.get("message")
-        if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
+        msg = get("message")
+        if msg.__class__ is not dict and not isinstance(msg, Mapping):
+            raise EntryError("malformed", "message entry without a message role")
+        message = cast("Mapping[str, Any]", msg)
+        role = message.get("role")
+        if not isinstance(role, str):
             raise EntryError("malformed", "message entry without a message role")
         # A few distinct values in every entry of every session: one object each, not one
         # per entry (each parse makes new strings; 10,000 sessions keep them all).
-        role = sys.intern(str(msg["role"]))
-        stop = _interned(_str(msg, "stopReason"))
+        stop = message.get("stopReason")
         if ts is None:
-            ts = parse_timestamp(msg.get("timestamp"))
-        keys = _message_keys(msg)
-    elif kind == "compaction":
+            ts = parse_timestamp(message.get("timestamp"))
+        return Entry(_MESSAGE, entry_id, parent, ts, pos, size, sys.intern(str(role)),
+                     sys.intern(stop) if isinstance(stop, str) else None,
+                     _message_keys(message))
+    return _other(kind, cast("Mapping[str, Any]", obj), entry_id, parent, ts=ts, pos=pos,
+                  size=size)
+
+
+def _other(kind: str, obj: Mapping[str, Any], entry_id: str, parent: str | None, *,
+           ts: float | None, pos: int, size: int) -> Entry:
+    """An entry of a kind other than ``message``."""
+    summary = first_kept = reason = target = None
+    removes = False
+    keys: tuple[int, ...] = ()
+    if kind == "compaction":
         summary = _str(obj, "summary") or ""
         first_kept = _str(obj, "firstKeptEntryId")
         found = summary_key(summary)
@@ -236,7 +256,7 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
         keys = _user_keys(obj.get("content"))
     elif kind == "context_edit":
         target, removes = _edit_target(obj)
-    return Entry(sys.intern(kind), entry_id, parent, ts, pos, size, role, stop, keys,
+    return Entry(sys.intern(kind), entry_id, parent, ts, pos, size, None, None, keys,
                  _detail(summary, first_kept, reason, target, removes))
 
 
@@ -261,14 +281,20 @@ def _edit_target(obj: Mapping[str, Any]) -> tuple[str | None, bool]:
     return sys.intern(target), replacement is None
 
 
+# A hash already fed its tag, copied for each key: a new hash object costs more than the
+# hashing of a short text (the scan makes a key for every message of every session).
+_TAGGED = {tag: hashlib.blake2b(tag, digest_size=8) for tag in (b"u", b"a", b"t", b"s")}
+
+
 def _digest(tag: bytes, text: str) -> int:
-    raw = hashlib.blake2b(tag + text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(raw, "big")
+    h = _TAGGED[tag].copy()
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big")
 
 
 def _digest_of(tag: bytes, pieces: Iterator[str]) -> int | None:
     """``_digest`` of the pieces' text joined (None when it is empty), without joining it."""
-    digest = hashlib.blake2b(tag, digest_size=8)
+    digest = _TAGGED[tag].copy()
     empty = True
     for piece in pieces:
         digest.update(piece.encode("utf-8", "surrogatepass"))
@@ -288,6 +314,7 @@ def assistant_text_key(text: str) -> int | None:
     return _digest(b"a", text) if text else None
 
 
+@functools.lru_cache(maxsize=256)  # a tool result repeats the id of the call just before
 def tool_call_key(call_id: str) -> int | None:
     """Index key of a tool-call id, the same for each of its wire forms (wire.tool_ids)."""
     core = call_id_key(call_id)
@@ -301,7 +328,13 @@ def summary_key(summary: str) -> int | None:
 
 
 def _user_keys(content: object) -> tuple[int, ...]:
-    key = user_text_key(content_text(content))
+    if content.__class__ is list and len(content) == 1 \
+            and content[0].__class__ is dict:
+        text = content[0].get("text")
+        # one text block, as a user turn mostly is: content_text's join of it
+        key = user_text_key(text if isinstance(text, str) else "")
+    else:
+        key = user_text_key(content_text(content))
     return (key,) if key else ()
 
 
@@ -309,20 +342,25 @@ def _message_keys(msg: Mapping[str, Any]) -> tuple[int, ...]:
     role = msg.get("role")
     if role == "user":
         return _user_keys(msg.get("content"))
+    if role == "toolResult":
+        call = msg.get("toolCallId")
+        key = tool_call_key(call) if isinstance(call, str) else None
+        return (key,) if key is not None else ()
+    if role != "assistant":
+        return ()
     ids: list[object] = []
-    text = None
-    if role == "assistant":
-        blocks = _blocks(msg.get("content"))
-        ids = [b.get("id") for b in blocks if b.get("type") == "toolCall"]
-        texts = (b.get("text") for b in blocks if b.get("type") == "text")
-        text = assistant_text_key("".join(t for t in texts if isinstance(t, str) and t.strip()))
-    elif role == "toolResult":
-        ids = [msg.get("toolCallId")]
+    texts: list[str] = []
+    content = msg.get("content")
+    for b in content if isinstance(content, list) else ():
+        if b.__class__ is not dict and not isinstance(b, Mapping):
+            continue
+        kind = b.get("type")
+        if kind == "toolCall":
+            ids.append(b.get("id"))
+        elif kind == "text":
+            text = b.get("text")
+            if isinstance(text, str) and text.strip():
+                texts.append(text)
     keys = [tool_call_key(i) for i in ids if isinstance(i, str)]
-    return tuple(dict.fromkeys(k for k in (*keys, text) if k is not None))
-
-
-def _blocks(content: object) -> Iterable[Mapping[str, Any]]:
-    if isinstance(content, list):
-        return [b for b in content if isinstance(b, Mapping)]
-    return []
+    keys.append(assistant_text_key("".join(texts)))
+    return tuple(dict.fromkeys(k for k in keys if k is not None))

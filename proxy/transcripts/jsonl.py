@@ -60,9 +60,9 @@ class JsonlTranscript:
     __slots__ = ("_head", "_identity", "_last_id", "_on_error", "_skipping", "_v1_count",
                  "header", "header_end", "offset", "path")
 
-    def __init__(self, path: Path, header: Header, header_end: int, on_error: ErrorSink,
+    def __init__(self, path: str | Path, header: Header, header_end: int, on_error: ErrorSink,
                  identity: tuple[int, int], *, head: bytes = b"") -> None:
-        self.path = path
+        self.path = os.fspath(path)  # a string: a Path object costs ~450 bytes a session
         self.header = header
         self.header_end = header_end
         # the header line as read, as a digest: a rewrite in place changes it
@@ -76,12 +76,37 @@ class JsonlTranscript:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: Path, on_error: ErrorSink) -> JsonlTranscript:
+    def open(cls, path: str | Path, on_error: ErrorSink) -> JsonlTranscript:
         """Read and validate the header; raise TranscriptUnreadable."""
+        return cls._open(path, on_error, -1)[0]
+
+    @classmethod
+    def start(cls, path: str | Path, on_error: ErrorSink, min_messages: int | None,
+              whole_below: int = WHOLE_BELOW) -> tuple[JsonlTranscript, Window]:
+        """``open``, then ``begin``: a file under ``whole_below`` bytes is read once, header
+        and entries together (a scan opens every transcript there is)."""
+        t, data = cls._open(path, on_error, whole_below)
+        if data is None:
+            return t, t.begin(min_messages, whole_below)
+        t._v1_count, t._last_id = 0, None
+        end = data.rfind(b"\n") + 1  # a last line without its newline waits for it
+        entries = t._parse_bytes(data[t.header_end:end], t.header_end, from_top=True)
+        t.offset = end
+        return t, Window(entries, True, end=end)
+
+    @classmethod
+    def _open(cls, path: str | Path, on_error: ErrorSink, whole_below: int
+              ) -> tuple[JsonlTranscript, bytes | None]:
+        """The transcript, and the whole file when it is at most ``whole_below`` bytes."""
+        data = None
         try:
-            with path.open("rb") as f:
+            with Path(path).open("rb") as f:
                 st = os.fstat(f.fileno())
-                first = f.readline(MAX_LINE + 1)
+                if st.st_size <= whole_below:
+                    data = f.read(st.st_size)
+                    first = data[:data.find(b"\n") + 1] or data
+                else:
+                    first = f.readline(MAX_LINE + 1)
         except OSError as exc:
             raise TranscriptUnreadable("permission" if isinstance(exc, PermissionError)
                                        else "io", f"{path}: {exc.strerror or exc}") from exc
@@ -94,7 +119,8 @@ class JsonlTranscript:
             header = parse_header(obj)
         except EntryError as exc:
             raise TranscriptUnreadable(exc.kind, f"{path}: {exc}") from exc
-        return cls(path, header, len(first), on_error, (st.st_dev, st.st_ino), head=first)
+        t = cls(path, header, len(first), on_error, (st.st_dev, st.st_ino), head=first)
+        return t, data
 
     # ----------------------------------------------------------------- reading
     def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
@@ -105,7 +131,7 @@ class JsonlTranscript:
         """
         if min_messages is not None:
             try:
-                if self.path.stat().st_size <= whole_below:
+                if os.stat(self.path).st_size <= whole_below:
                     min_messages = None
             except OSError:
                 pass
@@ -117,7 +143,7 @@ class JsonlTranscript:
     def read_window(self, min_messages: int | None) -> Window:
         """The last entries holding ``min_messages`` raw messages (None: the whole file)."""
         try:
-            with self.path.open("rb") as f:
+            with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if min_messages is None or self.header.version < 2:
                     return self._whole(f, size)
@@ -232,6 +258,7 @@ class JsonlTranscript:
         entries: list[Entry] = []
         pos = 0
         v1 = self.header.version < 2
+        loads = orjson.loads
         while pos < len(data):
             nl = data.find(b"\n", pos)
             if nl < 0:
@@ -239,11 +266,21 @@ class JsonlTranscript:
             line = data[pos:nl + 1]
             at = base + pos
             pos = nl + 1
-            # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
-            entry = self._parse_line(line, at, v1_index=self._v1_count + 1
-                                     if v1 and from_top else None)
+            entry = None
+            if not v1 and len(line) <= MAX_LINE:
+                # The common line at the least cost (the scan reads every line there is);
+                # anything that fails is read again below, where it is reported.
+                try:
+                    entry = parse_entry(loads(line), at, len(line))
+                except (orjson.JSONDecodeError, EntryError):
+                    entry = None
+            if entry is None:
+                # v1 ids are entry indexes (header = 0), so v1 files are only read whole.
+                entry = self._parse_line(line, at, v1_index=self._v1_count + 1
+                                         if v1 and from_top else None)
             if entry is not None:
-                self._last_id = entry.id
+                if v1:  # the next line's parent; not kept otherwise (one per session)
+                    self._last_id = entry.id
                 self._v1_count += 1
                 entries.append(entry)
         return entries
@@ -270,7 +307,7 @@ class JsonlTranscript:
     def poll(self) -> list[Entry] | None:
         """New complete entries since the last call; None when the file must be re-read."""
         try:
-            with self.path.open("rb") as f:
+            with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if ((st.st_dev << 64 | st.st_ino) != self._identity or st.st_size < self.offset
                         or (self.header.version < 2 and st.st_size != self.offset)):
@@ -308,7 +345,7 @@ class JsonlTranscript:
         """
         found: list[Entry] = []
         try:
-            with self.path.open("rb") as f:
+            with open(self.path, "rb") as f:
                 pos = self.header_end
                 f.seek(pos)
                 carry = b""
@@ -338,7 +375,7 @@ class JsonlTranscript:
         lo = min(e.pos for e in entries)
         hi = max(e.pos + e.size for e in entries)
         try:
-            with self.path.open("rb") as f:
+            with open(self.path, "rb") as f:
                 f.seek(lo)
                 data = f.read(hi - lo)
         except OSError:

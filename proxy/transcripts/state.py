@@ -3,34 +3,52 @@
 The window holds the newest entries (at most about ``limit`` raw messages; older ones are
 trimmed) plus every compaction and reset entry seen (the *marks*). The catalog owns the
 content index and updates it from what these methods return.
+
+Between the requests that read a session its window is packed (``packed``): tens of
+thousands of sessions are tracked, and most are never read again after the scan. ``entries``
+unpacks it into ``Entry`` objects when something asks for them; ``release`` packs it again
+(the catalog does, for all but the sessions requests read from lately). What the session's
+record needs (last update, compaction, resets, a dangling parent) is worked out by
+``settle`` whenever the window or the marks change, so records are made without unpacking.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from proxy.transcripts import view
+from proxy.transcripts import packed, view
 from proxy.transcripts.entries import Entry
-from proxy.transcripts.records import SessionInfo, SessionRecord, TranscriptStore
+from proxy.transcripts.records import (
+    CompactionInfo,
+    ResetMark,
+    SessionInfo,
+    SessionRecord,
+    TranscriptStore,
+)
 
 __all__ = ["SessionState"]
 
 _MARK_KINDS = ("compaction", "reset")
+_NO_MARKS: dict[str, Entry] = {}  # shared, never written: most sessions have no marks
 
 
 class SessionState:
-    __slots__ = ("_branch", "_by_id", "before_count", "complete", "entries", "info", "marks",
-                 "marks_known", "raw", "record", "store")
+    __slots__ = ("_blob", "_branch", "_by_id", "_entries", "_odd", "before_count", "compaction",
+                 "complete", "info", "marks", "marks_known", "missing", "raw", "record",
+                 "resets", "store", "updated")
 
     def __init__(self, info: SessionInfo, store: TranscriptStore) -> None:
         self.info = info
         self.store = store
-        self.entries: list[Entry] = []
+        # The window: as objects (``_entries``) or packed (``_blob``, ``_odd``), never both.
+        self._entries: list[Entry] | None = []
+        self._blob = b""
+        self._odd: packed.Odd | None = None
         self.raw = 0  # raw messages in the window, counted as it changes (every append asks)
         # built when first asked: most tracked sessions are never read again after the
         # scan, and the dict cost ~460 bytes a session
         self._by_id: dict[str, Entry] | None = None
-        self.marks: dict[str, Entry] = {}
+        self.marks: dict[str, Entry] = _NO_MARKS
         self.complete = False
         self.marks_known = False
         # raw messages before the window, when known (the window once reached the top)
@@ -40,6 +58,61 @@ class SessionState:
         # but by appends that continue it: every request restoring from the session asks for
         # it (several times), and walking the whole window each time cost more than the rest.
         self._branch: view.Branch | None = None
+        # What the record needs from the window, as ``settle`` last found it.
+        self.updated: float | None = None  # the newest timestamp in the window
+        self.compaction: CompactionInfo | None = None
+        self.resets: tuple[ResetMark, ...] = ()
+        self.missing: str | None = None  # a parent id the active branch names but lacks
+
+    # ------------------------------------------------------------- packing
+    @property
+    def entries(self) -> list[Entry]:
+        """The window's entries, oldest first (unpacked when packed)."""
+        found = self._entries
+        if found is None:
+            found = self._entries = packed.unpack(self._blob, self._odd)
+            self._blob, self._odd = b"", None
+        return found
+
+    @property
+    def live(self) -> bool:
+        """Whether the window is held as objects (``release`` packs it)."""
+        return self._entries is not None
+
+    @property
+    def size(self) -> int:
+        """Entries in the window (without unpacking)."""
+        return len(self._entries) if self._entries is not None else packed.count(self._blob)
+
+    def release(self) -> None:
+        """Pack the window: its objects, entries by id and kept branch are let go."""
+        if self._entries is not None:
+            self._blob, self._odd = packed.pack(self._entries)
+            self._entries = self._by_id = self._branch = None
+
+    @property
+    def first_pos(self) -> int | None:
+        """Where the window's first entry is (None: an empty window)."""
+        if self._entries is not None:
+            return self._entries[0].pos if self._entries else None
+        return packed.first_pos(self._blob, self._odd)
+
+    def held_keys(self) -> Iterator[int]:
+        """The index keys of the window and the marks (some may repeat)."""
+        if self._entries is not None:
+            yield from (k for e in self._entries for k in e.keys)
+        else:
+            yield from packed.keys_of(self._blob, self._odd)
+        yield from (k for m in self.marks.values() for k in m.keys)
+
+    def settle(self) -> None:
+        """Work out what the record needs, after the window or the marks changed."""
+        branch = self.branch()
+        path, rooted = self._path_of(branch)
+        self.compaction, self.resets = view.boundaries(path, rooted, self.marks.values())
+        self.updated = max((e.timestamp for e in self.entries if e.timestamp is not None),
+                           default=None)
+        self.missing = branch.missing_parent
 
     @property
     def by_id(self) -> dict[str, Entry]:
@@ -67,17 +140,14 @@ class SessionState:
 
     def path(self, keep: bool = False) -> tuple[list[Entry], bool]:
         """The active branch's entries in the window, and whether it starts at the root."""
-        branch = self.branch(keep)
+        return self._path_of(self.branch(keep))
+
+    def _path_of(self, branch: view.Branch) -> tuple[list[Entry], bool]:
         path = list(branch.entries)
         rooted = bool(path) and path[0].parent_id is None
         if branch.missing_parent is not None and self.complete:
             rooted = True  # a dangling parent in a complete file: the branch ends there
         return path, rooted or (self.complete and not path)
-
-    @property
-    def held(self) -> list[Entry]:
-        """Every entry whose index keys the session keeps: the window and the marks."""
-        return [*self.entries, *self.marks.values()]
 
     def set_window(self, entries: list[Entry], complete: bool, *, reread: bool = False
                    ) -> list[Entry]:
@@ -87,7 +157,8 @@ class SessionState:
             # keep what was appended since the store's view (it may lag the file by a line)
             known = {e.id for e in entries}
             entries = entries + [e for e in old if e.id not in known and e.pos > entries[-1].pos]
-        self.entries = entries
+        self._entries = entries
+        self._blob, self._odd = b"", None
         self.raw = sum(1 for e in entries if e.is_raw_message)
         self._by_id = None
         self._branch = None
@@ -95,8 +166,13 @@ class SessionState:
         self.before_count = 0 if complete else None
         for e in entries:
             if e.kind in _MARK_KINDS:
-                self.marks[e.id] = e
+                self._mark(e)
         return old
+
+    def _mark(self, entry: Entry) -> None:
+        if self.marks is _NO_MARKS:
+            self.marks = {}
+        self.marks[entry.id] = entry
 
     def append(self, entries: Sequence[Entry]) -> list[Entry]:
         """Entries appended to the transcript; returns those that were new."""
@@ -109,7 +185,7 @@ class SessionState:
             self.raw += e.is_raw_message
             self.by_id[e.id] = e
             if e.kind in _MARK_KINDS:
-                self.marks[e.id] = e
+                self._mark(e)
             added.append(e)
         return added
 
@@ -131,7 +207,7 @@ class SessionState:
         """Compaction and reset entries found before the window; returns the new ones."""
         new = [m for m in marks if m.id not in self.marks]
         for m in new:
-            self.marks[m.id] = m
+            self._mark(m)
         return new
 
     def trim(self, limit: int) -> list[Entry]:
@@ -147,7 +223,8 @@ class SessionState:
             drop += 1
             if e.is_raw_message:
                 raw -= 1
-        gone, self.entries = self.entries[:drop], self.entries[drop:]
+        entries = self.entries
+        gone, self._entries = entries[:drop], entries[drop:]
         self._branch = None
         dropped = self.raw - raw
         self.raw = raw

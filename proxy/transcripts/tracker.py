@@ -18,7 +18,12 @@ from pathlib import Path
 
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.discovery import FileKind, classify, inside, walk
-from proxy.transcripts.jsonl import ErrorSink, JsonlTranscript, TranscriptUnreadable
+from proxy.transcripts.jsonl import (
+    WHOLE_BELOW,
+    ErrorSink,
+    JsonlTranscript,
+    TranscriptUnreadable,
+)
 from proxy.transcripts.records import SessionInfo, SourceKind
 from proxy.transcripts.sqlite import AgentDatabase, SqliteTranscript
 
@@ -52,9 +57,11 @@ class Tracker:
         # Small transcripts (JSONL under 64 KiB, SQLite sessions under 128 rows) are read
         # whole at start: exact counts at a cost still bounded per session.
         self._small_whole = small_whole
-        self.files: dict[Path, tuple[JsonlTranscript, FileKind]] = {}
-        self._paths: dict[str, Path] = {}  # session id -> file currently read for it
-        self._folders: dict[Path, set[Path]] = {}  # sessions dir -> tracked files in it
+        # Paths as strings: one is kept for every tracked session, and a Path object with
+        # its parts cost ~450 bytes more (the same string is the session's location).
+        self.files: dict[str, tuple[JsonlTranscript, FileKind]] = {}
+        self._paths: dict[str, str] = {}  # session id -> file currently read for it
+        self._folders: dict[str, set[str]] = {}  # sessions dir -> tracked files in it
         self.dbs: dict[Path, _Db] = {}
         self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
         self.lines: dict[SourceKind, int] = {}
@@ -85,7 +92,7 @@ class Tracker:
             self._bulk = False
         self.catalog.relink()
         for sid in list(self._paths):
-            self._check_links(sid, str(self._paths[sid]))
+            self._check_links(sid, self._paths[sid])
 
     def _scan(self) -> None:
         found = list(walk(self.roots, self._on_error))
@@ -100,14 +107,14 @@ class Tracker:
             if n % self.FREEZE_EVERY == 0:
                 gc.freeze()
         self.catalog.relink()
-        self._link_archives([f for f, paths in self._folders.items()
+        self._link_archives([Path(f) for f, paths in self._folders.items()
                              if any(self.files[p][1].role == "reset-archive" for p in paths)])
 
     def resync(self) -> set[str]:
         """Catch up after the watcher was down or a root appeared: every file now under the
         roots and every file tracked before, as one batch of changes."""
         found = [path for path, _kind in walk(self.roots, self._on_error)]
-        return self.changed([*found, *self.files, *self.dbs])
+        return self.changed([*found, *map(Path, self.files), *self.dbs])
 
     # ------------------------------------------------------------------ update
     def changed(self, paths: Iterable[Path]) -> set[str]:
@@ -155,7 +162,7 @@ class Tracker:
         OpenClaw agent) is never reported and must be looked for."""
         out = list(paths)
         for path in list(out):
-            if path in self._folders or path.is_symlink() or not path.is_dir():
+            if str(path) in self._folders or path.is_symlink() or not path.is_dir():
                 continue
             if inside(path.absolute(), self._absolute) or inside(path.absolute(),
                                                                   self._resolved):
@@ -171,23 +178,25 @@ class Tracker:
 
     def _open_jsonl(self, path: Path, kind: FileKind) -> str | None:
         try:
-            t = JsonlTranscript.open(path, self._on_error)
+            t, window = JsonlTranscript.start(
+                path, self._on_error, self._startup,
+                WHOLE_BELOW if self._small_whole else 0)
         except TranscriptUnreadable as exc:
             self._on_error(exc.kind, str(path), str(exc))
             return None
         sid = t.header.session_id
+        where = t.path
         existing = self.catalog.info(sid)
         archive = kind.role in ("reset-archive", "deleted-archive")
-        if existing is not None and Path(existing.location) != path and \
+        if existing is not None and existing.location != where and \
                 Path(existing.location).exists() and archive:
             return None  # the live file wins over an archive of the same session
-        window = t.begin(self._startup) if self._small_whole else t.begin(self._startup, 0)
         self._count(self._source(kind), len(window.entries))
         source = self._source(kind)
         info = SessionInfo(
             session_id=sid, source=source,
             era="pi" if source == "pi" else "openclaw-2026.7",
-            location=str(path), agent_id=kind.agent_id or ("pi" if source == "pi" else None),
+            location=where, agent_id=kind.agent_id or ("pi" if source == "pi" else None),
             session_key=self._keys.get(path.parent, {}).get(sid),
             created=t.header.timestamp, cwd=t.header.cwd, ended=archive,
             # one string per folder, not one per session
@@ -199,29 +208,30 @@ class Tracker:
             if parent:
                 info = replace(info, predecessor=parent, link="parent_session")
         old = self._paths.get(sid)
-        if old is not None and old != path:
-            self._forget(old)
-        self.files[path] = (t, kind)
-        self._paths[sid] = path
-        self._folders.setdefault(path.parent, set()).add(path)
+        if old is not None and old != where:
+            self._forget(Path(old))
+        self.files[where] = (t, kind)
+        self._paths[sid] = where
+        self._folders.setdefault(sys.intern(str(path.parent)), set()).add(where)
         self.catalog.put(info, t, window, defer=self._bulk)
         if not self._bulk:
-            self._check_links(sid, str(path))
+            self._check_links(sid, where)
         return sid
 
     def _forget(self, path: Path) -> tuple[JsonlTranscript, FileKind] | None:
-        tracked = self.files.pop(path, None)
-        self._folders.get(path.parent, set()).discard(path)
-        if tracked is not None and self._paths.get(tracked[0].header.session_id) == path:
+        where = str(path)
+        tracked = self.files.pop(where, None)
+        self._folders.get(str(path.parent), set()).discard(where)
+        if tracked is not None and self._paths.get(tracked[0].header.session_id) == where:
             del self._paths[tracked[0].header.session_id]
         return tracked
 
     def _session_at(self, name: str, folder: Path) -> str | None:
-        tracked = self.files.get(folder / name)
+        tracked = self.files.get(str(folder / name))
         return tracked[0].header.session_id if tracked else None
 
     def _jsonl_changed(self, path: Path, kind: FileKind) -> set[str]:
-        tracked = self.files.get(path)
+        tracked = self.files.get(str(path))
         if tracked is None:
             sid = self._open_jsonl(path, kind)
             return {sid} if sid else set()
@@ -234,14 +244,14 @@ class Tracker:
                 # Not readable (truncated, half rewritten): the session it held is gone, and
                 # the next change opens the file afresh instead of following a stale offset.
                 return self._gone(path) | {before}
-            if sid != before and self._paths.get(before) == path:
+            if sid != before and self._paths.get(before) == str(path):
                 del self._paths[before]  # the file now holds another session
                 self.catalog.remove(before)
             return {s for s in (sid, before) if s}
         if entries:
             self._count(self._source(kind), len(entries))
             self.catalog.append(t.header.session_id, entries)
-            self._check_links(t.header.session_id, str(path))
+            self._check_links(t.header.session_id, t.path)
             return {t.header.session_id}
         return set()
 
@@ -250,7 +260,7 @@ class Tracker:
         if tracked is not None:
             sid = tracked[0].header.session_id
             info = self.catalog.info(sid)
-            if info is not None and Path(info.location) == path:
+            if info is not None and info.location == str(path):
                 self.catalog.remove(sid)
             return {sid}
         if path.name == "openclaw-agent.sqlite" and path in self.dbs:
@@ -282,7 +292,7 @@ class Tracker:
     def _link_archives(self, folders: Iterable[Path]) -> None:
         """Era A: a new session's predecessor is the archive renamed when it was created."""
         for folder in folders:
-            here = [self.files[p] for p in self._folders.get(folder, ()) if p in self.files]
+            here = [self.files[p] for p in self._folders.get(str(folder), ()) if p in self.files]
             archives = [(t, k) for t, k in here if k.role == "reset-archive" and k.archive_time]
             live = [t for t, k in here if k.role == "openclaw-jsonl"]
             for t in live:

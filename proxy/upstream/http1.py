@@ -20,14 +20,13 @@ from typing import cast
 from multidict import CIMultiDict
 
 from proxy.upstream.chunked import ChunkedDecoder, ChunkedError
+from proxy.upstream.head import ProtocolError, framing, header_fields, status_line
+
+__all__ = ["ConnectionClosed", "Http1Connection", "ProtocolError", "ReadTimeout"]
 
 MAX_HEAD = 64 * 1024
 _JOIN_BELOW = 64 * 1024  # smaller bodies leave in the head's write (one segment)
 HIGH_WATER = 4 * 1024 * 1024
-
-
-class ProtocolError(Exception):
-    """The upstream sent something that is not HTTP/1.1."""
 
 
 class ConnectionClosed(Exception):
@@ -94,9 +93,37 @@ class Http1Connection(asyncio.Protocol):
             self._drain_waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        sink = self._sink
+        if (sink is not None and not self._sink_paused and not self._done
+                and self._mode == "chunked"):
+            # A relayed stream's piece (the hot path: one call per SSE event): decoded and
+            # handed to the sink here, without the general path's calls in between.
+            decoder = self._chunked
+            assert decoder is not None
+            try:
+                body = decoder.feed(data)
+            except ChunkedError as exc:
+                self._fail(ProtocolError(str(exc)))
+                return
+            if decoder.ended:
+                if decoder.extra:
+                    self._keep_alive = False
+                self._push(body)
+                self._finish()
+            elif body:
+                # A piece arrived: the silence the read timeout measures starts again.
+                self._deadline = self.loop.time() + self.read_timeout
+                try:
+                    ready = sink(body)
+                except Exception as exc:  # a bug in the sink ends this answer, not the loop
+                    self._fail(exc)
+                    return
+                if not ready:
+                    self._pause_relay()
+            return
         if self._head is not None and not self._head.done():
             self._buffer += data
-            if b"\r\n\r\n" not in self._buffer:
+            if self._buffer.find(b"\r\n\r\n") < 0:  # (``in`` first tries an int: slower)
                 if len(self._buffer) > MAX_HEAD:
                     self._fail(ProtocolError("response head over 64 KiB"))
                 return
@@ -277,40 +304,19 @@ class Http1Connection(asyncio.Protocol):
         self._buffer.clear()
         self.response_started = True
         lines = raw.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"bad status line {lines[0][:80]!r}")
-        status = int(parts[1])
+        version, status = status_line(lines[0])
         if 100 <= status < 200:
             # Interim answers (100 Continue) carry no body; wait for the real one.
             self._buffer += rest
-            if b"\r\n\r\n" in self._buffer:
+            if self._buffer.find(b"\r\n\r\n") >= 0:
                 return self._parse_head()
             self.response_started = False
             return b""
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise ProtocolError(f"bad header line {line[:80]!r}")
-            headers.add(name.strip().decode("latin-1"), value.strip().decode("latin-1"))
-        self._keep_alive = (parts[0] == b"HTTP/1.1"
-                            and headers.get("Connection", "").lower() != "close")
-        if self._no_body or status in (204, 304):
-            self._mode = "length"
-            self._remaining = 0
-        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
-            self._mode = "chunked"
+        headers = header_fields(lines[1:])
+        self._mode, self._remaining, self._keep_alive = framing(version, status, headers,
+                                                                self._no_body)
+        if self._mode == "chunked":
             self._chunked = ChunkedDecoder()
-        elif "Content-Length" in headers:
-            length = headers["Content-Length"]
-            if not length.isdigit():
-                raise ProtocolError(f"bad Content-Length {length!r}")
-            self._mode = "length"
-            self._remaining = int(length)
-        else:
-            self._mode = "close"
-            self._keep_alive = False
         assert self._head is not None
         self._head.set_result((status, headers))
         if self._mode == "length" and self._remaining == 0:

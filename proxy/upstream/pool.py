@@ -56,8 +56,10 @@ class UpstreamResponse:
     async def read(self) -> bytes:
         """The whole body; the connection goes back to the pool, or is closed when the read
         does not finish (an error, or the client left and the request was cancelled)."""
+        parts: list[bytes] = []
         try:
-            parts = [chunk async for chunk in self.chunks()]
+            while chunk := await self.next_piece():
+                parts.append(chunk)
         except BaseException:
             self.close()
             raise
@@ -70,7 +72,9 @@ class UpstreamResponse:
         parts: list[bytes] = []
         size = 0
         try:
-            async for chunk in self.chunks():
+            # Pieces awaited one by one, not through ``chunks``: an async generator made and
+            # finalised per answer cost more than the read of a small one.
+            while chunk := await self.next_piece():
                 parts.append(chunk)
                 size += len(chunk)
                 if size > limit:

@@ -41,6 +41,7 @@ USER_PREFIX = re.compile(
     r"(?: ([A-Za-z0-9:+\-/_]{1,40}))?\] ")
 RUNTIME_MARK = "Runtime: agent="
 _RUNTIME_SUFFIX = re.compile(r"\n\nRuntime: agent=[^\n]*$")
+_RUNTIME_START = "\n\nRuntime: agent="
 _RUNTIME_AT_END = re.compile(r"(?:^|\n)(Runtime: agent=[^\n]*)\s*$")
 _MAX_ID_LENGTH = 256
 _COUNTER_SUFFIX = re.compile(r":\d+$")
@@ -61,10 +62,12 @@ def render_prefix(ts: float, tz: tzinfo = UTC) -> str:
 
 def strip_user_prefix(text: str) -> str:
     """User text as the transcript stores it: the time prefix and Runtime suffix removed."""
-    found = USER_PREFIX.match(text)
+    # The patterns are looked for only where they can match: every user message of every
+    # transcript and request comes through here.
+    found = USER_PREFIX.match(text) if text.startswith("[") else None
     if found is not None:
         text = text[found.end():]
-    return _RUNTIME_SUFFIX.sub("", text)
+    return _RUNTIME_SUFFIX.sub("", text) if _RUNTIME_START in text else text
 
 
 def normalise_user_text(text: str) -> str:

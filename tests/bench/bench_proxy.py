@@ -514,7 +514,8 @@ def report_sessions(s: dict[str, Any]) -> None:
     print(f"  tailfloor CPU: {s['cpu_seconds']:.2f} s over {tf['seconds']:.1f} s "
           f"({s['cpu_share_of_one_core']:.0%} of one core), "
           f"{s['cpu_ms_per_request']:.2f} ms per request incl. its "
-          f"{s['events_per_answer']} events")
+          f"{s['events_per_answer']} events (the event loop's thread "
+          f"{s.get('loop_cpu_ms_per_request', float('nan')):.2f} ms of it)")
     print(f"  time to first chunk p50 / p99: direct {direct['ttfc_p50_ms']:.2f} / "
           f"{direct['ttfc_p99_ms']:.2f} ms, tailfloor {tf['ttfc_p50_ms']:.2f} / "
           f"{tf['ttfc_p99_ms']:.2f} ms; added p50 {s['added_ttfc_p50_ms']:.2f} ms, "

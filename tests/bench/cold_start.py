@@ -8,6 +8,8 @@ work looks) into a temporary root, then starts ``python -m proxy serve`` on it a
 - ``first_health_s``: from the process start to the first answer of the admin ``/healthz``;
 - ``health_max_ms`` / ``health_p99_ms``: its latency, polled every 10 ms, until ready;
 - ``ready_s``: until ``/readyz`` answers 200 (the first transcript scan done);
+- ``cpu_until_ready_s``: the CPU the process used until then, every thread (what the start
+  costs whatever else the machine runs: a loaded machine stretches ``ready_s``, not this);
 - ``chat_during_indexing``: chat requests sent while not ready: their latency and verdict;
 - ``rss_ready_mb``; ``idle_cpu_ms_per_s``: CPU of the process (every thread) over ``idle``
   seconds once ready, with nothing happening;
@@ -98,6 +100,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
     next_chat = 0.0
     after: list[dict[str, Any]] = []
     ready_at = 0.0
+    cpu_ready = 0.0
     timeouts = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeouts) as http:
         while time.monotonic() - started < give_up:
@@ -113,6 +116,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
             answered = await _probe(http, ready)
             if answered is not None and answered[0] == 200:
                 ready_at = time.monotonic() - started
+                cpu_ready = tree_cpu_ns(proc.pid) / 1e9
                 # The same request once ready, twice: the first request's own cost (a new
                 # upstream connection) apart from indexing's.
                 after = [await _chat(http, port) for _ in range(2)]
@@ -129,6 +133,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
     return {"chat_after_ready_ms": [c["ms"] for c in after],
             "first_health_s": round(first or 0.0, 3),
             "ready_s": round(ready_at, 3),
+            "cpu_until_ready_s": round(cpu_ready, 2),
             "health_probes": len(latencies),
             "health_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
             "health_max_ms": round(latencies[-1] * 1000, 2),

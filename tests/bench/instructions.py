@@ -12,14 +12,24 @@ Request kinds, one connection, back to back, non-streaming:
 - ``small``: the benchmark's two-message request (``loadgen.BODY``);
 - ``agent``: an agent-sized request (``loadgen.AGENT_BODY``: 40 KB system prompt, 12 tools).
 
+``--stream`` adds a column per stream event: ``STREAMS`` streams one after the other, of
+``FEW_EVENTS`` events in one run and ``MANY_EVENTS`` in the other (the upstream writes one
+event every ``EVENT_GAP`` seconds, so each arrives alone), and the difference per event: what
+relaying one event costs, the request part left out. The client asked for the usage, so the
+scanner runs as it does for most agents (no event changed).
+
 ``--otlp`` adds ``tailfloor-otlp``: tailfloor exporting traces and metrics over OTLP/HTTP
 (every request sampled) to a receiver in this process (tests/otlp_receiver.py, kept-alive
 HTTP/1.1 as a collector answers), printed beside plain tailfloor with what it adds.
 
+``--threads`` counts with callgrind (``--separate-threads=yes``, slower) instead, and splits
+each figure into the main thread (the event loop) and the others (the export's telemetry,
+poster and watchdog threads, and those any run has).
+
 Needs valgrind (``apt-get install valgrind``); nginx is measured when installed.
 
 Usage: python tests/bench/instructions.py [--requests 200] [--targets tailfloor,nginx,...]
-       [--otlp]
+       [--otlp] [--stream] [--threads]
 """
 
 from __future__ import annotations
@@ -37,13 +47,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench import peers
-from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency
+from tests.bench.bench_proxy import script_stream_replies
+from tests.bench.loadgen import AGENT_BODY, BODY, measure_latency, measure_stream
 from tests.conftest import free_port
 from tests.otlp_receiver import OtlpReceiver
 
 TARGETS = ("tailfloor", "nginx", "uvloop-raw", "aiohttp-own-client")
 KINDS = {"small": BODY, "agent": AGENT_BODY}
 WARM = 50
+STREAMS, FEW_EVENTS, MANY_EVENTS, EVENT_GAP = 8, 20, 220, 0.004
 
 
 def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str], str]:
@@ -68,32 +80,63 @@ def command(target: str, port: int, upstream: int, work: Path) -> tuple[list[str
 
 
 def counted(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
-            env: dict[str, str]) -> int:
-    """Instructions of one run: start-up, the warm-up, ``requests`` requests, shutdown."""
+            env: dict[str, str], threads: bool = False, events: int = 0) -> tuple[int, int]:
+    """Instructions of one run (start-up, the warm-up, ``requests`` requests, shutdown): of
+    the main thread and of the others (0 unless ``threads``: all in the first).
+    ``events``: the requests are ``STREAMS`` streams of that many events instead."""
     port = free_port()
     argv, ready = command(target, port, upstream, work)
-    out = work / f"cachegrind-{target}-{port}.out"
+    out = work / f"grind-{target}-{port}.out"
+    tool = ["--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}"] \
+        if threads else ["--tool=cachegrind", "--cache-sim=no",
+                         f"--cachegrind-out-file={out}"]
     proc = subprocess.Popen(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
-         *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONHASHSEED": "0", **env})
+        ["valgrind", *tool, *argv], cwd=peers.ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0", **env})
     try:
         peers.wait_http(ready, 300, proc)
-        asyncio.run(measure_latency(port, body, 1, WARM + requests))
+        asyncio.run(measure_latency(port, body, 1, WARM + requests) if not events
+                    else _streams(port, upstream, events))
     finally:
         proc.send_signal(signal.SIGINT if target != "nginx" else signal.SIGQUIT)
         proc.wait(300)
-    for line in out.read_text().splitlines():
-        if line.startswith("summary:"):
+    if not threads:
+        return summary(out), 0
+    # callgrind writes one file per thread, <out>-01 the main thread's.
+    found = {path.name.rsplit("-", 1)[1]: summary(path)
+             for path in work.glob(f"{out.name}-*")}
+    main = found.pop("01")
+    return main, sum(found.values())
+
+
+def summary(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
             return int(line.split()[1])
-    raise RuntimeError(f"no cachegrind summary for {target}")
+    raise RuntimeError(f"no valgrind summary in {path.name}")
+
+
+async def _streams(port: int, upstream: int, events: int) -> None:
+    await measure_latency(port, BODY, 1, WARM)
+    script_stream_replies(upstream, STREAMS, events, EVENT_GAP)
+    for _ in range(STREAMS):
+        result = await measure_stream(port)
+        if result.events < events:
+            raise RuntimeError(f"a stream relayed {result.events} of {events} events")
 
 
 def per_request(target: str, body: bytes, requests: int, upstream: int, work: Path, *,
-                env: dict[str, str]) -> float:
-    fewer = counted(target, body, 0, upstream, work, env=env)
-    more = counted(target, body, requests, upstream, work, env=env)
-    return (more - fewer) / requests
+                env: dict[str, str], threads: bool = False) -> tuple[float, float]:
+    """Instructions per request: of the main thread, and of the others."""
+    fewer = counted(target, body, 0, upstream, work, env=env, threads=threads)
+    more = counted(target, body, requests, upstream, work, env=env, threads=threads)
+    return (more[0] - fewer[0]) / requests, (more[1] - fewer[1]) / requests
+
+
+def per_event(target: str, upstream: int, work: Path, *, env: dict[str, str]) -> float:
+    fewer = sum(counted(target, BODY, 0, upstream, work, env=env, events=FEW_EVENTS))
+    more = sum(counted(target, BODY, 0, upstream, work, env=env, events=MANY_EVENTS))
+    return (more - fewer) / (STREAMS * (MANY_EVENTS - FEW_EVENTS))
 
 
 def main() -> int:
@@ -102,6 +145,10 @@ def main() -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--otlp", action="store_true",
                         help="also tailfloor exporting OTLP to a receiver in this process")
+    parser.add_argument("--stream", action="store_true",
+                        help="also instructions per stream event")
+    parser.add_argument("--threads", action="store_true",
+                        help="callgrind: the main thread and the others apart")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)")
@@ -124,22 +171,36 @@ def main() -> int:
         fake = services.start([sys.executable, "tests/fake_upstream.py", "--port",
                                str(upstream)], "upstream")
         peers.wait_http(f"http://127.0.0.1:{upstream}/v1/models", 15, fake)
-        rows = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t])
-                    for kind, body in KINDS.items()} for t in targets}
+        split = {t: {kind: per_request(t, body, args.requests, upstream, work, env=envs[t],
+                                       threads=args.threads)
+                     for kind, body in KINDS.items()} for t in targets}
+        rows = {t: {kind: sum(parts) for kind, parts in row.items()}
+                for t, row in split.items()}
+        if args.stream:
+            for t in targets:
+                rows[t]["event"] = per_event(t, upstream, work, env=envs[t])
     finally:
         services.stop()
         if receiver is not None:
             receiver.stop()
     base = rows.get("nginx")
+    kinds = [*KINDS, *(["event"] if args.stream else [])]
     print(f"\ninstructions per request (user space, {args.requests} requests after "
-          f"{WARM} to warm up)")
-    print(f"{'target':<22}" + "".join(f"{kind:>16}" for kind in KINDS)
-          + ("".join(f"{'x nginx ' + kind:>18}" for kind in KINDS) if base else ""))
+          f"{WARM} to warm up)" + (f"; per stream event ({STREAMS} streams of "
+                                   f"{MANY_EVENTS} less {FEW_EVENTS} events)"
+                                   if args.stream else ""))
+    print(f"{'target':<22}" + "".join(f"{kind:>16}" for kind in kinds)
+          + ("".join(f"{'x nginx ' + kind:>18}" for kind in kinds) if base else ""))
     for target, row in rows.items():
-        line = f"{target:<22}" + "".join(f"{row[kind]:>16,.0f}" for kind in KINDS)
+        line = f"{target:<22}" + "".join(f"{row[kind]:>16,.0f}" for kind in kinds)
         if base:
-            line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in KINDS)
+            line += "".join(f"{row[kind] / base[kind]:>18.1f}" for kind in kinds)
         print(line)
+    if args.threads:
+        print("\nof which (main thread / the others; callgrind)")
+        for target, row in split.items():
+            print(f"{target:<22}" + "".join(f"{f'{main:,.0f} / {rest:,.0f}':>26}"
+                                            for main, rest in row.values()))
     plain, exporting = rows.get("tailfloor"), rows.get("tailfloor-otlp")
     if plain and exporting:
         print("OTLP export adds " + ", ".join(

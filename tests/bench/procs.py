@@ -88,6 +88,14 @@ def tree_cpu_ns(root: int) -> int:
     return total
 
 
+def thread_cpu_ns(pid: int, tid: int) -> int:
+    """Nanoseconds on CPU of one thread (a process's main thread: ``tid`` = ``pid``)."""
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -117,13 +125,18 @@ class CpuMeter:
         self._began_ns = 0
         self.ticks_seconds = 0.0
         self.precise_seconds = 0.0
+        self._main_began_ns = 0
+        self.main_thread_seconds = 0.0  # the root's main thread alone (an event loop's)
 
     def start(self) -> None:
         self._began_ns = tree_cpu_ns(self.root)
+        self._main_began_ns = thread_cpu_ns(self.root, self.root)
         self._began = tree_cpu_seconds(self.root)
 
     def stop(self) -> float:
         self.ticks_seconds = tree_cpu_seconds(self.root) - self._began
+        self.main_thread_seconds = (thread_cpu_ns(self.root, self.root)
+                                    - self._main_began_ns) / 1e9
         self.precise_seconds = (tree_cpu_ns(self.root) - self._began_ns) / 1e9
         return self.precise_seconds if self.precise_seconds > 0 else self.ticks_seconds
 

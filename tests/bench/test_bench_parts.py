@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from proxy.metrics import Metrics
 from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
-from tests.bench import procs
+from tests.bench import procs, thousand_agents
 from tests.bench.sessions_scale import RESTORED, Session, generate, session_copy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
@@ -85,3 +86,49 @@ async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) ->
         assert len(ids) == 3
     finally:
         await service.stop()
+
+
+async def test_a_thousand_agents_root_is_tracked_whole(tmp_path: Path) -> None:
+    """Pi files and OpenClaw databases of the thousand-agents load: every session written
+    is one the service tracks, the OpenClaw ones with their messages."""
+    sessions, census = thousand_agents.generate(tmp_path, tracked=60, active=2,
+                                                openclaw_share=0.5, per_db=12)
+    assert census["pi_sessions"] + census["openclaw_sessions"] == 60
+    dbs = sorted((tmp_path / "openclaw").rglob("openclaw-agent.sqlite"))
+    assert len(dbs) == 3  # 30 sessions, 12 to a database
+    written = set()
+    for db in dbs:
+        with sqlite3.connect(db) as conn:
+            written |= {sid for (sid,) in conn.execute(
+                "SELECT DISTINCT session_id FROM transcript_events")}
+    assert len(written) == 30
+    service = TranscriptService([tmp_path / "pi", tmp_path / "openclaw"], Metrics(),
+                                tail_limit=200)
+    await service.start()
+    try:
+        assert await until(lambda: len(service.catalog) == 60, 20)
+        for sid in written:
+            assert service.catalog.tail(sid, 3), sid
+        assert len(sessions) == 3
+    finally:
+        await service.stop()
+
+
+def test_rss_slope_is_the_least_squares_line() -> None:
+    line = [(float(t), 100.0 + 0.5 * t) for t in range(0, 600, 5)]  # 0.5 MB/s
+    assert abs(thousand_agents.slope_mb_per_min(line) - 30.0) < 1e-9
+    assert thousand_agents.slope_mb_per_min([(0.0, 5.0), (10.0, 5.0)]) == 0.0
+
+
+def test_session_memory_measures_each_part(tmp_path: Path) -> None:
+    from tests.bench import session_memory
+    from tests.bench.cold_start import generate as write_sessions
+
+    write_sessions(tmp_path, 1, 30)
+    report = session_memory.measure(tmp_path, served=5, prints=300, top=3)
+    assert report["sessions"] == 30
+    assert len(report["tracked_top"]) == 3
+    assert report["tracked_bytes_per_session"] > 0
+    assert report["renderings"] >= 5  # the tails read kept their renderings
+    assert report["rendered_at_most_mb"] > report["rendered_budget_bytes"] / 1e6
+    assert report["fingerprint_bytes_per_session"] > 0

@@ -154,6 +154,27 @@ def test_idle_stream_gets_keepalive_comments_between_events(
         process.stop()
 
 
+def test_a_stream_idle_before_its_first_event_gets_its_head_and_keepalives_at_once(
+        fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
+    """The head waits for the first event (one write); an upstream that is silent after its
+    own head gets the client the head and keep-alive comments meanwhile, then the events."""
+    process = ProxyProcess(fake.url, "--keepalive-interval", "0.1", "--read-timeout", "5")
+    events = [b'data: {"choices":[{"index":0,"delta":{"content":"late"}}]}\n\n',
+              b"data: [DONE]\n\n"]
+    try:
+        # The empty first piece writes nothing: the first event comes 0.45 s after the head.
+        clean_fake.script.append(Reply(chunks=[b"", *events], delay_between_chunks=0.45))
+        status, answer = post(process.url + "/v1/chat/completions", STREAM_CHAT)
+        assert status == 200
+        before, _, after = answer.partition(events[0])
+        assert before.count(b": keep-alive\n\n") >= 2 and before.replace(
+            b": keep-alive\n\n", b"") == b""
+        assert after.replace(b": keep-alive\n\n", b"") == events[1]
+        assert process.sample("tailfloor_stream_keepalives_total") >= 2
+    finally:
+        process.stop()
+
+
 def test_client_disconnect_cancels_the_upstream_request(
         proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
     before = proxy.sample("tailfloor_client_disconnects_total")

@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from proxy.metrics import BoundedLabel
 from proxy.report import Attempt, RequestReport, SummaryMade
 from proxy.telemetry import protowire as wire
+from proxy.telemetry import spans as spans_module
 from proxy.telemetry.attributes import Upstream, plan_spans
 from proxy.telemetry.config import Sampler, telemetry_config
 from proxy.telemetry.exporting import Endpoint, Episodes
@@ -98,6 +99,24 @@ def test_the_encoded_spans_are_the_planned_ones(shape: str) -> None:
             assert server.flags == 0x301
         else:
             assert not server.parent_span_id and server.flags == 0x101
+
+
+@pytest.mark.parametrize("shape", ["plain", "floored", "carried", "failed", "small counts"])
+def test_the_one_attempt_way_makes_the_same_bytes_as_the_general_way(
+        shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    changes = SHAPES.get(shape, dict(stream=False, usage=Usage(11, 7, 18, 3, 2),
+                                     attempts=(Attempt(0, 200, 0.01, 0.5),)))
+    r = report(**changes)
+    labels, agents, answered = BoundedLabel(8), BoundedLabel(8), BoundedLabel(8)
+    encoder = SpanEncoder(UPSTREAM, labels, agents, answered, TraceSampler(Sampler()))
+    # The ids each way draws, the same: then every byte is.
+    monkeypatch.setattr(spans_module, "_getrandbits", lambda bits: 0x0123456789ABCDEF)
+    monkeypatch.setattr(encoder._random, "getrandbits", lambda bits: 0x0123456789ABCDEF)
+    model, agent = labels(r.model), agents(r.agent or "none")
+    for _ in range(2):  # the second time from what each way kept
+        fast = encoder.encode(r, model, agent)
+        assert fast == encoder._general(r, model, agent)
+        assert len(fast) == 2
 
 
 def test_a_trace_the_sampler_drops_is_not_encoded() -> None:

@@ -115,3 +115,31 @@ def test_only_sessions_read_from_keep_a_branch_and_one_each() -> None:
     st.trim(30)
     assert st.branch() is not st.branch()  # a trimmed window is walked again when asked
     assert len(st.path(keep=True)[0]) == len(st.entries) <= 30 + max(8, 30 // 4)
+
+
+def test_a_packed_window_is_the_window_it_was() -> None:
+    # Packing (every session between the requests that read it) changes nothing the
+    # session answers: entries, raw count, branch, counts, marks; unpacked when read.
+    rng = random.Random(11)
+    objs = conversation(8)
+    st = SessionState(SessionInfo("s", "pi", "pi", "mem"), MemStore(objs))
+    st.set_window([_entry(o, i) for i, o in enumerate(objs)], complete=True)
+    for step in range(300):
+        parent = st.entries[-1].id if rng.random() < 0.8 else f"u{rng.randrange(8)}"
+        make = user if step % 2 else reply
+        st.append([_entry(make(f"n{step}", parent, f"text {step}"), 1000 + step)])
+        if step % 13 == 0:
+            st.append([_entry({"type": "compaction", "id": f"c{step}", "parentId": f"n{step}",
+                               "summary": f"summary {step}", "firstKeptEntryId": "u3"},
+                              2000 + step)])
+        if step % 37 == 36:
+            st.trim(25)
+        before = (list(st.entries), st.raw, _ids(_fresh(st)), dict(st.marks), st.size)
+        keys = sorted(k for e in [*st.entries, *st.marks.values()] for k in e.keys)
+        st.release()
+        assert not st.live
+        assert st.size == before[4]
+        assert sorted(st.held_keys()) == keys
+        assert st.first_pos == before[0][0].pos
+        assert (st.entries, st.raw, _ids(st.path()), st.marks, st.size) == before
+        assert st.live

@@ -136,3 +136,40 @@ def test_hidden_usage_mode_still_reads_what_it_does_not_parse() -> None:
     assert scanner.saw_done and scanner.finish_reason == "stop"
     assert scanner.usage == Usage.from_dict(USAGE)
     assert b'"usage":null' not in out and out.endswith(b"data: [DONE]\n\n")
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30), st.booleans())
+def test_facts_and_event_boundary_wherever_the_chunks_split(cuts: list[int],
+                                                             adjusted: bool) -> None:
+    """After every piece, ``at_event_boundary`` says whether the bytes fed so far end between
+    two events (worked out here from those bytes: no part of an event relayed, or held back
+    in whole-event mode), and the stream's facts are the ones it holds, in either mode the
+    relay runs the scanner in."""
+    data = stream_bytes()
+    scanner = StreamScanner(adjust=UsageAdjustment(added=1) if adjusted else None)
+    relayed = fed = b""
+    for piece in split_at(data, cuts):
+        relayed += scanner.feed(piece)
+        fed += piece
+        assert scanner.at_event_boundary == (not fed or fed.endswith(b"\n\n"))
+    relayed += scanner.flush()
+    assert scanner.saw_done and scanner.finish_reason == "stop" and scanner.model == "m"
+    assert scanner.usage == Usage(100, 20, 120, 40, 5)
+    if not adjusted:
+        assert relayed == data
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
+def test_whole_event_mode_finds_crlf_and_lf_event_ends_wherever_the_chunks_split(
+        cuts: list[int]) -> None:
+    """Events ended by CRLF CRLF (allowed by SSE) are still whole events when the relay
+    works on events: every event seen once, the usage-only one hidden, facts read."""
+    lf = stream_bytes()
+    crlf = lf.replace(b"\n", b"\r\n")
+    for data in (lf, crlf):
+        scanner = StreamScanner(hide_usage=True)
+        relayed = b"".join(scanner.feed(piece) for piece in split_at(data, cuts))
+        relayed += scanner.flush()
+        assert scanner.events == lf.count(b"\n\n")
+        assert scanner.saw_done and scanner.usage == Usage(100, 20, 120, 40, 5)
+        assert relayed.replace(b"\r\n", b"\n") == stream_bytes(include_usage=False)

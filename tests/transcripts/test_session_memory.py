@@ -1,0 +1,109 @@
+"""What tracking a session costs in memory: a scan keeps no entry objects, and only the
+sessions requests read from (a bounded number) keep theirs, without changing any answer."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from pathlib import Path
+
+from proxy.transcripts.catalog import SERVED_SESSIONS, Catalog
+from proxy.transcripts.entries import parse_entry
+from proxy.transcripts.index import ContentIndex
+from proxy.transcripts.records import SessionInfo, Window
+from proxy.transcripts.tracker import Tracker
+from tests.bench.bench_transcripts import session_text
+from tests.transcripts.test_views import MemStore, conversation, user
+
+SESSIONS = 600
+BUDGET = 4096  # bytes a tracked session may hold (issue 28, target 5)
+
+
+def _write(root: Path, count: int) -> None:
+    rng = random.Random(28)
+    for d in range(count // 100):
+        folder = root / f"--home-user-project{d}--"
+        folder.mkdir(parents=True)
+        for i in range(100):
+            sid, text = session_text(d * 100 + i, 19_000, rng)
+            (folder / f"2026-01-01T00-00-00-000Z_{sid}.jsonl").write_text(text)
+
+
+def test_a_tracked_session_holds_at_most_4_kb_after_the_scan(tmp_path: Path) -> None:
+    _write(tmp_path, SESSIONS)  # ~19 KB and ~15 entries each, read whole at start
+    catalog = Catalog()
+    tracker = Tracker([tmp_path], catalog, lambda *_a: None)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracker.scan()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(catalog) == SESSIONS
+    assert held / SESSIONS <= BUDGET, f"{held / SESSIONS:.0f} bytes a session"
+    record = catalog.sessions()[0]
+    assert record.message_count > 10 and record.count_complete  # read whole, counted
+
+
+def _session(n: int) -> tuple[SessionInfo, MemStore]:
+    objs = conversation(3 + n % 5)
+    for o in objs:
+        o["id"] = f"s{n}-{o['id']}"
+        if o.get("parentId"):
+            o["parentId"] = f"s{n}-{o['parentId']}"
+    return SessionInfo(f"s{n}", "pi", "pi", f"mem{n}"), MemStore(objs)
+
+
+def test_only_a_bounded_number_of_sessions_keep_entry_objects_and_answers_do_not_change(
+        ) -> None:
+    catalog = Catalog(tail_limit=50)
+    stores = {}
+    for n in range(3 * SERVED_SESSIONS):
+        info, store = _session(n)
+        stores[info.session_id] = store
+        catalog.put(info, store, Window(store.entries(), True))
+    states = catalog._states
+    assert not any(st.live for st in states.values())  # put packs: nothing read yet
+    rng = random.Random(3)
+    for step in range(6 * SERVED_SESSIONS):
+        sid = f"s{rng.randrange(3 * SERVED_SESSIONS)}"
+        store = stores[sid]
+        if step % 5 == 0:  # the transcript grows by a user message
+            obj = user(f"{sid}-x{step}", store.objs[-1]["id"], f"more {step}")
+            store.objs.append(obj)
+            catalog.append(sid, [parse_entry(obj, len(store.objs) - 1)])
+        # Oracle: the conversation is one line, so the tail is its last messages.
+        want = [o["id"] for o in store.objs[-4:]]
+        assert [t.entry_id for t in catalog.tail(sid, 4)] == want
+        record = catalog.get(sid)
+        assert record is not None and record.message_count == len(store.objs)
+        live = [s for s, st in states.items() if st.live]
+        assert len(live) <= SERVED_SESSIONS
+        assert set(live) <= set(catalog.served._kept)
+        assert sid in live  # the session just read keeps its objects
+    assert len(catalog.served) == SERVED_SESSIONS  # full: the oldest were packed
+
+
+def test_the_content_index_grows_in_small_tables() -> None:
+    # A dict that doubles copies its whole table holding the GIL (100-180 ms for the 350,000
+    # keys of 50,000 sessions): no table may hold more than a small share of the keys.
+    index = ContentIndex()
+    rng = random.Random(7)
+    kept: dict[str, list[int]] = {}
+    for n in range(20_000):
+        keys = [rng.getrandbits(64) for _ in range(7)]
+        kept[f"s{n}"] = keys
+        index.add(f"s{n}", keys)
+    index.add("shared", kept["s5"][:2])  # a key two sessions hold
+    assert len(index) == 140_000
+    assert max(len(table) for table in index._maps) <= len(index) // 32
+    assert index.lookup(kept["s5"][0]) == {"s5", "shared"}
+    assert index.lookup(kept["s9"][3]) == {"s9"}
+    index.drop("s5", kept["s5"], keep=kept["s5"][:1])
+    assert index.lookup(kept["s5"][0]) == {"s5", "shared"}  # still held
+    assert index.lookup(kept["s5"][1]) == {"shared"}
+    assert index.lookup(kept["s5"][2]) == frozenset()
