@@ -324,10 +324,10 @@ class Catalog:
     def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
                     reread: bool = False) -> None:
         old = st.set_window(entries, complete, reread=reread)
-        self._index.drop(st.info.session_id, (k for e in old for k in e.keys),
-                         keep=st.held_keys())
-        for e in st.entries:
-            self._index.add(st.info.session_id, e.keys)
+        if old:
+            self._index.drop(st.info.session_id, (k for e in old for k in e.keys),
+                             keep=st.held_keys())
+        self._index.add(st.info.session_id, [k for e in st.entries for k in e.keys])
         self._trim(st)
         st.settle()
 

@@ -108,8 +108,11 @@ class SessionState:
     def settle(self) -> None:
         """Work out what the record needs, after the window or the marks changed."""
         branch = self.branch()
-        path, rooted = self._path_of(branch)
-        self.compaction, self.resets = view.boundaries(path, rooted, self.marks.values())
+        if self.marks:  # every compaction and reset of the window is one of them
+            path, rooted = self._path_of(branch)
+            self.compaction, self.resets = view.boundaries(path, rooted, self.marks.values())
+        else:
+            self.compaction, self.resets = None, ()
         self.updated = max((e.timestamp for e in self.entries if e.timestamp is not None),
                            default=None)
         self.missing = branch.missing_parent
