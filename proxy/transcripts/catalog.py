@@ -48,7 +48,7 @@ _RELINK_SLICE = 500  # per hold of the lock, which the loop's lookups wait on (8
 # Sessions whose windows are kept unpacked: an agent's requests each read its session
 # several times, and unpacking a window of 300 entries costs about half a millisecond.
 SERVED_SESSIONS = 1024
-SERVED_ENTRIES = 32_768  # some 13 MB of entry objects at most
+SERVED_ENTRIES = 32_768  # ~10 MB of entry objects (~300 bytes each: tests/bench/session_memory.py)
 
 
 class Catalog:
