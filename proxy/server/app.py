@@ -317,6 +317,7 @@ async def _serve(settings: Settings) -> int:
     admin = web.AppRunner(build_admin_app(state), handle_signals=False, access_log=None,
                           handler_cancellation=True, shutdown_timeout=1.0,
                           keepalive_timeout=settings.idle_timeout)
+    state.starting = True
     await runner.setup()
     await admin.setup()
     proxy_site = CappedSite(
@@ -335,6 +336,7 @@ async def _serve(settings: Settings) -> int:
             await admin.cleanup()
             await runner.cleanup()
             return 1
+    state.starting = False
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -86,10 +86,10 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
     floor_kind, floor_reason, carried_from, capped = "none", None, None, False
     restored = carried = added_tokens = 0
     if decision is not None:
-        verdict = decision.verdict
+        # One call, not a search and a split (a list) for a pass-through's reason.
+        _, found_reason, reason = decision.verdict.partition("reason=")
+        floor_reason = reason if found_reason else None
         floor_kind = decision.kind
-        if "reason=" in verdict:
-            floor_reason = verdict.split("reason=", 1)[1]
         if floor_kind == "floor":  # added to the request: decision.added_to_request
             restored, added_tokens = decision.added_raw, decision.added_tokens
         elif floor_kind == "carry":

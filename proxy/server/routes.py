@@ -174,7 +174,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    if state.draining or not state.ready:
+    if state.draining or not state.ready or state.starting:
         return web.Response(text="not ready\n", status=503)
     if state.transcripts is not None and not state.transcripts.indexed:
         # Requests are served meanwhile, passed through: a replica that has its sessions

@@ -63,6 +63,9 @@ class ProxyState:
     # Spans are exported (by this sampler): each attempt sends its own traceparent.
     traces: TraceSampler | None = None
     ready: bool = False
+    # serve sets this while its listeners start: ready only once both ports accept, so a
+    # probe of one port never sees ready while the other still refuses.
+    starting: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _id_prefix: str = field(default_factory=lambda: os.urandom(4).hex())
 

@@ -97,7 +97,7 @@ class Endpoint:
         self._context = ssl.create_default_context(cafile=certificate) if self._https \
             else None
         self._sock: socket.socket | None = None  # the kept-alive connection
-        self._poll: Any = None  # select.poll of it: whether it closed while idle
+        self._poll: select.poll | None = None  # of it: whether it closed while idle
         self._lock = threading.Lock()  # the post under way and its socket, for the watchdog
         self._posts = 0  # posts begun: the number the watchdog is armed with
         self._under_way: int | None = None
@@ -122,7 +122,9 @@ class Endpoint:
             self._socket = sock
         self._watchdog.arm(this, deadline)
         try:
-            if sock is not None and self._poll.poll(0) and self._gone(sock):
+            poller = self._poll
+            if sock is not None and poller is not None and poller.poll(0) \
+                    and self._gone(sock):
                 with self._lock:
                     self._socket = None
                 self.close()
@@ -204,8 +206,7 @@ class Endpoint:
                 sock.close()
                 failure = exc if isinstance(exc, OSError) else OSError(str(exc))
                 continue
-            self._sock = sock
-            self._poll = select.poll()
+            self._sock, self._poll = sock, select.poll()
             self._poll.register(sock, select.POLLIN)
             return sock
         raise failure

@@ -11,6 +11,7 @@ enums.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 
 from proxy.cost import costs_of
 from proxy.policy.prices import PriceList
@@ -48,6 +49,12 @@ _DURATION = ("gen_ai.client.inference.duration", "s", "Each upstream attempt, to
              _DURATION_BUCKETS)
 _FIRST_CHUNK = ("gen_ai.client.inference.time_to_first_chunk", "s",
                 "From sending a streamed request to its first chunk", _CHUNK_BUCKETS)
+# Each Metric's name, description and unit, encoded once (wire.metric's fields but its data).
+_HEADS = {name: wire.delimited(wire.tag(1, 2), name.encode())
+          + wire.delimited(wire.tag(2, 2), description.encode())
+          + wire.delimited(wire.tag(3, 2), unit.encode())
+          for name, unit, description, *_ in (*_COUNTERS, _DURATION, _FIRST_CHUNK)}
+_METRIC = wire.tag(2, 2)  # ScopeMetrics.metrics
 
 
 class _Histogram:
@@ -126,6 +133,8 @@ class Instruments:
         self._shapes: dict[tuple[str, str, str], _Shape] = {}
         self._number_attributes = wire.AttributeCache(7)
         self._histogram_attributes = wire.AttributeCache(9)
+        self._number_points: dict[Attributes, bytes] = {}
+        self._histogram_points: dict[Attributes, bytes] = {}
 
     def _add(self, name: str, value: float, attributes: Attributes) -> None:
         _cell(self._sums[name], attributes)[0] += value
@@ -145,10 +154,11 @@ class Instruments:
             base, own, (*base, *own, ("gen_ai.token.modality", "text")))
         return found
 
-    def record(self, report: RequestReport, model: str, agent: str,
+    def record(self, report: RequestReport, model: str, agent: str,  # noqa: PLR0915
                prices: PriceList) -> None:
         """``model``, ``agent``: the report's, labelled (the spans need them too);
-        ``prices``: the rules' (read once for a batch of reports)."""
+        ``prices``: the rules' (read once for a batch of reports). One long function: what
+        every request adds is inline (each call cost as much as the adds it made)."""
         key = (model, agent, report.route)
         shape = self._shapes.get(key) or self._shape(key)
         own = shape.own
@@ -182,7 +192,15 @@ class Instruments:
                 point = shape.duration = _histogram(self._durations, shape.base,
                                                     len(_DURATION_BUCKETS) + 1)
             seconds = report.seconds - attempt.started
-            point.add(seconds if seconds > 0.0 else 0.0, _DURATION_BUCKETS)
+            if seconds < 0.0:  # noqa: PLR1730
+                seconds = 0.0
+            # _Histogram.add's, inline: a call cost as much.
+            point.counts[bisect_left(_DURATION_BUCKETS, seconds)] += 1
+            point.total += seconds
+            if seconds < point.minimum:  # noqa: PLR1730
+                point.minimum = seconds
+            if seconds > point.maximum:  # noqa: PLR1730
+                point.maximum = seconds
             if attempt.first_chunk is not None:
                 point = shape.chunk
                 if point is None:
@@ -248,29 +266,45 @@ class Instruments:
             _histogram(self._chunks, base, len(_CHUNK_BUCKETS) + 1).add(
                 first if first > 0.0 else 0.0, _CHUNK_BUCKETS)
 
+    @staticmethod
+    def _encoded(kept: dict[Attributes, bytes], cache: wire.AttributeCache
+                 ) -> Callable[[Attributes], bytes]:
+        """A point's attributes encoded, each set once (the points' sets repeat from one
+        export to the next; as bounded as the points themselves, and emptied when full)."""
+        if len(kept) >= 4096:
+            kept.clear()
+
+        def encoded(attributes: Attributes) -> bytes:
+            found = kept.get(attributes)
+            if found is None:
+                found = kept[attributes] = cache.encode(attributes)
+            return found
+
+        return encoded
+
     def collect(self, now_ns: int) -> list[bytes]:
         """Every metric with a point, framed for ScopeMetrics.metrics (delta: what came
         since the last collection, which starts over)."""
         start = self._start_ns
         temporality = wire.DELTA if self._delta else wire.CUMULATIVE
         found: list[bytes] = []
-        numbers = self._number_attributes.encode
-        for name, unit, description in _COUNTERS:
+        numbers = self._encoded(self._number_points, self._number_attributes)
+        for name, _, _ in _COUNTERS:
             sums = self._sums[name]
             if sums:
                 points = [wire.number_point(numbers(attributes), start, now_ns, cell[0])
                           for attributes, cell in sums.items()]
-                found.append(wire.metric(name, description, unit,
-                                         wire.sum_(points, temporality, monotonic=True)))
-        histograms = self._histogram_attributes.encode
-        for name, unit, description, bounds in (_DURATION, _FIRST_CHUNK):
+                found.append(wire.delimited(_METRIC, _HEADS[name] + wire.sum_(
+                    points, temporality, monotonic=True)))
+        histograms = self._encoded(self._histogram_points, self._histogram_attributes)
+        for name, _, _, bounds in (_DURATION, _FIRST_CHUNK):
             kept = self._histograms[name]
             if kept:
                 points = [wire.histogram_point(
                     histograms(attributes), start, now_ns, h.counts, bounds, total=h.total,
                     minimum=h.minimum, maximum=h.maximum) for attributes, h in kept.items()]
-                found.append(wire.metric(name, description, unit,
-                                         wire.histogram(points, temporality)))
+                found.append(wire.delimited(_METRIC, _HEADS[name] + wire.histogram(
+                    points, temporality)))
         if self._delta:
             self._start_ns = now_ns
             self._shapes.clear()  # their cells and histograms are the ones cleared here

@@ -17,7 +17,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from struct import Struct
+from struct import Struct, pack
 
 __all__ = ["CLIENT", "CUMULATIVE", "DELTA", "END_TAG", "PARENT", "SERVER", "SPAN_ID", "SPAN_TAG",
            "START_TAG", "TIMES", "TRACE_ID", "AttributeCache", "NumberKeys", "Value",
@@ -345,8 +345,8 @@ def histogram_point(attributes: bytes, start_ns: int, time_ns: int, counts: Sequ
                     maximum: float) -> bytes:
     """A HistogramDataPoint framed for its Histogram: ``counts`` has one more bucket than
     ``bounds``; ``attributes`` from an ``AttributeCache(9)``."""
-    packed_counts = b"".join(_U64.pack(c) for c in counts)
-    packed_bounds = b"".join(_F64.pack(b) for b in bounds)
+    packed_counts = pack(f"<{len(counts)}Q", *counts)  # one call, not one a bucket
+    packed_bounds = pack(f"<{len(bounds)}d", *bounds)
     return delimited(_POINT, b"".join((
         fixed64(_P_START, start_ns), fixed64(_P_TIME, time_ns),
         fixed64(_H_COUNT, sum(counts)), double(_H_SUM, total),

@@ -11,6 +11,7 @@ told the upstream. Used from the telemetry thread only.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from struct import Struct
@@ -54,6 +55,9 @@ _AFTER_START = Struct("<QBQ")  # _TIMES but the start's tag (a fixed part ends w
 _Pair = tuple[Callable[..., bytes], bytes, bytes, bytes, int, Callable[..., bytes], bytes,
               bytes, int, bool]
 _getrandbits = random.getrandbits  # ids need to be unique, not secret
+# int() of a time in nanoseconds (never negative: floor is int()), without int's type call:
+# a third of the cost, and encode makes three.
+_floor = math.floor
 _TAILS = {(error, flags): wire.span_tail(error, flags) for error in (False, True)
           for flags in (_LOCAL, _REMOTE)}
 
@@ -193,8 +197,8 @@ class SpanEncoder:
         trace_id = bytes.fromhex(trace_hex)
         server_id = (_getrandbits(64) or 1).to_bytes(8, "big")
         at = report.at
-        start_ns = int(at * 1e9)
-        end_ns = int((at + report.seconds) * 1e9)
+        start_ns = _floor(at * 1e9)
+        end_ns = _floor((at + report.seconds) * 1e9)
         if report.restored or report.carried or report.added_tokens or report.tokens_removed:
             numbers = self._server_numbers.encode(server_numbers(report))
             size = server_size + len(numbers)
@@ -206,9 +210,9 @@ class SpanEncoder:
                                  start_ns, _END_TAG, end_ns, self._proxy_seconds,
                                  report.proxy_seconds, server_tail)
         started = at + attempt.started
-        attempt_start = int(started * 1e9)
+        attempt_start = _floor(started * 1e9)
         attempt_end = end_ns if attempt.error is None \
-            else int((started + attempt.latency) * 1e9)
+            else _floor((started + attempt.latency) * 1e9)
         traceparent = attempt.traceparent
         span_id = bytes.fromhex(traceparent[36:52]) if traceparent \
             else self._new_id(64).to_bytes(8, "big")

@@ -48,7 +48,7 @@ _RELINK_SLICE = 500  # per hold of the lock, which the loop's lookups wait on (8
 # Sessions whose windows are kept unpacked: an agent's requests each read its session
 # several times, and unpacking a window of 300 entries costs about half a millisecond.
 SERVED_SESSIONS = 1024
-SERVED_ENTRIES = 32_768  # some 13 MB of entry objects at most
+SERVED_ENTRIES = 32_768  # ~10 MB of entry objects (~300 bytes each: tests/bench/session_memory.py)
 
 
 class Catalog:
@@ -324,10 +324,10 @@ class Catalog:
     def _set_window(self, st: SessionState, entries: list[Entry], complete: bool, *,
                     reread: bool = False) -> None:
         old = st.set_window(entries, complete, reread=reread)
-        self._index.drop(st.info.session_id, (k for e in old for k in e.keys),
-                         keep=st.held_keys())
-        for e in st.entries:
-            self._index.add(st.info.session_id, e.keys)
+        if old:
+            self._index.drop(st.info.session_id, (k for e in old for k in e.keys),
+                             keep=st.held_keys())
+        self._index.add(st.info.session_id, [k for e in st.entries for k in e.keys])
         self._trim(st)
         st.settle()
 

@@ -14,7 +14,8 @@ record needs (last update, compaction, resets, a dangling parent) is worked out 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 
 from proxy.transcripts import packed, view
 from proxy.transcripts.entries import Entry
@@ -29,7 +30,8 @@ from proxy.transcripts.records import (
 __all__ = ["SessionState"]
 
 _MARK_KINDS = ("compaction", "reset")
-_NO_MARKS: dict[str, Entry] = {}  # shared, never written: most sessions have no marks
+# Shared by every session without a mark (most): read-only, so no session writes into it.
+_NO_MARKS: Mapping[str, Entry] = MappingProxyType({})
 
 
 class SessionState:
@@ -48,7 +50,7 @@ class SessionState:
         # built when first asked: most tracked sessions are never read again after the
         # scan, and the dict cost ~460 bytes a session
         self._by_id: dict[str, Entry] | None = None
-        self.marks: dict[str, Entry] = _NO_MARKS
+        self.marks: Mapping[str, Entry] = _NO_MARKS
         self.complete = False
         self.marks_known = False
         # raw messages before the window, when known (the window once reached the top)
@@ -108,8 +110,11 @@ class SessionState:
     def settle(self) -> None:
         """Work out what the record needs, after the window or the marks changed."""
         branch = self.branch()
-        path, rooted = self._path_of(branch)
-        self.compaction, self.resets = view.boundaries(path, rooted, self.marks.values())
+        if self.marks:  # every compaction and reset of the window is one of them
+            path, rooted = self._path_of(branch)
+            self.compaction, self.resets = view.boundaries(path, rooted, self.marks.values())
+        else:
+            self.compaction, self.resets = None, ()
         self.updated = max((e.timestamp for e in self.entries if e.timestamp is not None),
                            default=None)
         self.missing = branch.missing_parent
@@ -170,9 +175,10 @@ class SessionState:
         return old
 
     def _mark(self, entry: Entry) -> None:
-        if self.marks is _NO_MARKS:
-            self.marks = {}
-        self.marks[entry.id] = entry
+        marks = self.marks
+        if not isinstance(marks, dict):
+            marks = self.marks = {}
+        marks[entry.id] = entry
 
     def append(self, entries: Sequence[Entry]) -> list[Entry]:
         """Entries appended to the transcript; returns those that were new."""

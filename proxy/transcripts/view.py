@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from proxy.transcripts.entries import MESSAGE_KINDS, Entry
 from proxy.transcripts.records import CompactionInfo, ResetMark
@@ -54,6 +55,10 @@ def active_branch(entries: Sequence[Entry], by_id: Mapping[str, Entry] | None = 
     if not entries and leaf is None:
         return Branch(())
     if by_id is None:
+        if leaf is None:
+            chain = _chain(entries)
+            if chain is not None:
+                return chain
         by_id = {e.id: e for e in entries}
     current: Entry | None = leaf if leaf is not None else entries[-1]
     path: list[Entry] = []
@@ -70,6 +75,18 @@ def active_branch(entries: Sequence[Entry], by_id: Mapping[str, Entry] | None = 
             missing = parent
     path.reverse()
     return Branch(tuple(path), missing)
+
+
+def _chain(entries: Sequence[Entry]) -> Branch | None:
+    """The walk's result for a window where each entry's parent is the entry before (a
+    transcript that never branched: nearly every window), without the walk; None for any
+    other window. Ids must be unique: the walk follows the last entry holding an id."""
+    ids = {e.id for e in entries}
+    if len(ids) != len(entries) or not all(
+            e.parent_id == before.id for before, e in pairwise(entries)):
+        return None
+    top = entries[0].parent_id  # the walk ends at the first entry, at its missing parent
+    return Branch(tuple(entries), None if top is None or top in ids else top)
 
 
 def _last_reset(path: Sequence[Entry]) -> int:

@@ -207,6 +207,19 @@ async def through_tailfloor(port: int, pid: int, sessions: list[Session], interv
     return out
 
 
+def wait_upstream(port: int, seconds: float = 60) -> None:
+    """The fake upstream is a process of its own: it may still be starting."""
+    ends = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > ends:
+                raise
+            time.sleep(0.2)
+
+
 def wait_ready(admin: int, seconds: float = 900) -> float:
     began = time.monotonic()
     while time.monotonic() - began < seconds:
@@ -240,6 +253,7 @@ def main() -> None:
         print(f"wrote {args.tracked} sessions in {time.monotonic() - began:.0f} s: {census}",
               file=sys.stderr)
         *active, warm = sessions
+        wait_upstream(upstream)
         script_replies(upstream, int(rate * args.baseline_minutes * 60 * 1.2) + len(active),
                        args.events, args.gap)
         direct = asyncio.run(load(upstream, [session_copy(s) for s in active], args.interval,

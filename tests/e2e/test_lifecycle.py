@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.inprocess import InProcessProxy
 
 STREAM_CHAT = b'{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
@@ -25,6 +26,24 @@ def status_of(url: str) -> int:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return error.code
+
+
+def test_not_ready_until_both_ports_listen(clean_fake: FakeUpstream) -> None:
+    """serve marks the start while its two listeners open: a probe that reaches the proxy
+    port first must not report ready while the admin port still refuses connections."""
+    proxy = InProcessProxy(clean_fake, before_start=lambda state: setattr(state, "starting",
+                                                                         True))
+    try:
+        assert status_of(proxy.url + "/readyz") == 503
+        assert status_of(proxy.admin_url + "/readyz") == 503
+        assert status_of(proxy.url + "/healthz") == 200  # alive, only not ready
+        proxy.loop.call_soon_threadsafe(setattr, proxy.state, "starting", False)
+        deadline = time.monotonic() + 5
+        while status_of(proxy.url + "/readyz") != 200:
+            assert time.monotonic() < deadline, "still not ready once both ports listen"
+            time.sleep(0.01)
+    finally:
+        proxy.stop()
 
 
 def test_health_ready_and_metrics_parse(proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:

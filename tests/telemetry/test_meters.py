@@ -13,7 +13,7 @@ from proxy.policy.prices import PriceList
 from proxy.report import Attempt, RequestReport
 from proxy.telemetry import protowire as wire
 from proxy.telemetry.attributes import Upstream
-from proxy.telemetry.meters import Instruments
+from proxy.telemetry.meters import _COUNTERS, _DURATION, _FIRST_CHUNK, Instruments
 from proxy.wire.usage import Usage
 from tests.otlp_receiver import attributes
 
@@ -77,3 +77,18 @@ def test_cumulative_points_keep_adding_past_the_bound_of_kept_shapes() -> None:
     assert totals["gen_ai.client.inference.duration"]["first"] == 2
     assert totals["gen_ai.client.inference.time_to_first_chunk"] == {"first": 1}
     assert totals["tailfloor.floors"] == {None: 4102}
+
+
+def test_each_metric_says_its_own_name_unit_and_description() -> None:
+    instruments = Instruments(UPSTREAM, delta=False, start_ns=0)
+    costly = report(stream=True)
+    costly.carried, costly.restored, costly.overflow, costly.compaction = 2, 3, "recovered", "c"
+    record(instruments, costly)
+    body = wire.export_metrics(b"", wire.scope("t"), instruments.collect(1))
+    metrics = ExportMetricsServiceRequest.FromString(body).resource_metrics[0] \
+        .scope_metrics[0].metrics
+    expected = {name: (unit, description) for name, unit, description, *_ in
+                (*_COUNTERS, _DURATION, _FIRST_CHUNK)}
+    assert len(metrics) >= 9
+    for metric in metrics:
+        assert (metric.unit, metric.description) == expected[metric.name]

@@ -143,3 +143,20 @@ def test_a_packed_window_is_the_window_it_was() -> None:
         assert st.first_pos == before[0][0].pos
         assert (st.entries, st.raw, _ids(st.path()), st.marks, st.size) == before
         assert st.live
+
+
+def test_a_window_that_never_branched_has_the_branch_a_walk_finds() -> None:
+    # view.active_branch takes a window that is one chain as it is, without the walk: the
+    # oracle is the walk itself (given the window's entries by id, it never takes that way).
+    rng = random.Random(4)
+    for _ in range(500):
+        n = rng.randint(1, 8)
+        ids = [rng.choice("abcdefgh") for _ in range(n)] if rng.random() < 0.3 else \
+            [f"e{i}" for i in range(n)]
+        top = rng.choice([None, "elsewhere", ids[-1], ids[0]])
+        entries = [_entry(user(ids[0], top, "t"), 0)]
+        for i in range(1, n):
+            parent = ids[i - 1] if rng.random() < 0.9 else rng.choice([*ids, "gone", None])
+            entries.append(_entry(user(ids[i], parent, "t"), i))
+        walked = view.active_branch(entries, {e.id: e for e in entries})
+        assert view.active_branch(entries) == walked, entries
