@@ -84,7 +84,7 @@ def run_one(root: Path, upstream: int, bodies: list[bytes]) -> dict[str, Any]:
         statuses = []
         for _ in range(2):
             statuses += asyncio.run(load(port, bodies))
-        out["statuses"] = sorted(set(statuses))
+        out["statuses"] = {str(code): statuses.count(code) for code in sorted(set(statuses))}
         out["peak_mb"] = round(high_water_mb(proc.pid), 1)
         out["rss_after_mb"] = round(rss_mb(proc.pid), 1)
         return out
