@@ -65,6 +65,7 @@ class Settings:
     inspect_requests: int = 20
     inspect_memory_bytes: int = 32 * 1024 * 1024
     inspect_content: bool = False
+    session_cache_bytes: int = 28 * 1024 * 1024
     admin_token_file: Path | None = None
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -136,6 +137,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "memory the inspector's kept requests may use, all sessions together"),
     ("inspect_content", "bool", False,
      "let the inspector show message text (off: roles, sizes, tool names and hashes only)"),
+    ("session_cache_bytes", "int", 28 * 1024 * 1024,
+     "memory for what an agent's next request reuses (kept renderings of restored messages, "
+     "unpacked sessions): raise it with many agents at work at once"),
     ("admin_token_file", "path", None,
      "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
     ("replica_name", "str", "",
@@ -206,7 +210,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         problems.append(f"upstream: {upstream!r} is not an http(s) URL with a host")
     elif parts.query or parts.fragment:
         problems.append(f"upstream: {upstream!r} must not carry a query or fragment")
-    for name in ("max_body_bytes", "max_buffered_bytes", "label_cap"):
+    for name in ("max_body_bytes", "max_buffered_bytes", "label_cap", "session_cache_bytes"):
         number = values[name]
         if isinstance(number, int) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")

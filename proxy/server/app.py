@@ -80,7 +80,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     recovery = Recovery(rules=rules, tokens=tokens, models=models,
                         transport=UpstreamSummaryTransport(upstream), offload=offload)
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
-    transcripts = TranscriptService(roots, metrics)
+    transcripts = TranscriptService(roots, metrics, cache_bytes=settings.session_cache_bytes)
     prints = Fingerprints()
     # Each --sessions root is a tenant; the default roots are one user's two agent homes.
     sessions = SessionFinder(transcripts.catalog, prints=prints,

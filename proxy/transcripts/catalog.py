@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.transcripts import loading, view
+from proxy.transcripts.cache_bounds import DEFAULT_CACHE_BYTES, cache_bounds
 from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.links import Links
@@ -42,13 +43,15 @@ from proxy.transcripts.render_cache import RenderedTail
 from proxy.transcripts.served import Served
 from proxy.transcripts.state import SessionState
 
-__all__ = ["SERVED_ENTRIES", "SERVED_SESSIONS", "Catalog"]
+__all__ = ["DEFAULT_CACHE_BYTES", "SERVED_ENTRIES", "SERVED_SESSIONS", "Catalog"]
 
 _RELINK_SLICE = 500  # per hold of the lock, which the loop's lookups wait on (850 ms for 50k)
 # Sessions whose windows are kept unpacked: an agent's requests each read its session
-# several times, and unpacking a window of 300 entries costs about half a millisecond.
-SERVED_SESSIONS = 1024
-SERVED_ENTRIES = 32_768  # ~10 MB of entry objects (~300 bytes each: tests/bench/session_memory.py)
+# several times, and unpacking a window of 300 entries costs about half a millisecond. By
+# default (--session-cache-bytes) ~11 MB of entry objects (~300 bytes each).
+_DEFAULTS = cache_bounds(DEFAULT_CACHE_BYTES)
+SERVED_SESSIONS = _DEFAULTS.served_sessions
+SERVED_ENTRIES = _DEFAULTS.served_entries
 
 
 class Catalog:
@@ -56,20 +59,21 @@ class Catalog:
     (``put``, ``append``, ``update_info``, ``remove``, ``relink``) are called by the readers;
     everything else is a query, and never raises for an unknown id (None or empty)."""
 
-    def __init__(self, tail_limit: int = 200, render_options: RenderOptions | None = None
-                 ) -> None:
+    def __init__(self, tail_limit: int = 200, render_options: RenderOptions | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.tail_limit = tail_limit
         self._opts = render_options or RenderOptions()
         flavors: tuple[Flavor, ...] = ("pi", "openclaw")  # made once: a rendering's cache key
         self._flavours = {f: replace(self._opts, flavor=f) for f in flavors}
         self._lock = threading.RLock()
-        self.rendered = RenderedTail()
+        bounds = cache_bounds(cache_bytes)
+        self.rendered = RenderedTail(bounds.rendered_bytes, bounds.rendered_entries)
         self._states: dict[str, SessionState] = {}
         self._sources: Counter[str] = Counter()  # the gauge reads it after every batch
         self._index = ContentIndex()
         self._links = Links(self._order)
         self._deferred: set[str] = set()
-        self.served = Served(SERVED_SESSIONS, SERVED_ENTRIES)
+        self.served = Served(bounds.served_sessions, bounds.served_entries)
 
     # ----------------------------------------------------------------- mutators
     def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,

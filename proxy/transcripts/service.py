@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from proxy.metrics import Metrics
-from proxy.transcripts.catalog import Catalog
+from proxy.transcripts.catalog import DEFAULT_CACHE_BYTES, Catalog
 from proxy.transcripts.records import SourceKind
 from proxy.transcripts.render import RenderOptions
 from proxy.transcripts.tracker import Tracker
@@ -92,14 +92,14 @@ class TranscriptService:
 
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,
                  startup_messages: int | None = 8, small_whole: bool = True,
-                 tz: tzinfo | None = None,
+                 tz: tzinfo | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
                  debounce_ms: int = 50, step_ms: int = 10) -> None:
         self.roots = [Path(r) for r in roots]
         self.metrics = metrics
         self.errors = ErrorLog(metrics)
         opts = RenderOptions(tz=tz) if tz is not None else RenderOptions(
             tz=_local_tz())
-        self.catalog = Catalog(tail_limit, opts)
+        self.catalog = Catalog(tail_limit, opts, cache_bytes)
         self._tracker = Tracker(self.roots, self.catalog, self.errors,
                                 startup_messages=startup_messages, small_whole=small_whole)
         self._debounce = debounce_ms

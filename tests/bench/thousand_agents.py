@@ -203,7 +203,12 @@ async def through_tailfloor(port: int, pid: int, sessions: list[Session], interv
                cpu_ms_per_request=round(cpu / max(out["requests"], 1) * 1e3, 2),
                rss_start_mb=round(samples[0][1], 1), rss_end_mb=round(samples[-1][1], 1),
                rss_peak_mb=round(max(m for _, m in samples), 1),
-               rss_slope_mb_per_min=round(slope_mb_per_min(samples), 3))
+               rss_slope_mb_per_min=round(slope_mb_per_min(samples), 3),
+               # Caches fill to their bounds and the tokenizer loads in the first minutes:
+               # the second half says whether it goes on growing.
+               rss_slope_second_half_mb_per_min=round(slope_mb_per_min(
+                   [s for s in samples if s[0] >= samples[-1][0] / 2]), 3),
+               rss_by_minute_mb=[round(m, 1) for t, m in samples if t % 60 < 5])
     return out
 
 
@@ -280,7 +285,8 @@ def main() -> None:
               f"p99 {result['added_ttfc_p99_ms']} ms (target <= 50); CPU "
               f"{through['cpu_share_of_one_core']:.0%} of one core (target <= 40%); RSS "
               f"{through['rss_start_mb']} -> {through['rss_end_mb']} MB, slope "
-              f"{through['rss_slope_mb_per_min']} MB/min")
+              f"{through['rss_slope_mb_per_min']} MB/min (second half "
+              f"{through['rss_slope_second_half_mb_per_min']} MB/min)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""How the memory kept for reuse between an agent's requests is shared. Pure.
+
+Two caches make a restore cheap on the next request of the same session: kept renderings of
+tail messages (``render_cache.py``) and the unpacked windows of recently served sessions
+(``served.py``). When the sessions at work need more than they may hold, every request reads,
+decodes and renders its messages again: with a thousand agents at work and the bounds a
+single agent needs, CPU per request nearly doubled and the added time to first chunk went
+from tens of milliseconds to seconds (docs/benchmarks.md, "A thousand agents"). One figure,
+``--session-cache-bytes``, sets both, from the costs tests/bench/session_memory.py measures.
+"""
+
+from __future__ import annotations
+
+from proxy.values import frozen_value
+
+__all__ = ["DEFAULT_CACHE_BYTES", "CacheBounds", "cache_bounds"]
+
+DEFAULT_CACHE_BYTES = 28 * 1024 * 1024  # the bounds one agent's sessions need, with room
+_RENDERED_SHARE = 0.6
+_BYTES_PER_RENDERED_BYTE = 2.15  # a kept rendering against the transcript line it came from
+_BYTES_PER_RENDERED_ENTRY = 256  # the least a kept rendering costs beside its line
+_BYTES_PER_ENTRY = 300  # an unpacked window's entry object
+_ENTRIES_PER_SESSION = 32  # a served session's window, on average, to bound their number
+
+
+@frozen_value
+class CacheBounds:
+    rendered_bytes: int  # transcript bytes whose renderings are kept
+    rendered_entries: int
+    served_sessions: int
+    served_entries: int
+
+
+def cache_bounds(memory: int) -> CacheBounds:
+    """The caches' bounds for ``memory`` bytes in all (each at least a little)."""
+    rendered_memory = int(memory * _RENDERED_SHARE)
+    rendered_bytes = max(64 * 1024, int(rendered_memory / _BYTES_PER_RENDERED_BYTE))
+    served_entries = max(1024, (memory - rendered_memory) // _BYTES_PER_ENTRY)
+    return CacheBounds(
+        rendered_bytes=rendered_bytes,
+        rendered_entries=max(256, rendered_bytes // _BYTES_PER_RENDERED_ENTRY),
+        served_sessions=max(32, served_entries // _ENTRIES_PER_SESSION),
+        served_entries=served_entries)
