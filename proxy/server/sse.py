@@ -15,6 +15,7 @@ for its end, which is harmless because a client cannot use half an event either.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -28,9 +29,8 @@ _INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*
 # Responses and Anthropic events that say how a stream is going: usage, an error, the end.
 _DIALECT_INTERESTING = re.compile(
     rb'"usage"\s*:\s*\{|"error"\s*:|"stop_reason"\s*:\s*"|"type"\s*:\s*"error"')
-# The literals every match of each begins with.
+# The literals every match begins with.
 _NEEDLES = (b'"usage"', b'"error"', b'"finish_reason"')
-_DIALECT_NEEDLES = (b'"usage"', b'"error"', b'"stop_reason"', b'"type"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_NULL = b',"usage":null'
 MAX_PENDING = 16 * 1024 * 1024
@@ -42,8 +42,10 @@ class StreamScanner:
         self.hide_usage = hide_usage
         self.adjust = adjust
         self.dialect = dialect
-        self._interesting = (InterestTest(_INTERESTING, _NEEDLES) if dialect is None
-                             else InterestTest(_DIALECT_INTERESTING, _DIALECT_NEEDLES)).test
+        # A dialect's events begin with ``{"type":``, a needle: no start to learn there.
+        self._interesting: Callable[[bytes], object] = (
+            InterestTest(_INTERESTING, _NEEDLES).test if dialect is None
+            else _DIALECT_INTERESTING.search)
         self._usage_parts: dict[str, Any] = {}  # a dialect's usage, gathered over events
         # Whole-event processing is needed only when events may change.
         self._by_event = hide_usage or adjust is not None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 MAX_START = 4096  # bytes of two chunks compared: learning stays cheap whatever they hold
-MAX_LEARNS = 8  # per stream: chunks that never share a start cost only the plain search
+MAX_LEARNS = 3  # per stream: chunks that never share a start cost only the plain search
 # A learnt start is used only when it skips this many quotes: each is a match try the
 # search saves (~120 instructions), against the comparison of the start (~800).
 MIN_QUOTES = 10
