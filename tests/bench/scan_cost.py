@@ -50,9 +50,8 @@ def scan(kind: str, plain: bool, streams: int) -> None:
     pieces = chunks(kind)
     for _ in range(streams):
         scanner = StreamScanner(dialect=None if kind == "chat" else MESSAGES)
-        if plain:
-            search = (PLAIN if kind == "chat" else DIALECT_PLAIN).search
-            scanner._interesting = lambda data, search=search: search(data) is not None
+        if plain:  # the pattern's own search, called as the scanner called it before
+            scanner._interesting = (PLAIN if kind == "chat" else DIALECT_PLAIN).search
         for piece in pieces:
             scanner.feed(piece)
 
