@@ -93,14 +93,22 @@ def json_objects(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def streams(draw: st.DrawFn) -> list[bytes]:
-    """Chunks that share a start (as a stream's do) and differ after it, the start itself
-    cut anywhere, so a needle may begin inside it and end in the part that differs."""
+    """Chunks that share a start (as a stream's do) and differ after it; the shared part may
+    end inside a needle (``"fin``), which some later chunks complete, with any whitespace,
+    so a needle can straddle whatever start is learnt."""
     common = b"data: " + draw(json_objects())
     common = common[:draw(st.integers(0, len(common)))]
-    tails = draw(st.lists(json_objects(), min_size=1, max_size=8))
-    cuts = draw(st.lists(st.integers(0, 40), min_size=len(tails), max_size=len(tails)))
+    needle = draw(st.sampled_from([b'"usage"', b'"error"', b'"finish_reason"',
+                                   b'"stop_reason"', b'"type"']))
+    cut = draw(st.integers(0, len(needle) - 1))
+    common += needle[:cut]
+    rests = [needle[cut:] + space + b":" + value for space, value in
+             draw(st.lists(st.tuples(st.sampled_from(SPACE), st.sampled_from(VALUES)),
+                           max_size=3))]
+    tails = draw(st.lists(st.one_of(json_objects(), st.sampled_from(rests or [b"x"])),
+                          min_size=1, max_size=8))
     ends = [b"\n\n", b"\r\n\r\n", b"\n"]
-    return [common + tail[cut:] + ends[cut % 3] for tail, cut in zip(tails, cuts, strict=True)]
+    return [common + tail + ends[i % 3] for i, tail in enumerate(tails)]
 
 
 @settings(max_examples=400, deadline=None)
