@@ -3,7 +3,8 @@
 ``StreamScanner.feed`` takes each upstream chunk and returns the bytes the client gets. In the
 common case that is the very same chunk: the scanner only looks at complete lines, carrying a
 partial line to the next chunk, and parses a line only when it may hold a usage object or an
-error, so relaying costs a regex search per chunk.
+error, so relaying costs a regex search per chunk (past the start every chunk of the stream
+repeats: ``sse_interest``).
 
 When tailfloor itself asked the upstream for usage (the client did not), the usage-only event
 is removed again and the ``"usage":null`` field OpenAI adds to every chunk is cut out, so the
@@ -14,10 +15,12 @@ for its end, which is harmless because a client cannot use half an event either.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
 
+from proxy.server.sse_interest import InterestTest
 from proxy.wire.dialect import Dialect
 from proxy.wire.stream import DONE, event_data
 from proxy.wire.usage import Usage, UsageAdjustment
@@ -26,6 +29,8 @@ _INTERESTING = re.compile(rb'"usage"\s*:\s*\{|"error"\s*:|"finish_reason"\s*:\s*
 # Responses and Anthropic events that say how a stream is going: usage, an error, the end.
 _DIALECT_INTERESTING = re.compile(
     rb'"usage"\s*:\s*\{|"error"\s*:|"stop_reason"\s*:\s*"|"type"\s*:\s*"error"')
+# The literals every match begins with.
+_NEEDLES = (b'"usage"', b'"error"', b'"finish_reason"')
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 _USAGE_NULL = b',"usage":null'
 MAX_PENDING = 16 * 1024 * 1024
@@ -37,7 +42,10 @@ class StreamScanner:
         self.hide_usage = hide_usage
         self.adjust = adjust
         self.dialect = dialect
-        self._interesting = _INTERESTING if dialect is None else _DIALECT_INTERESTING
+        # A dialect's events begin with ``{"type":``, a needle: no start to learn there.
+        self._interesting: Callable[[bytes], object] = (
+            InterestTest(_INTERESTING, _NEEDLES).test if dialect is None
+            else _DIALECT_INTERESTING.search)
         self._usage_parts: dict[str, Any] = {}  # a dialect's usage, gathered over events
         # Whole-event processing is needed only when events may change.
         self._by_event = hide_usage or adjust is not None
@@ -71,7 +79,7 @@ class StreamScanner:
         # The last relayed bytes, for ``at_event_boundary``: the chunk itself, not a copy.
         self._tail = (self._tail + chunk)[-4:] if len(chunk) < 4 else chunk
         if complete:
-            if self._interesting.search(complete):
+            if self._interesting(complete):
                 for line in complete.splitlines():
                     self._read_line(line)
             elif complete.find(DONE) >= 0:  # find: ``in`` first tries the needle as an int
@@ -115,7 +123,7 @@ class StreamScanner:
 
     def _filter_event(self, event: bytes) -> bytes:
         self.events += 1
-        if self.dialect is None and not self._interesting.search(event):
+        if self.dialect is None and not self._interesting(event):
             # No usage object, error or finish reason in it: nothing to read or change but
             # the ``"usage":null`` field (and the end marker), so no JSON is parsed.
             # find, not ``in``: ``in`` first tries its needle as an int, which costs more
