@@ -53,6 +53,7 @@ from proxy.server.record import Recorder, ReportSinkWithShutdown
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.settings import Settings
 from proxy.tokens import Encodings, TokenCounter
+from proxy.transcripts.cache_bounds import cache_bounds
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Opener, Upstream
@@ -72,7 +73,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
                         ca_file=str(settings.upstream_ca) if settings.upstream_ca else None,
                         opener=upstream_opener)
     rules = RulesHolder.open(settings.rules, metrics)
-    tokens = TokenCounter(Encodings(background=True))
+    tokens = TokenCounter(Encodings(background=True),
+                          cache_bounds(settings.session_cache_bytes).token_counts)
     windows = LearnedWindows()
     ratios = TokenRatios()
     offload = WorkerPool(name=f"{name}-work")

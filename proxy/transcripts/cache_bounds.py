@@ -1,13 +1,14 @@
 """How the memory kept for reuse between an agent's requests is shared. Pure.
 
-Two caches make a restore cheap on the next request of the same session: kept renderings of
-tail messages (``render_cache.py``) and the unpacked windows of recently served sessions
-(``served.py``). When the sessions at work need more than they may hold, every request reads,
-decodes and renders its messages again: with a thousand agents at work and the bounds a
-single agent needs, CPU per request nearly doubled and the added time to first chunk went
-from tens of milliseconds to seconds (docs/benchmarks.md, "A thousand agents"). One figure,
-``--session-cache-bytes``, sets both, from the costs tests/bench/session_memory.py measures.
-"""
+Three caches make a restore cheap on the next request of the same session: kept renderings
+of tail messages (``render_cache.py``), the unpacked windows of recently served sessions
+(``served.py``), and the token counts of the messages a request sends again
+(``proxy/tokens.py``). When the sessions at work need more than they may hold, every request
+reads, decodes, renders and counts its messages again: with a thousand agents at work and
+the bounds a single agent needs, CPU per request nearly doubled and the added time to first
+chunk went from tens of milliseconds to seconds (docs/benchmarks.md, "A thousand agents").
+One figure, ``--session-cache-bytes``, sets them all, from the costs
+tests/bench/session_memory.py measures."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ _BYTES_PER_RENDERED_BYTE = 2.15  # a kept rendering against the transcript line 
 _BYTES_PER_RENDERED_ENTRY = 256  # the least a kept rendering costs beside its line
 _BYTES_PER_ENTRY = 300  # an unpacked window's entry object
 _ENTRIES_PER_SESSION = 32  # a served session's window, on average, to bound their number
+_TOKEN_COUNTS = 65_536
 
 
 @frozen_value
@@ -29,6 +31,7 @@ class CacheBounds:
     rendered_entries: int
     served_sessions: int
     served_entries: int
+    token_counts: int  # messages whose token counts are remembered (proxy/tokens.py)
 
 
 def cache_bounds(memory: int) -> CacheBounds:
@@ -40,4 +43,7 @@ def cache_bounds(memory: int) -> CacheBounds:
         rendered_bytes=rendered_bytes,
         rendered_entries=max(256, rendered_bytes // _BYTES_PER_RENDERED_ENTRY),
         served_sessions=max(32, served_entries // _ENTRIES_PER_SESSION),
-        served_entries=served_entries)
+        served_entries=served_entries,
+        # An agent's next request counts the same messages again: ~130 bytes a count kept,
+        # one per 1.5 KB of the figure, and never fewer than one agent's sessions need.
+        token_counts=max(_TOKEN_COUNTS, memory // 1536))

@@ -48,6 +48,8 @@ def test_the_bounds_grow_with_the_memory_and_stay_within_it() -> None:
         assert lower.rendered_bytes < higher.rendered_bytes
         assert lower.served_entries < higher.served_entries
         assert lower.served_sessions < higher.served_sessions
+        assert lower.token_counts <= higher.token_counts
+    assert default.token_counts == 65_536 < large.token_counts  # as before, unless raised
     # At the default, what one agent's sessions need: a few MiB of renderings, tens of
     # thousands of entries (tests/bench/session_memory.py: ~2.15 bytes a rendered byte,
     # ~300 bytes an unpacked entry).
