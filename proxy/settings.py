@@ -214,6 +214,9 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         number = values[name]
         if isinstance(number, int) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
+    cache = values["session_cache_bytes"]
+    if isinstance(cache, int) and cache > 1 << 40:
+        problems.append(f"session-cache-bytes: at most 1 TiB, got {cache}")
     if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
         problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
     _check_inspector(values, problems)

@@ -32,15 +32,18 @@ _PIECE = 1024 * 1024  # the start of a spilled body goes upstream a piece at a t
 class Spill:
     """A body past the parse bound: its start, read, and the rest still to come."""
 
-    def __init__(self, head: bytes, rest: AsyncIterator[bytes]) -> None:
+    def __init__(self, head: bytes, rest: AsyncIterator[bytes], hold: Hold) -> None:
         self._head = head
         self._rest = rest
+        self._hold = hold
 
     async def body(self) -> AsyncIterator[bytes]:
         head, self._head = self._head, b""
         for start in range(0, len(head), _PIECE):
             yield head[start:start + _PIECE]  # a MiB at a time: no long write, no long copy
-        del head  # sent: not kept while the rest streams
+        sent = len(head)
+        del head  # sent: not kept while the rest streams (nor counted in the budget)
+        self._hold.give_back(sent)
         async for piece in self._rest:
             yield piece
 
@@ -64,7 +67,7 @@ async def read_body(request: web.Request, limit: int, *, rate: int, grace: float
         whole = content.read_nowait()
         if reader.decoder is None:  # kept as it came, not copied
             taken = reader.taken(whole)
-            return taken if len(taken) <= MAX_PARSED_BYTES else Spill(taken, _nothing())
+            return taken if len(taken) <= MAX_PARSED_BYTES else Spill(taken, _nothing(), hold)
         if await reader.add(whole):
             return reader.spill(_nothing())
         return reader.body()
@@ -132,7 +135,7 @@ class _Reader:
     def spill(self, tail: AsyncIterator[bytes]) -> Spill:
         head = self._buffer.getvalue()
         self._buffer = io.BytesIO()
-        return Spill(head, self._rest(tail))
+        return Spill(head, self._rest(tail), self.hold)
 
     async def _rest(self, tail: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         for piece in self._pending:

@@ -70,6 +70,23 @@ class Hold:
                     budget._waiting.remove(waiter)
         return True
 
+    def detach(self) -> Hold:
+        """What this hold has, moved to a new hold (this one then holds nothing): for work
+        that outlives its request (a parse in a worker thread goes on after the client
+        left) and gives the bytes back when it ends."""
+        moved = Hold(self._budget)
+        moved.amount, self.amount = self.amount, 0
+        return moved
+
+    def give_back(self, amount: int) -> None:
+        """``amount`` of what this hold has, given back early (bytes already sent on)."""
+        amount = min(amount, self.amount)
+        self.amount -= amount
+        budget = self._budget
+        budget.held = max(0, budget.held - amount)
+        if budget._waiting:
+            budget._given_back()
+
     def release(self) -> None:
         budget = self._budget
         budget.held = max(0, budget.held - self.amount)

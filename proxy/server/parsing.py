@@ -17,11 +17,13 @@ collections in a 20 ms parse of 200,000 empty lists).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import orjson
 
@@ -32,7 +34,9 @@ from proxy.server.held_bodies import Hold
 from proxy.server.state import ProxyState
 from proxy.wire.dialect import Dialect
 
-__all__ = ["BUDGET_WAIT", "parse", "parsed"]
+__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed"]
+
+T = TypeVar("T")
 
 BUDGET_WAIT = 2.0  # seconds a body may wait for room in the budget before 503 busy
 
@@ -73,8 +77,7 @@ async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
     translated = dialect is not None
     cost: BodyCost
     if large:
-        async with state.parsing:
-            cost = await state.offload(body_cost, raw, dialect=translated)
+        cost = await in_thread(state, hold, body_cost, raw, dialect=translated)
     else:
         cost = body_cost(raw, dialect=translated)
     if not cost.parsable or cost.memory > state.bodies.total:
@@ -83,9 +86,39 @@ async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
         raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
     if not large:
         return parsed(raw, agent, dialect, cost.memory)
-    async with state.parsing:
-        chat: ChatRequest = await state.offload(parsed, raw, agent, dialect, cost.memory)
-        return chat
+    chat: ChatRequest = await in_thread(state, hold, parsed, raw, agent, dialect, cost.memory)
+    return chat
+
+
+async def in_thread(state: ProxyState, hold: Hold, work: Callable[..., T], *args: Any,
+                    **kwargs: Any) -> T:
+    """``work`` in a worker thread, one large body at a time. A thread cannot be stopped: if
+    the request is cancelled meanwhile (its client left), the turn and what ``hold`` has are
+    kept until the thread ends, since it goes on building what the budget counts."""
+    await state.parsing.acquire()
+    running = asyncio.ensure_future(state.offload(work, *args, **kwargs))
+    try:
+        result = await asyncio.shield(running)
+    except asyncio.CancelledError:
+        if not running.done():
+            running.add_done_callback(partial(_ended, state, hold.detach()))
+            raise
+        _ended(state, None, running)
+        raise
+    except BaseException:
+        state.parsing.release()
+        raise
+    state.parsing.release()
+    return result
+
+
+def _ended(state: ProxyState, kept: Hold | None, done: asyncio.Future[Any]) -> None:
+    """The thread of a cancelled request ended: its turn and its bytes go back."""
+    if kept is not None:
+        kept.release()
+    state.parsing.release()
+    if not done.cancelled():
+        done.exception()  # retrieved: nobody awaits it any more
 
 
 def parsed(raw: bytes, agent: str | None, dialect: Dialect | None, weight: int = 0

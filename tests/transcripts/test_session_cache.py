@@ -64,6 +64,6 @@ def test_the_setting_comes_from_the_flag_or_the_environment_and_must_be_positive
     assert parse([], {"TAILFLOOR_SESSION_CACHE_BYTES": "201326592"}).session_cache_bytes \
         == 201326592
     assert parse(["--session-cache-bytes", "1048576"]).session_cache_bytes == 1048576
-    for bad in ("0", "-5"):
+    for bad in ("0", "-5", "9" * 320):
         with pytest.raises(SettingsError, match="session-cache-bytes"):
             parse([], {"TAILFLOOR_SESSION_CACHE_BYTES": bad})

@@ -4,6 +4,7 @@ bound, and holds nothing when it gives up."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from proxy.server.held_bodies import BodyBudget
 
@@ -45,3 +46,27 @@ async def test_every_waiter_looks_again_when_bytes_are_given_back() -> None:
     owner.release()
     assert await asyncio.wait_for(asyncio.gather(*waiting), 1.0) == [True, True, True]
     assert budget.held == 90
+
+
+async def test_a_spilled_body_gives_its_start_back_once_it_is_sent() -> None:
+    """A body past the parse bound streams on unread: its first part, sent, is no longer
+    held, so a long upstream answer does not keep it counted."""
+    from proxy.server.chat_body import Spill
+
+    mib = 1024 * 1024
+    budget = BodyBudget(64 * mib)
+    hold = budget.hold()
+    head = b"h" * (3 * mib + 5)
+    assert hold.take(len(head))
+
+    async def rest() -> AsyncIterator[bytes]:
+        yield b"tail-1"
+        yield b"tail-2"
+
+    held_when: list[tuple[bytes, int]] = []
+    async for piece in Spill(head, rest(), hold).body():
+        held_when.append((piece[:6], budget.held))
+    assert [p for p, _ in held_when[:4]] == [b"h" * 6] * 3 + [b"h" * 5]  # a MiB at a time
+    assert [held for _, held in held_when[:4]] == [len(head)] * 4  # held while being sent
+    assert held_when[4:] == [(b"tail-1", 0), (b"tail-2", 0)]
+    assert hold.amount == 0
