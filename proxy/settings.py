@@ -214,11 +214,7 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         number = values[name]
         if isinstance(number, int) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
-    cache = values["session_cache_bytes"]
-    if isinstance(cache, int) and cache > 1 << 40:
-        problems.append(f"session-cache-bytes: at most 1 TiB, got {cache}")
-    if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
-        problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
+    _check_bounds(values, problems)
     _check_inspector(values, problems)
     if isinstance(values["min_body_rate"], int) and values["min_body_rate"] <= 0:
         problems.append(f"min-body-rate: must be positive, got {values['min_body_rate']}")
@@ -245,6 +241,14 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
         telemetry=telemetry_config(environ),
         **values,  # type: ignore[arg-type]
     )
+
+
+def _check_bounds(values: Mapping[str, object], problems: list[str]) -> None:
+    cache = values["session_cache_bytes"]
+    if isinstance(cache, int) and cache > 1 << 40:
+        problems.append(f"session-cache-bytes: at most 1 TiB, got {cache}")
+    if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
+        problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
 
 
 def _check_inspector(values: Mapping[str, object], problems: list[str]) -> None:
