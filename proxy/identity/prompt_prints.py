@@ -30,16 +30,18 @@ _SLICE = 65_536
 _TRIES = 64
 # What a date or uuid is made of; a session value follows "session=" or "sessionId=".
 _MATCHED = frozenset("0123456789abcdefABCDEF-:.TZ+ ")
+_KEYWORD = "session"  # what both keywords of a session value ("session=", "sessionId=") begin with
 
 
 def normalised_pieces(text: str, step: int = _SLICE) -> Iterator[str]:
     """``_VOLATILE.sub("~", text)`` in pieces, a slice of about ``step`` characters at a
     time: the regular expression tries every position, ~1 s for 8 MB in one call that holds
     the interpreter. A slice ends after a newline or ``|``, else after a space that follows
-    no digit, else (with no session value near) after a character no date or uuid holds: no
-    match holds such a character or needs what comes before it, so the pieces joined are
-    the text normalised whole. Only a slice with none of them is cut where it ends (a
-    hostile prompt's, never a real one's)."""
+    no digit, else before the first word that could begin a session value, else after a
+    character no date or uuid holds: no match holds such a character or needs what comes
+    before it, so the pieces joined are the text normalised whole. Only a slice with none of
+    them (or one that begins with such a word) is cut where it ends: a hostile prompt's, never
+    a real one's."""
     start, end_of_text = 0, len(text)
     while start < end_of_text:
         end = min(end_of_text, start + step)
@@ -63,10 +65,19 @@ def _safe_cut(text: str, start: int, end: int) -> int:
         if cut == start or not text[cut - 1].isdigit():
             return cut
         last = cut
-    if "session" in text[start:end]:
-        return -1  # within a session value, perhaps: only a space or "|" ends one
+    # A session value runs to a space, "|" or newline, none of which is here: cut before the
+    # first keyword that could begin one (one reaching past the slice's end included).
+    reach = end + len(_KEYWORD) + 2
+    at = text.find(_KEYWORD, start, reach)
+    while at >= 0:
+        follows = text[at + len(_KEYWORD):at + len(_KEYWORD) + 3]
+        if follows[:1] == "=" or follows == "Id=":
+            return at - 1 if at > start else -1
+        at = text.find(_KEYWORD, at + 1, reach)
     for cut in range(end - 1, max(start, end - _TRIES) - 1, -1):
-        if text[cut] not in _MATCHED:
+        char = text[cut]
+        # \d is any decimal digit, not only ASCII's.
+        if char not in _MATCHED and not char.isdecimal():
             return cut
     return -1
 

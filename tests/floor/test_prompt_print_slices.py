@@ -22,7 +22,8 @@ VOLATILE = re.compile(
 PIECES = st.sampled_from([
     "2026-11-30", "2026-11-30 02:27", "2026-11-30T02:27:59.5+01:00", " ", "7", "12", "abc",
     "sessionId=", "session=", "sessionId=e3b0c442", "deadbeef-0000-4000-8000-0123456789ab",
-    "Runtime: agent=a | session=agent:a:main | sessionId=e3b0c442-98fc-1c14", "x" * 7])
+    "Runtime: agent=a | session=agent:a:main | sessionId=e3b0c442-98fc-1c14", "x" * 7,
+    '{"session":1,', "mysession=ab", "\u0662\u0660\u0662\u0666-\u0661\u0661-\u0663\u0660"])
 # What a prompt has between its parts, at least every few dozen characters: lines, Runtime
 # fields, words.
 BETWEEN = st.sampled_from(["\n", "|", " | ", "a ", "\n\n", "words and "])
@@ -44,6 +45,20 @@ def test_a_long_line_is_normalised_in_bounded_slices(text: str) -> None:
     pieces = list(normalised_pieces(text))
     assert "".join(pieces) == VOLATILE.sub("~", text)
     assert max(len(p) for p in pieces) <= 65_536
+
+
+ARABIC_DATE = "\u0662\u0660\u0662\u0666-\u0661\u0661-\u0663\u0660"  # \\d is any decimal digit
+
+
+@pytest.mark.parametrize("text", [
+    "x" * 65_530 + "session=abc",  # the keyword cut at the slice's end
+    "x" * 65_528 + "sessionId=abc",
+    "x" * 65_520 + "mysession=abc" + "y" * 100 + " z",
+    "x" * 65_530 + ARABIC_DATE + "x",  # a date in other digits across the slice's end
+    '{"session":1,' + "x" * 65_519 + "2026-11-30T12:00:00Z" + "x",  # a word, not a keyword
+])
+def test_a_slice_without_separators_is_cut_where_no_match_crosses(text: str) -> None:
+    assert "".join(normalised_pieces(text)) == VOLATILE.sub("~", text)
 
 
 def test_a_line_with_no_place_to_cut_is_still_cut() -> None:
