@@ -88,8 +88,4 @@ class Hold:
             budget._given_back()
 
     def release(self) -> None:
-        budget = self._budget
-        budget.held = max(0, budget.held - self.amount)
-        self.amount = 0
-        if budget._waiting:
-            budget._given_back()
+        self.give_back(self.amount)
