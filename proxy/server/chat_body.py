@@ -3,15 +3,22 @@ rate at least, every decoded byte held in the body budget (``held_bodies.py``).
 
 A body is parsed only up to ``MAX_PARSED_BYTES`` (decoded), so a longer one is not held whole
 either: once past that bound, ``read_body`` stops and returns a ``Spill``, what was read and
-the rest as it arrives (decoded, under the same limit and deadline), which the route forwards
+the rest as it arrives (decoded, under the same limit and pace), which the route forwards
 unread. The most a body holds while read is that bound and one piece, whatever its length or
 coding; a compressed piece is decoded a MiB at a time, the event loop given a turn between.
+
+A compressed body is held as it came until it ends (or its compressed bytes pass the bound):
+decoded as it arrived, a few KB of a "zip bomb" followed by silence would hold MiBs of the
+budget for as long as the body may take. And the time a body may take grows with what it
+sent (``BodyPace``): a client that sends a little and stops is cut off after the grace, not
+after the time its declared (or the largest) length would take.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -22,7 +29,7 @@ from proxy.server.body import Decoder, body_encoding, decodable, decoded
 from proxy.server.body_cost import MAX_PARSED_BYTES
 from proxy.server.draining import BodyReads
 from proxy.server.held_bodies import Hold
-from proxy.server.passthrough import limited
+from proxy.server.passthrough import BodyPace, limited
 
 __all__ = ["Spill", "read_body"]
 
@@ -61,28 +68,31 @@ async def read_body(request: web.Request, limit: int, *, rate: int, grace: float
                                   "send gzip, deflate or an uncompressed body")
     reader = _Reader(limit, hold, Decoder(encoding, limit) if encoding is not None else None)
     content = request.content
-    deadline = time.monotonic() + grace + (length if length is not None else limit) / rate
     if content.is_eof() and content.exception() is None:
         # The whole body came with the head (most requests): no timer to arm.
         whole = content.read_nowait()
         if reader.decoder is None:  # kept as it came, not copied
             taken = reader.taken(whole)
             return taken if len(taken) <= MAX_PARSED_BYTES else Spill(taken, _nothing(), hold)
-        if await reader.add(whole):
+        if await reader.add(whole) or await reader.decode_held():
             return reader.spill(_nothing())
         return reader.body()
+    pace = BodyPace(time.monotonic(), grace, rate)
     try:
-        async with asyncio.timeout_at(_loop_time(deadline)) as timer:
+        async with asyncio.timeout_at(_loop_time(pace.due(0))) as timer:
             with reads.reading(timer):
                 async for chunk in content.iter_any():
                     if await reader.add(chunk):
-                        return reader.spill(limited(content.iter_any(),
-                                                    limit - reader.received, deadline))
+                        return reader.spill(limited(content.iter_any(), limit, pace,
+                                                    reader.received))
+                    reads.extend(timer, _loop_time(pace.due(reader.received)))
     except TimeoutError as exc:
         if reads.draining:
             raise ShuttingDown("tailfloor is shutting down; retry on another "
                                "instance") from exc
         raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
+    if await reader.decode_held():
+        return reader.spill(_nothing())
     return reader.body()
 
 
@@ -92,6 +102,10 @@ class _Reader:
         self.received = 0  # bytes as sent (compressed ones included)
         self._buffer = io.BytesIO()  # grows in place: no second copy to join the pieces
         self._pending: Iterator[bytes] = iter(())  # the decoded rest of the last piece
+        # A compressed body's pieces as they came, until it ends or they pass the bound
+        # (None once decoding began); and what of them the budget still holds.
+        self._compressed: list[bytes] | None = [] if decoder is not None else None
+        self._compressed_held = 0
 
     def taken(self, piece: bytes) -> bytes:
         """``piece`` counted against the limit and held in the budget."""
@@ -108,10 +122,29 @@ class _Reader:
         if self.decoder is None:
             self._buffer.write(self.taken(chunk))
             return self._buffer.tell() > MAX_PARSED_BYTES
+        if self._compressed is not None:
+            self._compressed.append(self.taken(chunk))
+            self._compressed_held += len(chunk)
+            return self._compressed_held > MAX_PARSED_BYTES and await self.decode_held()
         if self.received + len(chunk) > self.limit:
             raise BodyTooLarge(f"request body is over the {self.limit}-byte limit")
         self.received += len(chunk)
-        pieces = self.decoder.feed(chunk)
+        return await self._decoded(self.decoder.feed(chunk))
+
+    async def decode_held(self) -> bool:
+        """The compressed pieces held so far, decoded (the body ended, or they passed the
+        bound; later pieces are decoded as they come); True once past the parse bound. Their
+        compressed bytes leave the budget once decoded (a spilled body's, once sent)."""
+        held, self._compressed = self._compressed, None
+        if not held or self.decoder is None:
+            return False
+        if await self._decoded(itertools.chain.from_iterable(map(self.decoder.feed, held))):
+            return True
+        self.hold.give_back(self._compressed_held)
+        self._compressed_held = 0
+        return False
+
+    async def _decoded(self, pieces: Iterator[bytes]) -> bool:
         for index, piece in enumerate(pieces):
             if index:
                 await asyncio.sleep(0)
@@ -141,6 +174,8 @@ class _Reader:
         for piece in self._pending:
             yield piece
             await asyncio.sleep(0)
+        self.hold.give_back(self._compressed_held)
+        self._compressed_held = 0
         if self.decoder is None:
             async for piece in tail:
                 yield piece

@@ -19,9 +19,10 @@ from proxy.server.guard import start_answer
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target
 from proxy.upstream.headers import forward_headers, response_headers
+from proxy.values import frozen_value
 from proxy.wire.dialect import Dialect
 
-__all__ = ["forward", "limited", "passthrough", "route_label"]
+__all__ = ["BodyPace", "forward", "limited", "passthrough", "route_label"]
 
 _ROUTE_LABELS = {
     "/chat/completions": "chat_completions", "/models": "models", "/embeddings": "embeddings",
@@ -49,15 +50,31 @@ async def passthrough(request: web.Request, target: Target) -> web.StreamRespons
         acct.finish()
 
 
-async def limited(pieces: AsyncIterator[bytes], limit: int, deadline: float
+@frozen_value
+class BodyPace:
+    """When a body must have sent what it sent: ``grace`` seconds from ``start`` (monotonic),
+    and a second more for every ``rate`` bytes received. The time left grows with what
+    arrives, so a client that sends a few bytes and stops is cut off after the grace, however
+    long the body it declared (or the largest one allowed) would take."""
+
+    start: float
+    grace: float
+    rate: int
+
+    def due(self, received: int) -> float:
+        return self.start + self.grace + received / self.rate
+
+
+async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, seen: int = 0
                    ) -> AsyncIterator[bytes]:
     """The body as it streams in, cut off (and the upstream request with it) past ``limit``
-    bytes or past ``deadline`` (monotonic; a body slower than --min-body-rate)."""
-    seen = 0
+    bytes (``seen`` of them received already) or when it falls behind ``pace`` (a body
+    slower than --min-body-rate)."""
     source = aiter(pieces)
     while True:
         try:
-            piece = await asyncio.wait_for(anext(source), max(0.0, deadline - time.monotonic()))
+            piece = await asyncio.wait_for(anext(source),
+                                           max(0.0, pace.due(seen) - time.monotonic()))
         except StopAsyncIteration:
             return
         except TimeoutError as exc:
@@ -80,20 +97,15 @@ def _request_body(state: ProxyState, request: web.Request, body: AsyncIterator[b
     if not request.body_exists:
         return headers, None
     limit, length = state.settings.max_body_bytes, request.content_length
-    data = limited(request.content.iter_any(), limit, _body_deadline(state, length))
+    settings = state.settings
+    data = limited(request.content.iter_any(), limit,
+                   BodyPace(time.monotonic(), settings.idle_timeout, settings.min_body_rate))
     if decoded:
         assert encoding is not None
         return headers, decode_stream(data, encoding, limit)  # chunked: its length is unknown
     if length is not None:
         headers["Content-Length"] = str(length)
     return headers, data
-
-
-def _body_deadline(state: ProxyState, length: int | None) -> float:
-    """When a body of ``length`` bytes (unknown: the limit) must have arrived by."""
-    settings = state.settings
-    expected = length if length is not None else settings.max_body_bytes
-    return time.monotonic() + settings.idle_timeout + expected / settings.min_body_rate
 
 
 async def forward(state: ProxyState, request: web.Request, target: Target,
