@@ -34,7 +34,7 @@ from proxy.server.held_bodies import Hold
 from proxy.server.state import ProxyState
 from proxy.wire.dialect import Dialect
 
-__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed"]
+__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed", "parses_running"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,11 @@ class _Collections:
         self._lock = threading.Lock()
         self._parsing = 0
         self._resume = False
+
+    @property
+    def running(self) -> int:
+        """Parses running now, in any thread (the collector is paused while one is)."""
+        return self._parsing
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -66,6 +71,10 @@ class _Collections:
 
 
 _COLLECTIONS = _Collections()
+
+
+def parses_running() -> int:
+    return _COLLECTIONS.running
 
 
 async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
