@@ -12,9 +12,11 @@ counts of the blocks it shares, checked byte for byte, and counts only the rest.
 is the same as counting the whole body, whatever the bodies are: nothing is taken from an
 earlier body but counts of bytes found equal.
 
-The bodies kept are held in memory: at most ``MAX_ENTRIES`` of them and ``MAX_BYTES`` in
-all, the oldest dropped first; bodies shorter than ``MIN_BYTES`` are counted whole (the
-look-up would cost more than it saves) and not kept.
+The bodies kept are held in memory past their requests: at most ``MAX_ENTRIES`` of them and
+``MAX_BYTES`` in all, the oldest dropped first, none over ``MAX_KEPT`` (an agent's request
+is tens to hundreds of KB; the 8 MB bodies of a hostile load are counted whole, not kept).
+Bodies shorter than ``MIN_BYTES`` are counted whole (the look-up would cost more than it
+saves) and not kept.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-__all__ = ["BLOCK", "KEY", "MAX_BYTES", "MAX_ENTRIES", "MIN_BYTES", "Counted", "RecentBodies",
-           "counted"]
+__all__ = ["BLOCK", "KEY", "MAX_BYTES", "MAX_ENTRIES", "MAX_KEPT", "MIN_BYTES", "Counted",
+           "RecentBodies", "counted"]
 
 BLOCK = 4096
 KEY = 1024
 MIN_BYTES = 4 * BLOCK
 MAX_ENTRIES = 64
-MAX_BYTES = 16 * 1024 * 1024
+MAX_KEPT = 1024 * 1024
+MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +101,17 @@ def _shared_blocks(raw: bytes, known: Counted) -> int:
 
 class RecentBodies:
     """The counts of the bodies seen lately, by their first ``KEY`` bytes (the latest of
-    each start), at most ``max_entries`` bodies and ``max_bytes`` in all."""
+    each start), at most ``max_entries`` bodies and ``max_bytes`` in all, each at most
+    ``max_kept``."""
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES,
+                 max_kept: int = MAX_KEPT) -> None:
         self._lock = threading.Lock()
         self._entries: dict[bytes, Counted] = {}
         self._bytes = 0
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.max_kept = min(max_kept, max_bytes)
 
     @property
     def held(self) -> int:
@@ -121,7 +127,7 @@ class RecentBodies:
         with self._lock:
             known = self._entries.get(key)
         found = counted(raw, known, max_commas)
-        if isinstance(found, Counted) and keep and len(raw) <= self.max_bytes:
+        if isinstance(found, Counted) and keep and len(raw) <= self.max_kept:
             self._keep(key, found)
         return found
 

@@ -113,17 +113,18 @@ def test_the_estimate_with_recent_bodies_is_the_estimate_without() -> None:
 
 
 def test_the_bodies_kept_stay_within_their_bounds() -> None:
-    recent = RecentBodies(max_entries=3, max_bytes=5 * MIN_BYTES)
+    recent = RecentBodies(max_entries=3, max_bytes=5 * MIN_BYTES, max_kept=2 * MIN_BYTES)
     for i in range(20):
         raw = bytes([65 + i]) * KEY + b"x" * (MIN_BYTES + i * 100)
         recent.counted(raw)
         assert len(recent._entries) <= 3
         assert recent.held <= 5 * MIN_BYTES
     assert recent.held == sum(len(c.raw) for c in recent._entries.values())
-    # A body larger than all of them together is counted, not kept.
-    big = b"y" * (6 * MIN_BYTES)
+    # A body over the bound of one is counted, not kept.
+    big = b"y" * (2 * MIN_BYTES + 1)
     _check(recent.counted(big), big)
     assert all(c.raw is not big for c in recent._entries.values())
+    assert RecentBodies().max_kept <= 1024 * 1024  # the 8 MB bodies of a hostile load
     # Small bodies are counted whole and not kept either.
     small = b"z" * (MIN_BYTES - 1)
     _check(recent.counted(small), small)
