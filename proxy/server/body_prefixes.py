@@ -117,6 +117,11 @@ class RecentBodies:
     def held(self) -> int:
         return self._bytes
 
+    def kept(self) -> list[bytes]:
+        """The bodies kept, oldest first."""
+        with self._lock:
+            return [found.raw for found in self._entries.values()]
+
     def counted(self, raw: bytes, max_commas: int | None = None, *, keep: bool = True
                 ) -> Counted | int:
         """``counted(raw)``, from the kept body of the same start if there is one; the

@@ -5,13 +5,20 @@ within their bounds."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from types import SimpleNamespace
+from typing import cast
 
 import orjson
 import pytest
 
 from proxy.server.body_cost import MAX_VALUES, body_cost
 from proxy.server.body_prefixes import BLOCK, KEY, MIN_BYTES, Counted, RecentBodies, counted
+from proxy.server.held_bodies import BodyBudget
+from proxy.server.offload import WorkerPool
+from proxy.server.parsing import parse
+from proxy.server.state import ProxyState
 from tests.bench.loadgen import AGENT_BODY
 
 
@@ -117,15 +124,30 @@ def test_the_bodies_kept_stay_within_their_bounds() -> None:
     for i in range(20):
         raw = bytes([65 + i]) * KEY + b"x" * (MIN_BYTES + i * 100)
         recent.counted(raw)
-        assert len(recent._entries) <= 3
+        assert len(recent.kept()) <= 3
         assert recent.held <= 5 * MIN_BYTES
-    assert recent.held == sum(len(c.raw) for c in recent._entries.values())
+    assert recent.held == sum(len(raw) for raw in recent.kept())
     # A body over the bound of one is counted, not kept.
     big = b"y" * (2 * MIN_BYTES + 1)
     _check(recent.counted(big), big)
-    assert all(c.raw is not big for c in recent._entries.values())
+    assert all(raw is not big for raw in recent.kept())
     assert RecentBodies().max_kept <= 1024 * 1024  # the 8 MB bodies of a hostile load
     # Small bodies are counted whole and not kept either.
     small = b"z" * (MIN_BYTES - 1)
     _check(recent.counted(small), small)
-    assert all(c.raw is not small for c in recent._entries.values())
+    assert all(raw is not small for raw in recent.kept())
+
+
+async def test_parsing_draws_on_and_keeps_the_proxys_recent_bodies() -> None:
+    recent = RecentBodies()
+    state = cast(ProxyState, SimpleNamespace(
+        bodies=BodyBudget(64 * 1024 * 1024), parsing=asyncio.Semaphore(1),
+        offload=WorkerPool(1), recent_bodies=recent))
+    grown = AGENT_BODY[:-2] + b',{"role":"user","content":"next turn, more words"}]}'
+    for raw in (AGENT_BODY, grown):
+        hold = state.bodies.hold()
+        chat = await parse(state, raw, hold, None, None)
+        assert chat.inspected
+        assert hold.amount == body_cost(raw, dialect=False).memory
+        hold.release()
+    assert recent.kept() == [grown]  # the same first KB: the latest in its place
