@@ -86,9 +86,10 @@ async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
     translated = dialect is not None
     cost: BodyCost
     if large:
-        cost = await in_thread(state, hold, body_cost, raw, dialect=translated)
+        cost = await in_thread(state, hold, body_cost, raw, dialect=translated,
+                               recent=state.recent_bodies)
     else:
-        cost = body_cost(raw, dialect=translated)
+        cost = body_cost(raw, dialect=translated, recent=state.recent_bodies)
     if not cost.parsable or cost.memory > state.bodies.total:
         return ChatRequest.unread(raw, agent, dialect)
     if not await hold.reserve(max(0, cost.memory - hold.amount), BUDGET_WAIT):
