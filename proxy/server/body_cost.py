@@ -59,7 +59,8 @@ class BodyCost:
         return self.size + parsed + text  # the texts the stages join (the current turn's)
 
 
-def body_cost(raw: bytes, *, dialect: bool, recent: RecentBodies | None = None) -> BodyCost:
+def body_cost(raw: bytes, *, dialect: bool, recent: RecentBodies | None = None,
+              owner: str = "") -> BodyCost:
     """The cost of ``raw``: up to three passes over its bytes, each one call (a large body's
     in a worker thread, as its parse), only past the start it shares with a body of
     ``recent`` (``body_prefixes.py``: the same counts, found for less); a body that will not
@@ -69,7 +70,7 @@ def body_cost(raw: bytes, *, dialect: bool, recent: RecentBodies | None = None) 
         if len(raw) > MAX_PARSED_BYTES or values > MAX_VALUES:
             return BodyCost(len(raw), values, False, dialect)
         return BodyCost(len(raw), values, not raw.isascii() or b"\\u" in raw, dialect)
-    found = recent.counted(raw, MAX_VALUES - 1)
+    found = recent.counted(raw, MAX_VALUES - 1, owner=owner)
     if isinstance(found, int):
         return BodyCost(len(raw), found + 1, False, dialect)
     return BodyCost(len(raw), found.total + 1, not found.ascii or found.escape >= 0, dialect)

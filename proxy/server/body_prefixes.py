@@ -12,6 +12,10 @@ counts of the blocks it shares, checked byte for byte, and counts only the rest.
 is the same as counting the whole body, whatever the bodies are: nothing is taken from an
 earlier body but counts of bytes found equal.
 
+Kept bodies are told apart by their sender's credential as well (``owner``): a body counted
+past a shared start is counted faster, and that difference must not tell one tenant whether
+another sent a body that begins as its own does.
+
 The bodies kept are held in memory past their requests: at most ``MAX_ENTRIES`` of them and
 ``MAX_BYTES`` in all, the oldest dropped first, none over ``MAX_KEPT`` (an agent's request
 is tens to hundreds of KB; the 8 MB bodies of a hostile load are counted whole, not kept).
@@ -107,7 +111,7 @@ class RecentBodies:
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES,
                  max_kept: int = MAX_KEPT) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[bytes, Counted] = {}
+        self._entries: dict[tuple[str, bytes], Counted] = {}
         self._bytes = 0
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -122,13 +126,13 @@ class RecentBodies:
         with self._lock:
             return [found.raw for found in self._entries.values()]
 
-    def counted(self, raw: bytes, max_commas: int | None = None, *, keep: bool = True
-                ) -> Counted | int:
-        """``counted(raw)``, from the kept body of the same start if there is one; the
-        result kept in its place when ``keep``."""
+    def counted(self, raw: bytes, max_commas: int | None = None, *, keep: bool = True,
+                owner: str = "") -> Counted | int:
+        """``counted(raw)``, from the kept body of the same start and ``owner`` (the
+        request's credential) if there is one; the result kept in its place when ``keep``."""
         if len(raw) < MIN_BYTES:
             return counted(raw, None, max_commas)
-        key = raw[:KEY]
+        key = (owner, raw[:KEY])
         with self._lock:
             known = self._entries.get(key)
         found = counted(raw, known, max_commas)
@@ -136,7 +140,7 @@ class RecentBodies:
             self._keep(key, found)
         return found
 
-    def _keep(self, key: bytes, found: Counted) -> None:
+    def _keep(self, key: tuple[str, bytes], found: Counted) -> None:
         with self._lock:
             entries = self._entries
             old = entries.pop(key, None)

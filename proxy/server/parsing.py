@@ -78,18 +78,19 @@ def parses_running() -> int:
 
 
 async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
-                dialect: Dialect | None) -> ChatRequest:
+                dialect: Dialect | None, *, owner: str = "") -> ChatRequest:
     """``raw`` parsed (or left unread when parsing it costs too much); its cost held in
-    ``hold``. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
+    ``hold``; ``owner``: the request's credential, whose bodies alone its cost is counted
+    from. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
     budget stayed full."""
     large = is_large_body(len(raw))
     translated = dialect is not None
     cost: BodyCost
     if large:
         cost = await in_thread(state, hold, body_cost, raw, dialect=translated,
-                               recent=state.recent_bodies)
+                               recent=state.recent_bodies, owner=owner)
     else:
-        cost = body_cost(raw, dialect=translated, recent=state.recent_bodies)
+        cost = body_cost(raw, dialect=translated, recent=state.recent_bodies, owner=owner)
     if not cost.parsable or cost.memory > state.bodies.total:
         return ChatRequest.unread(raw, agent, dialect)
     if not await hold.reserve(max(0, cost.memory - hold.amount), BUDGET_WAIT):

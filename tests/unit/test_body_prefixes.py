@@ -151,3 +151,27 @@ async def test_parsing_draws_on_and_keeps_the_proxys_recent_bodies() -> None:
         assert hold.amount == body_cost(raw, dialect=False).memory
         hold.release()
     assert recent.kept() == [grown]  # the same first KB: the latest in its place
+
+
+def test_one_credential_s_bodies_are_never_counted_from_another_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting past a shared start is faster: were bodies shared across credentials, that
+    difference would tell one tenant whether another sent a body that begins as its own."""
+    import proxy.server.body_prefixes as prefixes
+    given: list[Counted | None] = []
+    real = prefixes.counted
+
+    def spy(raw: bytes, known: Counted | None = None, max_commas: int | None = None
+            ) -> Counted | int:
+        given.append(known)
+        return real(raw, known, max_commas)
+
+    monkeypatch.setattr(prefixes, "counted", spy)
+    recent = RecentBodies()
+    first, later = _turns(3), _turns(4)
+    recent.counted(first, owner="authorization\x00Bearer tenant-a")
+    recent.counted(later, owner="authorization\x00Bearer tenant-b")
+    assert given[-1] is None  # another credential: counted whole
+    recent.counted(later, owner="authorization\x00Bearer tenant-a")
+    assert given[-1] is not None and given[-1].raw == first  # its own: past the shared start
+    assert len(recent.kept()) == 2
