@@ -21,6 +21,7 @@ A body over ``MAX_VALUES`` is not parsed (forwarded as it came); one that is, ho
 
 from __future__ import annotations
 
+from proxy.server.body_prefixes import MIN_BYTES, RecentBodies
 from proxy.values import frozen_value
 
 __all__ = ["MAX_PARSED_BYTES", "MAX_VALUES", "BodyCost", "body_cost"]
@@ -58,11 +59,18 @@ class BodyCost:
         return self.size + parsed + text  # the texts the stages join (the current turn's)
 
 
-def body_cost(raw: bytes, *, dialect: bool) -> BodyCost:
+def body_cost(raw: bytes, *, dialect: bool, recent: RecentBodies | None = None,
+              owner: str = "") -> BodyCost:
     """The cost of ``raw``: up to three passes over its bytes, each one call (a large body's
-    in a worker thread, as its parse); a body that will not be parsed is not looked at for
-    wide text."""
-    values = raw.count(b",") + 1
-    if len(raw) > MAX_PARSED_BYTES or values > MAX_VALUES:
-        return BodyCost(len(raw), values, False, dialect)
-    return BodyCost(len(raw), values, not raw.isascii() or b"\\u" in raw, dialect)
+    in a worker thread, as its parse), only past the start it shares with a body of
+    ``recent`` (``body_prefixes.py``: the same counts, found for less); a body that will not
+    be parsed is not looked at for wide text."""
+    if recent is None or not MIN_BYTES <= len(raw) <= MAX_PARSED_BYTES:
+        values = raw.count(b",") + 1
+        if len(raw) > MAX_PARSED_BYTES or values > MAX_VALUES:
+            return BodyCost(len(raw), values, False, dialect)
+        return BodyCost(len(raw), values, not raw.isascii() or b"\\u" in raw, dialect)
+    found = recent.counted(raw, MAX_VALUES - 1, owner=owner)
+    if isinstance(found, int):
+        return BodyCost(len(raw), found + 1, False, dialect)
+    return BodyCost(len(raw), found.total + 1, not found.ascii or found.escape >= 0, dialect)

@@ -84,7 +84,7 @@ async def read_body(request: web.Request, limit: int, *, rate: int, grace: float
                 async for chunk in content.iter_any():
                     if await reader.add(chunk):
                         return reader.spill(limited(content.iter_any(), limit, pace,
-                                                    reader.received))
+                                                    reads, reader.received))
                     reads.extend(timer, _loop_time(pace.due(reader.received)))
     except TimeoutError as exc:
         if reads.draining:

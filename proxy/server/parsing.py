@@ -34,7 +34,7 @@ from proxy.server.held_bodies import Hold
 from proxy.server.state import ProxyState
 from proxy.wire.dialect import Dialect
 
-__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed"]
+__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed", "parses_running"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,11 @@ class _Collections:
         self._lock = threading.Lock()
         self._parsing = 0
         self._resume = False
+
+    @property
+    def running(self) -> int:
+        """Parses running now, in any thread (the collector is paused while one is)."""
+        return self._parsing
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -68,18 +73,24 @@ class _Collections:
 _COLLECTIONS = _Collections()
 
 
+def parses_running() -> int:
+    return _COLLECTIONS.running
+
+
 async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
-                dialect: Dialect | None) -> ChatRequest:
+                dialect: Dialect | None, *, owner: str = "") -> ChatRequest:
     """``raw`` parsed (or left unread when parsing it costs too much); its cost held in
-    ``hold``. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
+    ``hold``; ``owner``: the request's credential, whose bodies alone its cost is counted
+    from. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
     budget stayed full."""
     large = is_large_body(len(raw))
     translated = dialect is not None
     cost: BodyCost
     if large:
-        cost = await in_thread(state, hold, body_cost, raw, dialect=translated)
+        cost = await in_thread(state, hold, body_cost, raw, dialect=translated,
+                               recent=state.recent_bodies, owner=owner)
     else:
-        cost = body_cost(raw, dialect=translated)
+        cost = body_cost(raw, dialect=translated, recent=state.recent_bodies, owner=owner)
     if not cost.parsable or cost.memory > state.bodies.total:
         return ChatRequest.unread(raw, agent, dialect)
     if not await hold.reserve(max(0, cost.memory - hold.amount), BUDGET_WAIT):

@@ -10,11 +10,12 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected
+from proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, Rejected, ShuttingDown
 from proxy.floor.decision import public_verdict
 from proxy.server.accounting import Accounting
 from proxy.server.answers import error_response
 from proxy.server.body import body_encoding, decodable, decode_stream
+from proxy.server.draining import BodyReads
 from proxy.server.guard import start_answer
 from proxy.server.state import STATE_KEY, ProxyState
 from proxy.server.target import Target
@@ -65,19 +66,28 @@ class BodyPace:
         return self.start + self.grace + received / self.rate
 
 
-async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, seen: int = 0
-                   ) -> AsyncIterator[bytes]:
+async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, reads: BodyReads,
+                  seen: int = 0) -> AsyncIterator[bytes]:
     """The body as it streams in, cut off (and the upstream request with it) past ``limit``
     bytes (``seen`` of them received already) or when it falls behind ``pace`` (a body
-    slower than --min-body-rate)."""
+    slower than --min-body-rate); once the drain began, by the drain's body deadline
+    (``ShuttingDown``: 503, so that it is answered before the process stops)."""
     source = aiter(pieces)
+    loop = asyncio.get_running_loop()
     while True:
         try:
-            piece = await asyncio.wait_for(anext(source),
-                                           max(0.0, pace.due(seen) - time.monotonic()))
+            # The timer covers the wait for the next piece only, not the yield: the consumer
+            # (the upstream write) is not cut off by it.
+            async with asyncio.timeout_at(loop.time() + pace.due(seen) - time.monotonic()
+                                          ) as timer:
+                with reads.reading(timer):
+                    piece = await anext(source)
         except StopAsyncIteration:
             return
         except TimeoutError as exc:
+            if reads.draining:
+                raise ShuttingDown("tailfloor is shutting down; retry on another "
+                                   "instance") from exc
             raise BodyTimeout("the request body arrived slower than the minimum rate") from exc
         seen += len(piece)
         if seen > limit:
@@ -99,7 +109,8 @@ def _request_body(state: ProxyState, request: web.Request, body: AsyncIterator[b
     limit, length = state.settings.max_body_bytes, request.content_length
     settings = state.settings
     data = limited(request.content.iter_any(), limit,
-                   BodyPace(time.monotonic(), settings.idle_timeout, settings.min_body_rate))
+                   BodyPace(time.monotonic(), settings.idle_timeout, settings.min_body_rate),
+                   state.body_reads)
     if decoded:
         assert encoding is not None
         return headers, decode_stream(data, encoding, limit)  # chunked: its length is unknown

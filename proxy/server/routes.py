@@ -24,6 +24,7 @@ from proxy.errors import (
 )
 from proxy.floor.decision import pass_through
 from proxy.metrics import CONTENT_TYPE_LATEST
+from proxy.recovery.credential import CREDENTIAL_HEADERS
 from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding
@@ -120,7 +121,8 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                                grace=settings.idle_timeout, hold=hold, reads=state.body_reads)
         if isinstance(read, Spill):
             return await _unread(state, request, target, acct, dialect=dialect, spill=read)
-        chat = await parse(state, read, hold, target.agent, dialect)
+        chat = await parse(state, read, hold, target.agent, dialect,
+                           owner=_credential(request))
         del read  # the request's own reference to the body: ``chat`` holds it as long as needed
     except Rejected as exc:
         state.record.rejected(exc.reason)
@@ -135,6 +137,16 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                                   request_id=acct.request_id, started=acct.started).run()
     acct.verdict = finished.verdict
     return acct.answer(finished.response, gone=finished.client_gone)
+
+
+def _credential(request: web.Request) -> str:
+    """The request's credential as sent (kept in memory only, never logged), or ""."""
+    headers = request.headers
+    for name in CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if value:
+            return f"{name}\x00{value}"
+    return ""
 
 
 def _shape(request: web.Request) -> Dialect | None:

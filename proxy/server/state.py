@@ -20,6 +20,7 @@ from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
 from proxy.replicas.service import SharedStore
+from proxy.server.body_prefixes import RecentBodies
 from proxy.server.connections import CappedSite
 from proxy.server.draining import BodyReads
 from proxy.server.held_bodies import BodyBudget
@@ -52,6 +53,8 @@ class ProxyState:
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)
     bodies: BodyBudget = field(default_factory=lambda: BodyBudget(48 * 1024 * 1024))
+    # Counts of chat bodies seen lately, so the next ones are counted past what they share.
+    recent_bodies: RecentBodies = field(default_factory=RecentBodies)
     # One large body's bytes worked on at a time (server/parsing.py).
     parsing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     shared: SharedStore | None = None  # --store: what replicas share

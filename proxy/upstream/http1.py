@@ -26,6 +26,7 @@ __all__ = ["ConnectionClosed", "Http1Connection", "ProtocolError", "ReadTimeout"
 
 MAX_HEAD = 64 * 1024
 _JOIN_BELOW = 64 * 1024  # smaller bodies leave in the head's write (one segment)
+_WRITEV_FROM = 8 * 1024  # from this size the head's write is a writev (no copy to join)
 HIGH_WATER = 4 * 1024 * 1024
 
 
@@ -149,6 +150,10 @@ class Http1Connection(asyncio.Protocol):
             # Joining would copy a large body once more on the event loop.
             self.transport.write(head)
             self.transport.write(body)
+        elif body and len(body) >= _WRITEV_FROM:
+            # One segment, as a joined write: uvloop sends both in one writev, the body not
+            # copied (asyncio's transports join them).
+            self.transport.writelines((head, body))
         else:
             self.transport.write(head + body if body else head)
 

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ProxyProcess
@@ -172,4 +173,41 @@ def test_sigterm_answers_a_request_whose_body_is_still_arriving(
     payload = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert payload["type"] == "error"  # Anthropic's shape
     assert "shutting down" in payload["error"]["message"]
+    assert waited < 4.0
+
+
+@pytest.mark.parametrize("kind", ["embeddings", "chat-past-the-parse-bound"])
+def test_sigterm_answers_a_forwarded_body_still_arriving(
+        fake: FakeUpstream, clean_fake: FakeUpstream, kind: str) -> None:
+    """A body forwarded as it streams in (another route's, or a chat body too large to parse,
+    whose start already went upstream) and never completed: refused with 503 shutting_down
+    within the drain too, not cut without an answer when the process stops."""
+    process = ProxyProcess(fake.url, "--shutdown-grace", "4")
+    if kind == "embeddings":
+        path, sent, length = b"/v1/embeddings", b'{"model":"e","input":"', 4096
+    else:
+        start = b'{"model":"m","messages":[{"role":"user","content":"'
+        path, sent = b"/v1/chat/completions", start + b"x" * (9 * 1024 * 1024)
+        length = len(sent) + 4096
+    sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
+    try:
+        sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n" % length + sent)
+        time.sleep(0.5)  # forwarding: the upstream has the start of the body
+        began = time.monotonic()
+        process.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            answer += piece
+        waited = time.monotonic() - began
+    finally:
+        sock.close()
+    assert process.proc.wait(10) == 0
+    process.stop()
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    payload = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
+    assert payload["error"]["code"] == "shutting_down", payload
     assert waited < 4.0

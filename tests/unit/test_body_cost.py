@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -13,7 +14,7 @@ import pytest
 
 from proxy.chat import ChatRequest
 from proxy.server.body_cost import MAX_PARSED_BYTES, MAX_VALUES, body_cost
-from proxy.server.parsing import parsed
+from proxy.server.parsing import parsed, parses_running
 from proxy.wire.anthropic import MESSAGES
 from proxy.wire.dialect import Dialect
 from proxy.wire.responses import RESPONSES
@@ -113,6 +114,12 @@ def test_no_collection_runs_inside_a_parse() -> None:
         if phase == "start":
             runs.append(phase)
 
+    # A parse another test began in a worker thread (a request whose client left goes on
+    # parsing) pauses the collector of this whole process until it ends: wait for it.
+    waited = time.monotonic() + 60
+    while parses_running() and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert not parses_running() and gc.isenabled(), "the collector is off outside any parse"
     gc.collect()
     gc.callbacks.append(seen)
     try:
