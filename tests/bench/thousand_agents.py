@@ -147,11 +147,20 @@ def generate(root: Path, tracked: int, active: int, openclaw_share: float, per_d
                       "over_5mb": sum(1 for n in range(tracked) if n % 2500 == 1249)}
 
 
+def windows_p99(timeline: list[tuple[float, float]], width: float) -> list[float]:
+    """The p99 first-chunk time (ms) of the requests started in each window of ``width`` s."""
+    buckets: dict[int, list[float]] = {}
+    for at, first in timeline:
+        buckets.setdefault(int(at // width), []).append(first)
+    return [round(percentile(sorted(buckets[k]), 99) * 1e3, 1) for k in sorted(buckets)]
+
+
 async def load(port: int, sessions: list[Session], interval: float, seconds: float,
                write: bool) -> dict[str, Any]:
     """Every session asks after an exponential pause of mean ``interval`` until ``seconds``
     have passed; what each answer took and how it was decided."""
     firsts: list[float] = []
+    timeline: list[tuple[float, float]] = []  # (seconds from the start, first chunk)
     verdicts: dict[str, int] = {}
     errors = 0
     ends = time.monotonic() + seconds
@@ -160,11 +169,13 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
         nonlocal errors
         await asyncio.sleep(rng.uniform(0, interval))
         while time.monotonic() < ends:
+            at = time.monotonic() - began
             result = await measure_stream(port, orjson.dumps(s.body))
             if result.status != 200 or not result.events:
                 errors += 1
             else:
                 firsts.append(result.first_chunk)
+                timeline.append((at, result.first_chunk))
             verdict = result.headers.get("x-tailfloor", "(none)")
             key = RESTORED if verdict.startswith(RESTORED) else verdict
             verdicts[key] = verdicts.get(key, 0) + 1
@@ -179,7 +190,10 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     return {"requests": len(firsts) + errors, "errors": errors,
             "seconds": round(time.monotonic() - began, 1),
             "ttfc_p50_ms": round(percentile(firsts, 50) * 1e3, 2),
-            "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts}
+            "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts,
+            # The first requests find nothing kept (the cold burst): the p99 of each window
+            # of 10 s says whether the tail is the start or the whole run.
+            "ttfc_p99_by_10s_ms": windows_p99(timeline, 10.0)}
 
 
 async def through_tailfloor(port: int, pid: int, sessions: list[Session], interval: float,
