@@ -8,12 +8,13 @@ the time; every agent waited, half of them half a second or more (docs/benchmark
 thousand agents"). One thread takes them in the order they came: the same work, each
 decision done as soon as it can be, the loop contending with one thread only.
 
-A request waits at most ``wait`` seconds for its decision; past that it goes upstream as it
-came and says so (``none; reason=busy``, counted). A decision not started by then is
-dropped; one already running finishes on its own, so what it read, rendered and counted is
-kept for the session's next request. At most ``backlog`` decisions are queued (a dropped one
-until the thread skips it): beyond that a request is passed on at once, so the queue and
-what it holds stay bounded however fast requests come.
+A request waits at most ``wait`` seconds for its decision to start; past that it goes
+upstream as it came and says so (``none; reason=busy``, counted), and its decision is
+dropped from the queue. A decision that has started is waited for: what is left is the
+request's own work, which a lone agent always waited for (its first restore after a
+compaction is never passed through for being slow). At most ``backlog`` decisions are
+queued (a dropped one until the thread skips it): beyond that a request is passed on at
+once, so the queue and what it holds stay bounded however fast requests come.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ class FloorLane:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
 
     async def decide(self, fn: Callable[[A], R], arg: A) -> R | None:
-        """``fn(arg)`` in the lane's thread; None when it was not done within ``wait`` or
-        the queue is full (the caller passes the request through)."""
+        """``fn(arg)`` in the lane's thread; None when it had not started within ``wait``
+        or the queue is full (the caller passes the request through)."""
         with self._lock:
             if self.wait is not None and self.queued >= self.backlog:
                 return None
@@ -64,17 +65,23 @@ class FloorLane:
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.wait)
         except TimeoutError:
-            self._drop(job)
+            if not self._drop(job):
+                # Started: what is left is this request's own work, as it was before the
+                # lane (the wait bounds the queue, never a decision's own cost).
+                return await future
             return None
         except asyncio.CancelledError:  # the client left: nobody wants this decision
             self._drop(job)
             raise
 
-    def _drop(self, job: _Job[A, R]) -> None:
+    def _drop(self, job: _Job[A, R]) -> bool:
+        """Drop ``job`` if it has not started; whether it was dropped."""
         with self._lock:
-            if job.state == _QUEUED:
-                job.state = _DROPPED
-                job.fn = job.arg = None  # the request's context need not wait in the queue
+            if job.state != _QUEUED:
+                return False
+            job.state = _DROPPED
+            job.fn = job.arg = None  # the request's context need not wait in the queue
+            return True
 
     def _run(self, job: _Job[A, R]) -> R | None:
         with self._lock:

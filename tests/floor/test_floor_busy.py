@@ -2,9 +2,10 @@
 
 Through an in-process ``tailfloor serve`` over compacted sessions on disk, with the floor's
 decision held back in its thread (as a cold restore behind a burst of others would be):
-the request must not wait past ``--floor-wait-ms``; it is passed through unchanged (the
-upstream gets the client's bytes), marked ``none; reason=busy`` and counted. Once the
-thread is free again the session is restored as before. Decisions run one at a time, in
+a request whose decision has not started within ``--floor-wait-ms`` is passed through
+unchanged (the upstream gets the client's bytes), marked ``none; reason=busy`` and counted;
+the request whose decision was running is waited for and restored. Once the thread is free
+again the session is restored as before. Decisions run one at a time, in
 one thread: a burst's decisions do not share the interpreter with each other and the
 event loop all at once.
 """
@@ -72,30 +73,40 @@ def _hold(state: ProxyState, wrap: Callable[[Callable[[Any], Any], Any], Any]) -
     state.floor.rewrite = lambda ctx: wrap(real, ctx)  # type: ignore[method-assign]
 
 
-def test_a_decision_not_done_in_time_passes_the_request_through_marked_busy(
+def test_a_decision_not_started_in_time_passes_the_request_through_marked_busy(
         fake: FakeUpstream, tmp_path: Path) -> None:
-    rules, root, bodies = _sessions(tmp_path, 1)
-    gate = threading.Event()
+    rules, root, bodies = _sessions(tmp_path, 2)
+    gate, holding = threading.Event(), threading.Event()
+    first_session = orjson.loads(bodies[0])["messages"][-1]["content"][0]["text"]
 
     def held(real: Callable[[Any], Any], ctx: Any) -> Any:
-        gate.wait(10)  # the thread is busy with other sessions' restores
+        if first_session in orjson.dumps(ctx.messages).decode():
+            holding.set()
+            gate.wait(10)  # a slow restore of another session holds the thread
         return real(ctx)
 
     proxy = InProcessProxy(fake, "--sessions", str(root), "--rules", str(rules),
                            "--floor-wait-ms", "100",
                            before_start=lambda state: _hold(state, held))
     try:
-        verdict, took = _post(proxy, bodies[0])
-        assert verdict == BUSY
-        assert took < 5, f"the request waited {took:.1f} s for its decision"
-        assert fake.chat_requests()[-1].body == bodies[0]  # the client's bytes, unchanged
-        assert proxy.sample("tailfloor_floor_busy_passthrough_total",
-                            route="chat_completions") == 1
-        gate.set()
-        verdict, _ = _post(proxy, bodies[0])
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(_post, proxy, bodies[0])
+            assert holding.wait(10)
+            verdict, took = _post(proxy, bodies[1])
+            assert verdict == BUSY
+            assert took < 5, f"the request waited {took:.1f} s for its decision"
+            assert fake.chat_requests()[-1].body == bodies[1]  # the client's bytes, unchanged
+            assert proxy.sample("tailfloor_floor_busy_passthrough_total",
+                                route="chat_completions", settled=False) == 1
+            gate.set()
+            # The request whose decision had started waited for it: restored.
+            assert slow.result(timeout=20)[0].startswith("floor; restored=")
+        verdict, _ = _post(proxy, bodies[1])  # the thread is free again
         assert verdict.startswith("floor; restored="), verdict
         sent = orjson.loads(fake.chat_requests()[-1].body)["messages"]
         assert sum(1 for m in sent[2:] if m["role"] in ("user", "assistant", "tool")) >= 8
+        assert proxy.sample("tailfloor_floor_busy_passthrough_total",
+                            route="chat_completions") == 1
     finally:
         gate.set()
         proxy.stop()
