@@ -262,7 +262,7 @@ class Metrics:
             "running.", ["route"], registry=r)
         self.busy_passthrough = Counter(
             "tailfloor_floor_busy_passthrough_total",
-            "Chat requests passed on untouched because their floor decision was not done "
+            "Chat requests passed on untouched because their floor decision had not started "
             "within --floor-wait-ms (x-tailfloor: none; reason=busy).", ["route"], registry=r)
         self.carries = Counter(
             "tailfloor_carry_total", "New sessions and resets: carried (the previous "

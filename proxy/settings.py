@@ -142,8 +142,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "memory for what an agent's next request reuses (kept renderings of restored messages, "
      "unpacked sessions): raise it with many agents at work at once"),
     ("floor_wait_ms", "int", 40,
-     "milliseconds a request waits for its floor decision (transcript reads) before it goes "
-     "upstream as it came, marked reason=busy (0: wait as long as it takes)"),
+     "milliseconds a request waits for its floor decision to start (transcript reads, one "
+     "at a time) before it goes upstream as it came, marked reason=busy (0: no bound)"),
     ("admin_token_file", "path", None,
      "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
     ("replica_name", "str", "",
