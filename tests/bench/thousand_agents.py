@@ -161,6 +161,8 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     have passed; what each answer took and how it was decided."""
     firsts: list[float] = []
     timeline: list[tuple[float, float]] = []  # (seconds from the start, first chunk)
+    failures: dict[str, int] = {}
+    samples: list[str] = []
     verdicts: dict[str, int] = {}
     errors = 0
     ends = time.monotonic() + seconds
@@ -173,6 +175,12 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             result = await measure_stream(port, orjson.dumps(s.body))
             if result.status != 200 or not result.events:
                 errors += 1
+                # What a request without events got: its status and the verdict or the
+                # start of its body (a 503 of the body budget, an answer cut short...).
+                why = f"{result.status} {result.headers.get('x-tailfloor', '')}".strip()
+                failures[why] = failures.get(why, 0) + 1
+                if len(samples) < 5:
+                    samples.append(f"{why}: {result.text[:200]}")
             else:
                 firsts.append(result.first_chunk)
                 timeline.append((at, result.first_chunk))
@@ -187,7 +195,8 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     began = time.monotonic()
     await asyncio.gather(*(agent(s, random.Random(i)) for i, s in enumerate(sessions)))
     firsts.sort()
-    return {"requests": len(firsts) + errors, "errors": errors,
+    return {"requests": len(firsts) + errors, "errors": errors, "failures": failures,
+            "failure_samples": samples,
             "seconds": round(time.monotonic() - began, 1),
             "ttfc_p50_ms": round(percentile(firsts, 50) * 1e3, 2),
             "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts,
