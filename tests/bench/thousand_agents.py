@@ -163,6 +163,7 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     timeline: list[tuple[float, float]] = []  # (seconds from the start, first chunk)
     failures: dict[str, int] = {}
     samples: list[str] = []
+    busy: dict[int, int] = {}  # 10-s window -> requests passed through for want of time
     verdicts: dict[str, int] = {}
     errors = 0
     ends = time.monotonic() + seconds
@@ -186,6 +187,9 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
                 timeline.append((at, result.first_chunk))
             verdict = result.headers.get("x-tailfloor", "(none)")
             key = RESTORED if verdict.startswith(RESTORED) else verdict
+            if verdict == "none; reason=busy":  # when the floor's bound passed it through
+                window = int(at // 10)
+                busy[window] = busy.get(window, 0) + 1
             verdicts[key] = verdicts.get(key, 0) + 1
             s.next_turn(write)
             # The last pause is cut at the end, so idle tails do not dilute the CPU share.
@@ -202,7 +206,8 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts,
             # The first requests find nothing kept (the cold burst): the p99 of each window
             # of 10 s says whether the tail is the start or the whole run.
-            "ttfc_p99_by_10s_ms": windows_p99(timeline, 10.0)}
+            "ttfc_p99_by_10s_ms": windows_p99(timeline, 10.0),
+            "busy_by_10s": [busy.get(w, 0) for w in range(max(busy, default=-1) + 1)]}
 
 
 async def through_tailfloor(port: int, pid: int, sessions: list[Session], interval: float,
