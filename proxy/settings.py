@@ -66,7 +66,7 @@ class Settings:
     inspect_memory_bytes: int = 32 * 1024 * 1024
     inspect_content: bool = False
     session_cache_bytes: int = 28 * 1024 * 1024
-    floor_wait_ms: int = 40
+    floor_wait_ms: int = 0
     admin_token_file: Path | None = None
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -141,7 +141,7 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("session_cache_bytes", "int", 28 * 1024 * 1024,
      "memory for what an agent's next request reuses (kept renderings of restored messages, "
      "unpacked sessions): raise it with many agents at work at once"),
-    ("floor_wait_ms", "int", 40,
+    ("floor_wait_ms", "int", 0,
      "milliseconds a request waits for its floor decision to start (transcript reads, one "
      "at a time) before it goes upstream as it came, marked reason=busy (0: no bound)"),
     ("admin_token_file", "path", None,
