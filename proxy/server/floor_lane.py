@@ -45,7 +45,7 @@ class _Job(Generic[A, R]):
 class FloorLane:
     def __init__(self, wait: float | None, backlog: int = BACKLOG,
                  name: str = "tailfloor-floor") -> None:
-        """``wait``: seconds a request waits for its decision (None: as long as it takes)."""
+        """``wait``: seconds a request waits for its decision to start (None: no bound)."""
         self.wait = wait
         self.backlog = backlog
         self.queued = 0  # jobs in the thread's queue, dropped ones included
