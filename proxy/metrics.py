@@ -260,6 +260,10 @@ class Metrics:
             "tailfloor_indexing_passthrough_total",
             "Chat requests passed on untouched because the first transcript scan was still "
             "running.", ["route"], registry=r)
+        self.busy_passthrough = Counter(
+            "tailfloor_floor_busy_passthrough_total",
+            "Chat requests passed on untouched because their floor decision had not started "
+            "within --floor-wait-ms (x-tailfloor: none; reason=busy).", ["route"], registry=r)
         self.carries = Counter(
             "tailfloor_carry_total", "New sessions and resets: carried (the previous "
             "session's tail went in) or clean_slate (the user's first message asked for "

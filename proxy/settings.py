@@ -66,6 +66,7 @@ class Settings:
     inspect_memory_bytes: int = 32 * 1024 * 1024
     inspect_content: bool = False
     session_cache_bytes: int = 28 * 1024 * 1024
+    floor_wait_ms: int = 0
     admin_token_file: Path | None = None
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -140,6 +141,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("session_cache_bytes", "int", 28 * 1024 * 1024,
      "memory for what an agent's next request reuses (kept renderings of restored messages, "
      "unpacked sessions): raise it with many agents at work at once"),
+    ("floor_wait_ms", "int", 0,
+     "milliseconds a request waits for its floor decision to start (transcript reads, one "
+     "at a time) before it goes upstream as it came, marked reason=busy (0: no bound)"),
     ("admin_token_file", "path", None,
      "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
     ("replica_name", "str", "",
@@ -247,6 +251,9 @@ def _check_bounds(values: Mapping[str, object], problems: list[str]) -> None:
     cache = values["session_cache_bytes"]
     if isinstance(cache, int) and cache > 1 << 40:
         problems.append(f"session-cache-bytes: at most 1 TiB, got {cache}")
+    wait = values["floor_wait_ms"]
+    if isinstance(wait, int) and not 0 <= wait <= 600_000:
+        problems.append(f"floor-wait-ms: from 0 to 600000, got {wait}")
     if isinstance(values["max_connections"], int) and values["max_connections"] < 0:
         problems.append(f"max-connections: must be >= 0, got {values['max_connections']}")
 

@@ -45,6 +45,7 @@ from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
 from proxy.server.allocator import give_back_large_blocks
 from proxy.server.connections import CappedSite, default_cap
+from proxy.server.floor_lane import FloorLane
 from proxy.server.guard import last_guard
 from proxy.server.inspector_sink import InspectorSink
 from proxy.server.listen_errors import cannot_listen
@@ -102,7 +103,10 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
                         trail_sinks=[] if inspector is None else [InspectorSink(inspector)],
                         upstream=settings.upstream),
         models=models, floor=Floor(transcripts.catalog, tokens, prints),
-        contexts=ContextBuilder(models, sessions, AgentKeys()), transcripts=transcripts,
+        contexts=ContextBuilder(models, sessions, AgentKeys()),
+        floor_lane=FloorLane(settings.floor_wait_ms / 1000 if settings.floor_wait_ms else None,
+                             name=f"{name}-floor"),
+        transcripts=transcripts,
         sessions=sessions, inspector=inspector)
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
@@ -206,6 +210,7 @@ async def _recovery_ctx(app: web.Application) -> AsyncIterator[None]:
     if scratch is not None:
         scratch.cleanup()
     state.offload.close()
+    state.floor_lane.close()
 
 
 async def _shared_store(state: ProxyState) -> SharedStore | None:

@@ -37,6 +37,9 @@ MIN_BYTES = 4 * BLOCK
 MAX_ENTRIES = 64
 MAX_KEPT = 1024 * 1024
 MAX_BYTES = 8 * 1024 * 1024
+# A longer rest is looked at in place (the whole body), not copied to look at it alone: the
+# copy would be memory outside the body budget.
+_SLICE_AT_MOST = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,8 @@ def counted(raw: bytes, known: Counted | None = None, max_commas: int | None = N
     blocks = len(marks)
     if known is not None and known.ascii_blocks < shared:
         ascii_blocks = known.ascii_blocks  # the shared start itself is not ASCII
-    elif raw.isascii() if not start else raw[start:].isascii():
+    elif raw.isascii() if not start or len(raw) - start > _SLICE_AT_MOST else (
+            raw[start:].isascii()):  # the shared start is ASCII: the whole is, if the rest is
         ascii_blocks = blocks
     else:
         ascii_blocks = shared

@@ -17,8 +17,8 @@ after the time its declared (or the largest) length would take.
 from __future__ import annotations
 
 import asyncio
+import collections
 import io
-import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -83,8 +83,9 @@ async def read_body(request: web.Request, limit: int, *, rate: int, grace: float
             with reads.reading(timer):
                 async for chunk in content.iter_any():
                     if await reader.add(chunk):
-                        return reader.spill(limited(content.iter_any(), limit, pace,
-                                                    reads, reader.received))
+                        return reader.spill(limited(
+                            content.iter_any(), limit, pace, reads, seen=reader.received,
+                            waited=time.monotonic() - pace.start))
                     reads.extend(timer, _loop_time(pace.due(reader.received)))
     except TimeoutError as exc:
         if reads.draining:
@@ -133,21 +134,31 @@ class _Reader:
 
     async def decode_held(self) -> bool:
         """The compressed pieces held so far, decoded (the body ended, or they passed the
-        bound; later pieces are decoded as they come); True once past the parse bound. Their
-        compressed bytes leave the budget once decoded (a spilled body's, once sent)."""
+        bound; later pieces are decoded as they come); True once past the parse bound (the
+        rest of them then decoded as the spill is sent)."""
         held, self._compressed = self._compressed, None
         if not held or self.decoder is None:
             return False
-        if await self._decoded(itertools.chain.from_iterable(map(self.decoder.feed, held))):
-            return True
-        self.hold.give_back(self._compressed_held)
-        self._compressed_held = 0
-        return False
+        return await self._decoded(self._held_pieces(collections.deque(held), self.decoder))
+
+    def _held_pieces(self, held: collections.deque[bytes], decoder: Decoder) -> Iterator[bytes]:
+        """The decoded pieces of ``held``, each compressed piece given back to the budget once
+        fed; an empty piece after each, a turn for the event loop even when one decodes to
+        nothing."""
+        while held:
+            compressed = held.popleft()
+            yield from decoder.feed(compressed)
+            self.hold.give_back(len(compressed))
+            self._compressed_held -= len(compressed)
+            del compressed
+            yield b""
 
     async def _decoded(self, pieces: Iterator[bytes]) -> bool:
         for index, piece in enumerate(pieces):
             if index:
                 await asyncio.sleep(0)
+            if not piece:
+                continue
             if not self.hold.take(len(piece)):
                 raise Busy("tailfloor holds as many request bodies as it may; retry shortly")
             self._buffer.write(piece)
@@ -172,10 +183,9 @@ class _Reader:
 
     async def _rest(self, tail: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         for piece in self._pending:
-            yield piece
+            if piece:  # an empty piece is only a turn; sent, it would end a chunked body
+                yield piece
             await asyncio.sleep(0)
-        self.hold.give_back(self._compressed_held)
-        self._compressed_held = 0
         if self.decoder is None:
             async for piece in tail:
                 yield piece

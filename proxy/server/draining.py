@@ -35,6 +35,8 @@ class BodyReads:
 
     def extend(self, deadline: asyncio.Timeout, when: float) -> None:
         """``deadline`` moved to ``when`` (loop time), but not past the drain's."""
+        if deadline.expired():
+            return  # it fired: its task is about to see the timeout (it may not be moved)
         if self._until is not None:
             when = min(when, self._until)
         deadline.reschedule(when)
@@ -48,6 +50,8 @@ class BodyReads:
             self._shorten(deadline)
 
     def _shorten(self, deadline: asyncio.Timeout) -> None:
+        if deadline.expired():
+            return  # fired already, its task not yet resumed: rescheduling it would raise
         when = deadline.when()
         if self._until is not None and (when is None or when > self._until):
             deadline.reschedule(self._until)

@@ -140,7 +140,10 @@ class ChatExchange:
         settled = floor.settle(ctx)
         if settled is not None:
             return settled
-        decided: Decision = await self.state.offload(floor.rewrite, ctx)
+        decided = await self.state.floor_lane.decide(floor.rewrite, ctx)
+        if decided is None:  # not in time: the agent is not kept waiting (floor_lane.py)
+            self.state.metrics.busy_passthrough.labels(route=ctx.chat.route).inc()
+            return pass_through(ctx.chat, "busy", ctx.lineage.method, ctx.lineage.session_id)
         return decided
 
     async def _recovery_view(self, ctx: RequestContext, outgoing: Outgoing

@@ -65,21 +65,27 @@ class BodyPace:
     def due(self, received: int) -> float:
         return self.start + self.grace + received / self.rate
 
+    def allowed(self, received: int) -> float:
+        """Seconds a body may have waited for its client by the time it sent ``received``."""
+        return self.grace + received / self.rate
+
 
 async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, reads: BodyReads,
-                  seen: int = 0) -> AsyncIterator[bytes]:
+                  *, seen: int = 0, waited: float = 0.0) -> AsyncIterator[bytes]:
     """The body as it streams in, cut off (and the upstream request with it) past ``limit``
     bytes (``seen`` of them received already) or when it falls behind ``pace`` (a body
     slower than --min-body-rate); once the drain began, by the drain's body deadline
-    (``ShuttingDown``: 503, so that it is answered before the process stops)."""
+    (``ShuttingDown``: 503, so that it is answered before the process stops). Only the time
+    spent waiting for the client's next piece counts (``waited``: before this stream), not
+    the time its consumer (the upstream's side) takes between two pieces."""
     source = aiter(pieces)
     loop = asyncio.get_running_loop()
     while True:
+        began = loop.time()
         try:
             # The timer covers the wait for the next piece only, not the yield: the consumer
             # (the upstream write) is not cut off by it.
-            async with asyncio.timeout_at(loop.time() + pace.due(seen) - time.monotonic()
-                                          ) as timer:
+            async with asyncio.timeout_at(began + pace.allowed(seen) - waited) as timer:
                 with reads.reading(timer):
                     piece = await anext(source)
         except StopAsyncIteration:
@@ -89,6 +95,7 @@ async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, read
                 raise ShuttingDown("tailfloor is shutting down; retry on another "
                                    "instance") from exc
             raise BodyTimeout("the request body arrived slower than the minimum rate") from exc
+        waited += loop.time() - began
         seen += len(piece)
         if seen > limit:
             raise BodyTooLarge(f"request body is over the {limit}-byte limit")

@@ -9,6 +9,7 @@ itself); ``Accounting`` does the bookkeeping of both routes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 
 import orjson
 from aiohttp import web
@@ -140,12 +141,13 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
 
 
 def _credential(request: web.Request) -> str:
-    """The request's credential as sent (kept in memory only, never logged), or ""."""
+    """A hash of the request's credential (the credential itself is not kept), or ""."""
     headers = request.headers
     for name in CREDENTIAL_HEADERS:
         value = headers.get(name)
         if value:
-            return f"{name}\x00{value}"
+            text = f"{name}\x00{value}".encode("utf-8", "surrogateescape")
+            return hashlib.blake2b(text, digest_size=16).hexdigest()
     return ""
 
 

@@ -23,6 +23,7 @@ from proxy.replicas.service import SharedStore
 from proxy.server.body_prefixes import RecentBodies
 from proxy.server.connections import CappedSite
 from proxy.server.draining import BodyReads
+from proxy.server.floor_lane import FloorLane
 from proxy.server.held_bodies import BodyBudget
 from proxy.server.offload import WorkerPool
 from proxy.server.record import Recorder
@@ -49,6 +50,7 @@ class ProxyState:
     models: ModelFactsResolver
     floor: Floor
     contexts: ContextBuilder
+    floor_lane: FloorLane
     transcripts: TranscriptService | None = None
     sessions: SessionFinder | None = None
     stream_options: StreamOptionsMemory = field(default_factory=StreamOptionsMemory)

@@ -147,11 +147,23 @@ def generate(root: Path, tracked: int, active: int, openclaw_share: float, per_d
                       "over_5mb": sum(1 for n in range(tracked) if n % 2500 == 1249)}
 
 
+def windows_p99(timeline: list[tuple[float, float]], width: float) -> list[float]:
+    """The p99 first-chunk time (ms) of the requests started in each window of ``width`` s."""
+    buckets: dict[int, list[float]] = {}
+    for at, first in timeline:
+        buckets.setdefault(int(at // width), []).append(first)
+    return [round(percentile(sorted(buckets[k]), 99) * 1e3, 1) for k in sorted(buckets)]
+
+
 async def load(port: int, sessions: list[Session], interval: float, seconds: float,
                write: bool) -> dict[str, Any]:
     """Every session asks after an exponential pause of mean ``interval`` until ``seconds``
     have passed; what each answer took and how it was decided."""
     firsts: list[float] = []
+    timeline: list[tuple[float, float]] = []  # (seconds from the start, first chunk)
+    failures: dict[str, int] = {}
+    samples: list[str] = []
+    busy: dict[int, int] = {}  # 10-s window -> requests passed through for want of time
     verdicts: dict[str, int] = {}
     errors = 0
     ends = time.monotonic() + seconds
@@ -160,13 +172,24 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
         nonlocal errors
         await asyncio.sleep(rng.uniform(0, interval))
         while time.monotonic() < ends:
+            at = time.monotonic() - began
             result = await measure_stream(port, orjson.dumps(s.body))
             if result.status != 200 or not result.events:
                 errors += 1
+                # What a request without events got: its status and the verdict or the
+                # start of its body (a 503 of the body budget, an answer cut short...).
+                why = f"{result.status} {result.headers.get('x-tailfloor', '')}".strip()
+                failures[why] = failures.get(why, 0) + 1
+                if len(samples) < 5:
+                    samples.append(f"{why}: {result.text[:200]}")
             else:
                 firsts.append(result.first_chunk)
+                timeline.append((at, result.first_chunk))
             verdict = result.headers.get("x-tailfloor", "(none)")
             key = RESTORED if verdict.startswith(RESTORED) else verdict
+            if verdict == "none; reason=busy":  # when the floor's bound passed it through
+                window = int(at // 10)
+                busy[window] = busy.get(window, 0) + 1
             verdicts[key] = verdicts.get(key, 0) + 1
             s.next_turn(write)
             # The last pause is cut at the end, so idle tails do not dilute the CPU share.
@@ -176,10 +199,15 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     began = time.monotonic()
     await asyncio.gather(*(agent(s, random.Random(i)) for i, s in enumerate(sessions)))
     firsts.sort()
-    return {"requests": len(firsts) + errors, "errors": errors,
+    return {"requests": len(firsts) + errors, "errors": errors, "failures": failures,
+            "failure_samples": samples,
             "seconds": round(time.monotonic() - began, 1),
             "ttfc_p50_ms": round(percentile(firsts, 50) * 1e3, 2),
-            "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts}
+            "ttfc_p99_ms": round(percentile(firsts, 99) * 1e3, 2), "verdicts": verdicts,
+            # The first requests find nothing kept (the cold burst): the p99 of each window
+            # of 10 s says whether the tail is the start or the whole run.
+            "ttfc_p99_by_10s_ms": windows_p99(timeline, 10.0),
+            "busy_by_10s": [busy.get(w, 0) for w in range(max(busy, default=-1) + 1)]}
 
 
 async def through_tailfloor(port: int, pid: int, sessions: list[Session], interval: float,

@@ -124,3 +124,13 @@ def test_the_store_timeout() -> None:
         with pytest.raises(settings_mod.SettingsError) as info:
             parse(store, {"TAILFLOOR_STORE_TIMEOUT_MS": bad})
         assert "TAILFLOOR_STORE_TIMEOUT_MS" in "\n".join(info.value.problems)
+
+
+def test_the_floor_wait() -> None:
+    assert parse([]).floor_wait_ms == 0  # no bound: every request waits for its floor
+    assert parse([], {"TAILFLOOR_FLOOR_WAIT_MS": "250"}).floor_wait_ms == 250
+    assert parse(["--floor-wait-ms", "0"]).floor_wait_ms == 0  # no bound
+    for bad in ("-1", "600001"):
+        with pytest.raises(settings_mod.SettingsError) as info:
+            parse(["--floor-wait-ms", bad])
+        assert "floor-wait-ms" in "\n".join(info.value.problems)

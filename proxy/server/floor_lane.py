@@ -1,0 +1,102 @@
+"""The floor's decisions: a thread of their own, and a bound on how long a request waits.
+
+A decision that reads transcripts runs off the event loop. It used to share the worker pool
+(four threads) with the rest of the heavy work: a burst of cold restores (a thousand
+agents' first requests after a start, nothing kept yet) then ran four at a time, each
+slowed by the others' turns at the interpreter lock, and the event loop got it a fifth of
+the time; every agent waited, half of them half a second or more (docs/benchmarks.md, "A
+thousand agents"). One thread takes them in the order they came: the same work, each
+decision done as soon as it can be, the loop contending with one thread only.
+
+A request waits at most ``wait`` seconds for its decision to start; past that it goes
+upstream as it came and says so (``none; reason=busy``, counted), and its decision is
+dropped from the queue. A decision that has started is waited for: what is left is the
+request's own work, which a lone agent always waited for (its first restore after a
+compaction is never passed through for being slow). At most ``backlog`` decisions are
+queued (a dropped one until the thread skips it): beyond that a request is passed on at
+once, so the queue and what it holds stay bounded however fast requests come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
+
+__all__ = ["BACKLOG", "FloorLane"]
+
+A = TypeVar("A")
+R = TypeVar("R")
+BACKLOG = 256  # queued decisions; each holds its request's parsed context until it runs
+_QUEUED, _RUNNING, _DROPPED = 0, 1, 2
+
+
+class _Job(Generic[A, R]):
+    __slots__ = ("arg", "fn", "state")
+
+    def __init__(self, fn: Callable[[A], R], arg: A) -> None:
+        self.fn: Callable[[A], R] | None = fn
+        self.arg: A | None = arg
+        self.state = _QUEUED
+
+
+class FloorLane:
+    def __init__(self, wait: float | None, backlog: int = BACKLOG,
+                 name: str = "tailfloor-floor") -> None:
+        """``wait``: seconds a request waits for its decision to start (None: no bound)."""
+        self.wait = wait
+        self.backlog = backlog
+        self.queued = 0  # jobs in the thread's queue, dropped ones included
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def decide(self, fn: Callable[[A], R], arg: A) -> R | None:
+        """``fn(arg)`` in the lane's thread; None when it had not started within ``wait``
+        or the queue is full (the caller passes the request through)."""
+        with self._lock:
+            if self.wait is not None and self.queued >= self.backlog:
+                return None
+            self.queued += 1
+        job = _Job(fn, arg)
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self._run, job)
+        future.add_done_callback(_retrieve)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.wait)
+        except TimeoutError:
+            if not self._drop(job):
+                # Started: what is left is this request's own work, as it was before the
+                # lane (the wait bounds the queue, never a decision's own cost).
+                return await future
+            return None
+        except asyncio.CancelledError:  # the client left: nobody wants this decision
+            self._drop(job)
+            raise
+
+    def _drop(self, job: _Job[A, R]) -> bool:
+        """Drop ``job`` if it has not started; whether it was dropped."""
+        with self._lock:
+            if job.state != _QUEUED:
+                return False
+            job.state = _DROPPED
+            job.fn = job.arg = None  # the request's context need not wait in the queue
+            return True
+
+    def _run(self, job: _Job[A, R]) -> R | None:
+        with self._lock:
+            self.queued -= 1
+            fn, arg = job.fn, job.arg
+            if job.state == _DROPPED or fn is None:
+                return None
+            job.state = _RUNNING
+        return fn(arg)  # type: ignore[arg-type]  # arg is set while fn is
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A decision nobody awaits any more must not log "exception never retrieved".
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,88 @@
+"""The floor's lane: one decision at a time, a bounded wait, a bounded queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from proxy.server.floor_lane import FloorLane
+
+
+def _blocker(gate: threading.Event, started: threading.Event) -> object:
+    def block(_: object) -> str:
+        started.set()
+        gate.wait(10)
+        return "first"
+    return block
+
+
+def test_a_decision_not_started_in_time_is_dropped_and_never_runs() -> None:
+    async def scenario() -> None:
+        lane = FloorLane(wait=0.05)
+        gate, started = threading.Event(), threading.Event()
+        ran: list[str] = []
+        first = asyncio.ensure_future(lane.decide(_blocker(gate, started), None))
+        await asyncio.to_thread(started.wait, 5)
+        assert await lane.decide(ran.append, "late") is None  # behind the blocked one
+        gate.set()
+        assert await first == "first"  # it had started: waited for, however long
+        assert await lane.decide(lambda x: x, "next") == "next"
+        assert ran == []  # the dropped decision never ran
+        assert lane.queued == 0
+        lane.close()
+    asyncio.run(scenario())
+
+
+def test_a_decision_already_running_when_time_is_up_is_waited_for() -> None:
+    async def scenario() -> None:
+        lane = FloorLane(wait=0.05)
+        gate = threading.Event()
+
+        def slow(_: object) -> str:
+            gate.wait(10)
+            return "restored"
+
+        waiting = asyncio.ensure_future(lane.decide(slow, None))
+        await asyncio.sleep(0.2)  # well past the wait: its own work, not a queue
+        assert not waiting.done()
+        gate.set()
+        assert await waiting == "restored"
+        lane.close()
+    asyncio.run(scenario())
+
+
+def test_the_queue_is_bounded_beyond_it_a_request_is_passed_on_at_once() -> None:
+    async def scenario() -> None:
+        lane = FloorLane(wait=5.0, backlog=2)
+        gate, started = threading.Event(), threading.Event()
+        calls: list[int] = []
+        first = asyncio.ensure_future(lane.decide(_blocker(gate, started), None))
+        await asyncio.to_thread(started.wait, 5)
+        queued = [asyncio.ensure_future(lane.decide(calls.append, n)) for n in range(2)]
+        await asyncio.sleep(0.05)
+        assert lane.queued == 2
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert await lane.decide(calls.append, 99) is None  # no room: not queued at all
+        assert loop.time() - began < 1.0
+        gate.set()
+        assert await first == "first"
+        await asyncio.gather(*queued)
+        assert calls == [0, 1]
+        lane.close()
+    asyncio.run(scenario())
+
+
+def test_without_a_bound_a_request_waits_its_turn() -> None:
+    async def scenario() -> None:
+        lane = FloorLane(wait=None, backlog=1)
+        gate, started = threading.Event(), threading.Event()
+        first = asyncio.ensure_future(lane.decide(_blocker(gate, started), None))
+        await asyncio.to_thread(started.wait, 5)
+        waiting = [asyncio.ensure_future(lane.decide(lambda x: x, n)) for n in range(3)]
+        await asyncio.sleep(0.1)
+        gate.set()
+        assert await first == "first"
+        assert await asyncio.gather(*waiting) == [0, 1, 2]
+        lane.close()
+    asyncio.run(scenario())
