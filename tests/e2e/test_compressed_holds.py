@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from tests.conftest import ProxyProcess
+from tests.e2e.test_slow_clients import _closed_within
 from tests.fake_upstream import FakeUpstream
 
 BUDGET = 4 * 1024 * 1024
@@ -55,14 +56,8 @@ def _post(url: str, body: bytes) -> int:
 
 
 def _answer(sock: socket.socket, seconds: float) -> bytes:
-    sock.settimeout(seconds)
-    got = b""
-    try:
-        while piece := sock.recv(65536):
-            got += piece
-    except TimeoutError:
-        pass
-    return got
+    """What arrived until the connection closed or ``seconds`` passed."""
+    return _closed_within(sock, seconds)[1]
 
 
 def test_a_stalled_zip_bomb_holds_what_it_sent_and_is_cut_off_by_its_pace(

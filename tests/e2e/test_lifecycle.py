@@ -144,6 +144,17 @@ def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUp
     assert b'"content":"gh"' in result["body"]
 
 
+def _json_answer(sock: socket.socket) -> bytes:
+    """The raw answer, read until its JSON body ends or the connection closes."""
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        answer += piece
+    return answer
+
+
 def test_sigterm_answers_a_request_whose_body_is_still_arriving(
         fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     """The body never completes: the request is refused with the dialect's 503
@@ -158,12 +169,7 @@ def test_sigterm_answers_a_request_whose_body_is_still_arriving(
         time.sleep(0.3)  # the handler is reading the body
         began = time.monotonic()
         process.proc.send_signal(signal.SIGTERM)
-        answer = b""
-        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            answer += piece
+        answer = _json_answer(sock)
         waited = time.monotonic() - began
     finally:
         sock.close()
@@ -196,12 +202,7 @@ def test_sigterm_answers_a_forwarded_body_still_arriving(
         time.sleep(0.5)  # forwarding: the upstream has the start of the body
         began = time.monotonic()
         process.proc.send_signal(signal.SIGTERM)
-        answer = b""
-        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            answer += piece
+        answer = _json_answer(sock)
         waited = time.monotonic() - began
     finally:
         sock.close()

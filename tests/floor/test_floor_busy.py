@@ -26,7 +26,8 @@ from proxy.server.state import ProxyState
 from proxy.transcripts.catalog import Catalog
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import Transcript, conversation, put, request_for
-from tests.floor.test_floor_tenants import RULES, write_session
+from tests.floor.test_floor_lag_wait import rules_and_root
+from tests.floor.test_floor_tenants import write_session
 from tests.inprocess import InProcessProxy
 
 BUSY = "none; reason=busy"
@@ -41,12 +42,7 @@ def _compacted(session_id: str) -> Transcript:
 
 def _sessions(tmp_path: Path, count: int) -> tuple[Path, Path, list[bytes]]:
     """Rules, a root of ``count`` compacted sessions, and each one's next request."""
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "floor.toml").write_text(RULES.replace("min_tail_messages = 30",
-                                                    "min_tail_messages = 8"))
-    root = tmp_path / "sessions"
-    root.mkdir()
+    rules, root = rules_and_root(tmp_path)
     bodies = []
     for n in range(count):
         session = _compacted(f"01a22a55-0000-7000-8000-0000000b{n:04d}")

@@ -51,14 +51,20 @@ def _until_tracked(proxy: ProxyProcess, session_id: str, bound: float = 10.0) ->
         time.sleep(0.02)
 
 
-def test_a_request_ahead_of_its_transcript_waits_for_the_watcher(
-        fake: FakeUpstream, tmp_path: Path) -> None:
+def rules_and_root(tmp_path: Path) -> tuple[Path, Path]:
+    """A rules directory with N = 8, and an empty sessions root."""
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "floor.toml").write_text(RULES.replace("min_tail_messages = 30",
                                                     "min_tail_messages = 8"))
     root = tmp_path / "sessions"
     root.mkdir()
+    return rules, root
+
+
+def test_a_request_ahead_of_its_transcript_waits_for_the_watcher(
+        fake: FakeUpstream, tmp_path: Path) -> None:
+    rules, root = rules_and_root(tmp_path)
     proxy = InProcessProxy(fake, "--sessions", str(root), "--rules", str(rules))
     try:
         for run in range(3):
