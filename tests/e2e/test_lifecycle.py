@@ -144,37 +144,41 @@ def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUp
     assert b'"content":"gh"' in result["body"]
 
 
-def _json_answer(sock: socket.socket) -> bytes:
-    """The raw answer, read until its JSON body ends or the connection closes."""
-    answer = b""
-    while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        answer += piece
-    return answer
+def _sigterm_while_sending(fake: FakeUpstream, sent: bytes, pause: float
+                           ) -> tuple[bytes, float]:
+    """A proxy with 4 s of grace gets ``sent`` (a request whose body has not all come),
+    then SIGTERM ``pause`` seconds later: the raw answer (read until its JSON body ends or
+    the connection closes) and how long it took after the signal; the proxy exited 0."""
+    process = ProxyProcess(fake.url, "--shutdown-grace", "4")
+    sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
+    try:
+        sock.sendall(sent)
+        time.sleep(pause)
+        began = time.monotonic()
+        process.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            answer += piece
+        waited = time.monotonic() - began
+    finally:
+        sock.close()
+    assert process.proc.wait(10) == 0
+    process.stop()
+    return answer, waited
 
 
 def test_sigterm_answers_a_request_whose_body_is_still_arriving(
         fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     """The body never completes: the request is refused with the dialect's 503
     (shutting_down) within the drain, not left to the drain's end without an answer."""
-    process = ProxyProcess(fake.url, "--shutdown-grace", "4")
     body = b'{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}'
-    sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
-    try:
-        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     b"\r\nanthropic-version: 2023-06-01\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:20])
-        time.sleep(0.3)  # the handler is reading the body
-        began = time.monotonic()
-        process.proc.send_signal(signal.SIGTERM)
-        answer = _json_answer(sock)
-        waited = time.monotonic() - began
-    finally:
-        sock.close()
-    assert process.proc.wait(10) == 0
-    process.stop()
+    answer, waited = _sigterm_while_sending(
+        fake, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b"\r\nanthropic-version: 2023-06-01\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body) + body[:20], 0.3)
     assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
     payload = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert payload["type"] == "error"  # Anthropic's shape
@@ -188,26 +192,16 @@ def test_sigterm_answers_a_forwarded_body_still_arriving(
     """A body forwarded as it streams in (another route's, or a chat body too large to parse,
     whose start already went upstream) and never completed: refused with 503 shutting_down
     within the drain too, not cut without an answer when the process stops."""
-    process = ProxyProcess(fake.url, "--shutdown-grace", "4")
     if kind == "embeddings":
         path, sent, length = b"/v1/embeddings", b'{"model":"e","input":"', 4096
     else:
         start = b'{"model":"m","messages":[{"role":"user","content":"'
         path, sent = b"/v1/chat/completions", start + b"x" * (9 * 1024 * 1024)
         length = len(sent) + 4096
-    sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
-    try:
-        sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     b"application/json\r\nContent-Length: %d\r\n\r\n" % length + sent)
-        time.sleep(0.5)  # forwarding: the upstream has the start of the body
-        began = time.monotonic()
-        process.proc.send_signal(signal.SIGTERM)
-        answer = _json_answer(sock)
-        waited = time.monotonic() - began
-    finally:
-        sock.close()
-    assert process.proc.wait(10) == 0
-    process.stop()
+    answer, waited = _sigterm_while_sending(
+        fake, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        b"application/json\r\nContent-Length: %d\r\n\r\n" % length + sent,
+        0.5)  # forwarding: the upstream has the start of the body
     assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
     payload = orjson.loads(answer.split(b"\r\n\r\n", 1)[1])
     assert payload["error"]["code"] == "shutting_down", payload
