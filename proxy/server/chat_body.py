@@ -139,7 +139,9 @@ class _Reader:
         held, self._compressed = self._compressed, None
         if not held or self.decoder is None:
             return False
-        return await self._decoded(self._held_pieces(collections.deque(held), self.decoder))
+        queue = collections.deque(held)
+        del held  # the queue alone holds the pieces: each is let go once fed
+        return await self._decoded(self._held_pieces(queue, self.decoder))
 
     def _held_pieces(self, held: collections.deque[bytes], decoder: Decoder) -> Iterator[bytes]:
         """The decoded pieces of ``held``, each compressed piece given back to the budget once
