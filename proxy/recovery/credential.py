@@ -73,6 +73,11 @@ class CredentialScopes:
                 return found
         return None
 
+    def first(self, headers: Mapping[str, str]) -> str:
+        """The hash under the current key, or "" when the request sends no credential."""
+        hashes = self.of(headers)
+        return hashes[0] if hashes else ""
+
     def __repr__(self) -> str:
         return f"CredentialScopes({len(self.keys)} keys, {len(self._kept)} credentials kept)"
 

@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import io
-import time
 from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import web
 
-from proxy.errors import BodyTimeout, BodyTooLarge, Busy, ShuttingDown, UnsupportedEncoding
+from proxy.errors import BodyTooLarge, Busy, UnsupportedEncoding
 from proxy.server.body import Decoder, body_encoding, decodable, decoded
 from proxy.server.body_cost import MAX_PARSED_BYTES
 from proxy.server.draining import BodyReads
@@ -77,21 +76,11 @@ async def read_body(request: web.Request, limit: int, *, rate: int, grace: float
         if await reader.add(whole) or await reader.decode_held():
             return reader.spill(_nothing())
         return reader.body()
-    pace = BodyPace(time.monotonic(), grace, rate)
-    try:
-        async with asyncio.timeout_at(_loop_time(pace.due(0))) as timer:
-            with reads.reading(timer):
-                async for chunk in content.iter_any():
-                    if await reader.add(chunk):
-                        return reader.spill(limited(
-                            content.iter_any(), limit, pace, reads, seen=reader.received,
-                            waited=time.monotonic() - pace.start))
-                    reads.extend(timer, _loop_time(pace.due(reader.received)))
-    except TimeoutError as exc:
-        if reads.draining:
-            raise ShuttingDown("tailfloor is shutting down; retry on another "
-                               "instance") from exc
-        raise BodyTimeout(f"the request body arrived slower than {rate} bytes/s") from exc
+    # The same pace as any forwarded body; a spill goes on reading from the same pieces.
+    pieces = limited(content.iter_any(), limit, BodyPace(grace, rate), reads)
+    async for chunk in pieces:
+        if await reader.add(chunk):
+            return reader.spill(pieces)
     if await reader.decode_held():
         return reader.spill(_nothing())
     return reader.body()
@@ -199,10 +188,3 @@ class _Reader:
 async def _nothing() -> AsyncIterator[bytes]:
     return
     yield  # an async generator that yields nothing
-
-
-def _loop_time(monotonic: float) -> float:
-    """The event loop's time at ``monotonic`` (both count from the same clock here, but
-    only the difference is relied on)."""
-    loop = asyncio.get_running_loop()
-    return loop.time() + (monotonic - time.monotonic())

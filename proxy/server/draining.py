@@ -33,14 +33,6 @@ class BodyReads:
         finally:
             self._open.discard(deadline)
 
-    def extend(self, deadline: asyncio.Timeout, when: float) -> None:
-        """``deadline`` moved to ``when`` (loop time), but not past the drain's."""
-        if deadline.expired():
-            return  # it fired: its task is about to see the timeout (it may not be moved)
-        if self._until is not None:
-            when = min(when, self._until)
-        deadline.reschedule(when)
-
     def drain(self, grace: float) -> None:
         """The drain began: every body read in progress (or begun later) has until
         ``BODY_SHARE`` of ``grace`` seconds from now."""

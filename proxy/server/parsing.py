@@ -49,11 +49,6 @@ class _Collections:
         self._parsing = 0
         self._resume = False
 
-    @property
-    def running(self) -> int:
-        """Parses running now, in any thread (the collector is paused while one is)."""
-        return self._parsing
-
     @contextmanager
     def paused(self) -> Iterator[None]:
         with self._lock:
@@ -74,14 +69,15 @@ _COLLECTIONS = _Collections()
 
 
 def parses_running() -> int:
-    return _COLLECTIONS.running
+    """Parses running now, in any thread (the collector is paused while one is)."""
+    return _COLLECTIONS._parsing
 
 
 async def parse(state: ProxyState, raw: bytes, hold: Hold, agent: str | None,
                 dialect: Dialect | None, *, owner: str = "") -> ChatRequest:
     """``raw`` parsed (or left unread when parsing it costs too much); its cost held in
-    ``hold``; ``owner``: the request's credential, whose bodies alone its cost is counted
-    from. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
+    ``hold``; ``owner``: a hash of the request's credential, whose bodies alone its cost is
+    counted from. Raises ``BadRequest`` for a body that is not a JSON object, ``Busy`` when the
     budget stayed full."""
     large = is_large_body(len(raw))
     translated = dialect is not None

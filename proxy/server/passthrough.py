@@ -53,33 +53,28 @@ async def passthrough(request: web.Request, target: Target) -> web.StreamRespons
 
 @frozen_value
 class BodyPace:
-    """When a body must have sent what it sent: ``grace`` seconds from ``start`` (monotonic),
-    and a second more for every ``rate`` bytes received. The time left grows with what
-    arrives, so a client that sends a few bytes and stops is cut off after the grace, however
-    long the body it declared (or the largest one allowed) would take."""
+    """How long a body may wait for its client: ``grace`` seconds, and a second more for
+    every ``rate`` bytes received. The time left grows with what arrives, so a client that
+    sends a few bytes and stops is cut off after the grace, however long the body it
+    declared (or the largest one allowed) would take."""
 
-    start: float
     grace: float
     rate: int
 
-    def due(self, received: int) -> float:
-        return self.start + self.grace + received / self.rate
-
     def allowed(self, received: int) -> float:
-        """Seconds a body may have waited for its client by the time it sent ``received``."""
         return self.grace + received / self.rate
 
 
-async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, reads: BodyReads,
-                  *, seen: int = 0, waited: float = 0.0) -> AsyncIterator[bytes]:
+async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, reads: BodyReads
+                  ) -> AsyncIterator[bytes]:
     """The body as it streams in, cut off (and the upstream request with it) past ``limit``
-    bytes (``seen`` of them received already) or when it falls behind ``pace`` (a body
-    slower than --min-body-rate); once the drain began, by the drain's body deadline
-    (``ShuttingDown``: 503, so that it is answered before the process stops). Only the time
-    spent waiting for the client's next piece counts (``waited``: before this stream), not
-    the time its consumer (the upstream's side) takes between two pieces."""
+    bytes or when it falls behind ``pace`` (a body slower than --min-body-rate); once the
+    drain began, by the drain's body deadline (``ShuttingDown``: 503, so that it is answered
+    before the process stops). Only the time spent waiting for the client's next piece
+    counts, not what its consumer (the route, the upstream) takes between two pieces."""
     source = aiter(pieces)
     loop = asyncio.get_running_loop()
+    seen, waited = 0, 0.0
     while True:
         began = loop.time()
         try:
@@ -94,7 +89,8 @@ async def limited(pieces: AsyncIterator[bytes], limit: int, pace: BodyPace, read
             if reads.draining:
                 raise ShuttingDown("tailfloor is shutting down; retry on another "
                                    "instance") from exc
-            raise BodyTimeout("the request body arrived slower than the minimum rate") from exc
+            raise BodyTimeout(f"the request body arrived slower than {pace.rate} "
+                              "bytes/s") from exc
         waited += loop.time() - began
         seen += len(piece)
         if seen > limit:
@@ -113,11 +109,10 @@ def _request_body(state: ProxyState, request: web.Request, body: AsyncIterator[b
         return headers, body
     if not request.body_exists:
         return headers, None
-    limit, length = state.settings.max_body_bytes, request.content_length
     settings = state.settings
+    limit, length = settings.max_body_bytes, request.content_length
     data = limited(request.content.iter_any(), limit,
-                   BodyPace(time.monotonic(), settings.idle_timeout, settings.min_body_rate),
-                   state.body_reads)
+                   BodyPace(settings.idle_timeout, settings.min_body_rate), state.body_reads)
     if decoded:
         assert encoding is not None
         return headers, decode_stream(data, encoding, limit)  # chunked: its length is unknown

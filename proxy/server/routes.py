@@ -9,7 +9,6 @@ itself); ``Accounting`` does the bookkeeping of both routes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 
 import orjson
 from aiohttp import web
@@ -25,7 +24,6 @@ from proxy.errors import (
 )
 from proxy.floor.decision import pass_through
 from proxy.metrics import CONTENT_TYPE_LATEST
-from proxy.recovery.credential import CREDENTIAL_HEADERS
 from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
 from proxy.server.body import body_encoding
@@ -123,7 +121,7 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
         if isinstance(read, Spill):
             return await _unread(state, request, target, acct, dialect=dialect, spill=read)
         chat = await parse(state, read, hold, target.agent, dialect,
-                           owner=_credential(request))
+                           owner=state.recovery.scopes.first(request.headers))
         del read  # the request's own reference to the body: ``chat`` holds it as long as needed
     except Rejected as exc:
         state.record.rejected(exc.reason)
@@ -138,17 +136,6 @@ async def _chat(request: web.Request, target: Target, state: ProxyState, acct: A
                                   request_id=acct.request_id, started=acct.started).run()
     acct.verdict = finished.verdict
     return acct.answer(finished.response, gone=finished.client_gone)
-
-
-def _credential(request: web.Request) -> str:
-    """A hash of the request's credential (the credential itself is not kept), or ""."""
-    headers = request.headers
-    for name in CREDENTIAL_HEADERS:
-        value = headers.get(name)
-        if value:
-            text = f"{name}\x00{value}".encode("utf-8", "surrogateescape")
-            return hashlib.blake2b(text, digest_size=16).hexdigest()
-    return ""
 
 
 def _shape(request: web.Request) -> Dialect | None:
