@@ -67,6 +67,7 @@ class Settings:
     inspect_content: bool = False
     session_cache_bytes: int = 28 * 1024 * 1024
     floor_wait_ms: int = 0
+    scan_workers: str = "auto"
     admin_token_file: Path | None = None
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -144,6 +145,9 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("floor_wait_ms", "int", 0,
      "milliseconds a request waits for its floor decision to start (transcript reads, one "
      "at a time) before it goes upstream as it came, marked reason=busy (0: no bound)"),
+    ("scan_workers", "choice:auto,0,1,2,3,4", "auto",
+     "processes that read the transcripts at start beside this one (0: none; auto: one a "
+     "usable CPU, up to 4, from 2 CPUs and 2,000 transcript files)"),
     ("admin_token_file", "path", None,
      "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
     ("replica_name", "str", "",

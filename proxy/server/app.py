@@ -83,7 +83,8 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
     recovery = Recovery(rules=rules, tokens=tokens, models=models,
                         transport=UpstreamSummaryTransport(upstream), offload=offload)
     roots = list(settings.sessions) or default_roots(os.environ, Path.home())
-    transcripts = TranscriptService(roots, metrics, cache_bytes=settings.session_cache_bytes)
+    transcripts = TranscriptService(roots, metrics, cache_bytes=settings.session_cache_bytes,
+                                    scan_workers=settings.scan_workers)
     prints = Fingerprints()
     # Each --sessions root is a tenant; the default roots are one user's two agent homes.
     sessions = SessionFinder(transcripts.catalog, prints=prints,

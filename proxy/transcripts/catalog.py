@@ -41,7 +41,7 @@ from proxy.transcripts.records import (
 from proxy.transcripts.render import Flavor, RenderOptions
 from proxy.transcripts.render_cache import RenderedTail
 from proxy.transcripts.served import Served
-from proxy.transcripts.state import SessionState
+from proxy.transcripts.state import SessionState, SettledWindow
 
 __all__ = ["DEFAULT_CACHE_BYTES", "SERVED_ENTRIES", "SERVED_SESSIONS", "Catalog"]
 
@@ -76,9 +76,9 @@ class Catalog:
         self.served = Served(bounds.served_sessions, bounds.served_entries)
 
     # ----------------------------------------------------------------- mutators
-    def put(self, info: SessionInfo, store: TranscriptStore, window: Window, *,
-            defer: bool = False) -> None:
-        """Add or replace a session with the given window of entries.
+    def put(self, info: SessionInfo, store: TranscriptStore, window: Window | SettledWindow,
+            *, defer: bool = False) -> None:
+        """Add or replace a session with the given window of entries (or settled already).
 
         ``defer``: skip computing its record until the next ``relink`` (bulk loading).
         The window is packed: a request that reads the session unpacks it.
@@ -91,13 +91,17 @@ class Catalog:
                 self.served.discard(info.session_id)
                 if old.info.created != info.created:
                     self._links.reorder(info)
-            st = SessionState(info, store)
+            if isinstance(window, SettledWindow):
+                st = SessionState.adopt(info, store, window)
+                self._index.add(info.session_id, st.held_keys())
+            else:
+                st = SessionState(info, store)
+                st.add_marks(window.marks)
+                self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
+                self._set_window(st, list(window.entries), window.complete)
+                st.release()
             self._states[info.session_id] = st
             self._sources[info.source] += 1
-            st.add_marks(window.marks)
-            self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
-            self._set_window(st, list(window.entries), window.complete)
-            st.release()
             self._links.add(info)
             if defer:
                 self._deferred.add(info.session_id)

@@ -86,6 +86,10 @@ class Doorbell:
             self._watch_tree(root)
         return len(self._dirs)
 
+    def directories(self) -> list[str]:
+        """Every directory watched now."""
+        return list(self._dirs.values())
+
     def _watch_tree(self, root: str) -> None:
         for here, _dirs, _files in os.walk(root):
             wd = self._add(self._fd, os.fsencode(here), MASK)

@@ -69,6 +69,18 @@ class Header:
     cwd: str | None = None
     parent_session: str | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A scan worker sends one for every session: made again by a call, not by the
+        # generic state of a slotted class (which looks its fields up each time), and the
+        # working directory interned again, one per project.
+        return _header, (self.session_id, self.version, self.timestamp, self.cwd,
+                         self.parent_session)
+
+
+def _header(sid: str, version: int, timestamp: float | None, cwd: str | None,
+            parent: str | None) -> Header:
+    return Header(sid, version, timestamp, sys.intern(cwd) if cwd is not None else None, parent)
+
 
 @frozen_value
 class EntryDetail:

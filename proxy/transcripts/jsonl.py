@@ -53,12 +53,16 @@ def _decode(line: bytes) -> tuple[Any, str | None]:
         return None, ("invalid_utf8" if "utf-8" in str(exc).lower() else "malformed_json")
 
 
+# What a scan worker (``scan_worker``) sends of the transcripts it opened: all but the sink.
+_SENT = ("_head", "_identity", "_last_id", "_skipping", "_v1_count", "header", "header_end",
+         "offset", "path")
+
+
 class JsonlTranscript:
     """One JSONL transcript file. Implements ``TranscriptStore``. Slotted, and the header
     line kept as a digest: one is held for every tracked session."""
 
-    __slots__ = ("_head", "_identity", "_last_id", "_on_error", "_skipping", "_v1_count",
-                 "header", "header_end", "offset", "path")
+    __slots__ = (*_SENT, "_on_error")
 
     def __init__(self, path: str | Path, header: Header, header_end: int, on_error: ErrorSink,
                  identity: tuple[int, int], *, head: bytes = b"") -> None:
@@ -73,6 +77,17 @@ class JsonlTranscript:
         self._skipping = False
         self._last_id: str | None = None
         self._v1_count = 0
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _SENT)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_SENT, state, strict=True):
+            setattr(self, name, value)
+        self._on_error = lambda _kind, _where, _detail: None  # until ``report_to``
+
+    def report_to(self, on_error: ErrorSink) -> None:
+        self._on_error = on_error
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -99,8 +114,8 @@ class JsonlTranscript:
               ) -> tuple[JsonlTranscript, bytes | None]:
         """The transcript, and the whole file when it is at most ``whole_below`` bytes."""
         data = None
-        try:
-            with Path(path).open("rb") as f:
+        try:  # not pathlib: a scan opens every transcript there is, and it cost 8% of it
+            with open(os.fspath(path), "rb") as f:
                 st = os.fstat(f.fileno())
                 if st.st_size <= whole_below:
                     data = f.read(st.st_size)
@@ -124,11 +139,8 @@ class JsonlTranscript:
 
     # ----------------------------------------------------------------- reading
     def begin(self, min_messages: int | None, whole_below: int = WHOLE_BELOW) -> Window:
-        """``read_window``, then follow the file from the end of what was read.
-
-        Files under ``whole_below`` bytes are read whole (exact counts and boundaries at a
-        cost that is still bounded per file).
-        """
+        """``read_window``, then follow the file from the end of what was read. Files under
+        ``whole_below`` bytes are read whole (exact counts, at a cost bounded per file)."""
         if min_messages is not None:
             try:
                 if os.stat(self.path).st_size <= whole_below:

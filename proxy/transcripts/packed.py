@@ -144,7 +144,7 @@ def keys_of(blob: bytes, odd: Odd | None) -> Iterator[int]:
     """The index keys of every entry packed (an entry's keys may repeat another's)."""
     if blob:
         _rows, at_keys, at_ids = _sections(blob)
-        yield from (k for (k,) in _KEY.iter_unpack(blob[at_keys:at_ids]))
+        yield from struct.unpack_from(f"<{(at_ids - at_keys) // _KEY.size}Q", blob, at_keys)
     for e in (odd or {}).values():
         yield from e.keys
 

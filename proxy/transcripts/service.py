@@ -93,15 +93,15 @@ class TranscriptService:
     def __init__(self, roots: Sequence[Path], metrics: Metrics, tail_limit: int = 200, *,
                  startup_messages: int | None = 8, small_whole: bool = True,
                  tz: tzinfo | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 debounce_ms: int = 50, step_ms: int = 10) -> None:
+                 debounce_ms: int = 50, step_ms: int = 10, scan_workers: str = "auto") -> None:
         self.roots = [Path(r) for r in roots]
         self.metrics = metrics
         self.errors = ErrorLog(metrics)
-        opts = RenderOptions(tz=tz) if tz is not None else RenderOptions(
-            tz=_local_tz())
+        opts = RenderOptions(tz=tz) if tz is not None else RenderOptions(tz=_local_tz())
         self.catalog = Catalog(tail_limit, opts, cache_bytes)
         self._tracker = Tracker(self.roots, self.catalog, self.errors,
-                                startup_messages=startup_messages, small_whole=small_whole)
+                                startup_messages=startup_messages, small_whole=small_whole,
+                                scan_workers=scan_workers)
         self._debounce = debounce_ms
         self._step = step_ms
         self._stop = asyncio.Event()

@@ -15,7 +15,9 @@ record needs (last update, compaction, resets, a dangling parent) is worked out 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from proxy.transcripts import packed, view
 from proxy.transcripts.entries import Entry
@@ -27,11 +29,35 @@ from proxy.transcripts.records import (
     TranscriptStore,
 )
 
-__all__ = ["SessionState"]
+__all__ = ["SessionState", "SettledWindow"]
 
 _MARK_KINDS = ("compaction", "reset")
 # Shared by every session without a mark (most): read-only, so no session writes into it.
 _NO_MARKS: Mapping[str, Entry] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class SettledWindow:
+    """A window as a session keeps it (trimmed, settled, packed), made where its entries
+    were read: a scan worker sends it, and the catalog adopts it without unpacking."""
+
+    blob: bytes
+    odd: packed.Odd | None
+    raw: int
+    marks: tuple[Entry, ...]
+    complete: bool
+    before_count: int | None
+    updated: float | None
+    compaction: CompactionInfo | None
+    resets: tuple[ResetMark, ...]
+    missing: str | None
+    read: int  # entries read (before trimming)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # sent for every session: made again by a call, not by the generic slotted state
+        return SettledWindow, (self.blob, self.odd, self.raw, self.marks, self.complete,
+                               self.before_count, self.updated, self.compaction, self.resets,
+                               self.missing, self.read)
 
 
 class SessionState:
@@ -65,6 +91,33 @@ class SessionState:
         self.compaction: CompactionInfo | None = None
         self.resets: tuple[ResetMark, ...] = ()
         self.missing: str | None = None  # a parent id the active branch names but lacks
+
+    @classmethod
+    def settled(cls, entries: list[Entry], complete: bool, marks: Sequence[Entry],
+                limit: int) -> SettledWindow:
+        """The window these entries make, as the catalog's ``put`` would keep it."""
+        st = cls(None, None)  # type: ignore[arg-type]  # a window, no session yet
+        read = len(entries)
+        st.add_marks(marks)
+        st.set_window(entries, complete)
+        st.trim(limit)
+        st.settle()
+        st.release()
+        return SettledWindow(st._blob, st._odd, st.raw, tuple(st.marks.values()), st.complete,
+                             st.before_count, st.updated, st.compaction, st.resets,
+                             st.missing, read)
+
+    @classmethod
+    def adopt(cls, info: SessionInfo, store: TranscriptStore, window: SettledWindow
+              ) -> SessionState:
+        st = cls(info, store)
+        st._entries = None
+        st._blob, st._odd, st.raw = window.blob, window.odd, window.raw
+        st.marks = {m.id: m for m in window.marks} if window.marks else _NO_MARKS
+        st.complete, st.before_count = window.complete, window.before_count
+        st.updated, st.compaction = window.updated, window.compaction
+        st.resets, st.missing = window.resets, window.missing
+        return st
 
     # ------------------------------------------------------------- packing
     @property

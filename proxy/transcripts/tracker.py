@@ -8,6 +8,7 @@ Every problem is reported through the ``ErrorSink`` and skipped.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from proxy.transcripts import scan_pool
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.discovery import FileKind, classify, inside, walk
 from proxy.transcripts.jsonl import (
@@ -26,7 +28,9 @@ from proxy.transcripts.jsonl import (
     TranscriptUnreadable,
 )
 from proxy.transcripts.records import SessionInfo, SourceKind
+from proxy.transcripts.scan_worker import Read, opened
 from proxy.transcripts.sqlite import AgentDatabase, SqliteTranscript
+from proxy.transcripts.state import SettledWindow
 
 __all__ = ["Tracker"]
 
@@ -48,7 +52,7 @@ class Tracker:
 
     def __init__(self, roots: Sequence[Path], catalog: Catalog, on_error: ErrorSink, *,
                  startup_messages: int | None = 8, full: bool = False,
-                 small_whole: bool = True) -> None:
+                 small_whole: bool = True, scan_workers: str = "auto") -> None:
         self.roots = list(roots)
         self._resolved = [r.resolve() for r in roots]
         self._absolute = [r.absolute() for r in roots]
@@ -58,21 +62,30 @@ class Tracker:
         # Small transcripts (JSONL under 64 KiB, SQLite sessions under 128 rows) are read
         # whole at start: exact counts at a cost still bounded per session.
         self._small_whole = small_whole
+        self._workers = scan_workers  # processes reading the first scan's files (scan_pool)
         # Paths as strings: one is kept for every tracked session, and a Path object with
         # its parts cost ~450 bytes more (the same string is the session's location).
         self.files: dict[str, tuple[JsonlTranscript, FileKind]] = {}
         self._paths: dict[str, str] = {}  # session id -> file currently read for it
         self._folders: dict[str, set[str]] = {}  # sessions dir -> tracked files in it
         self.dbs: dict[Path, _Db] = {}
-        self._keys: dict[Path, dict[str, str]] = {}  # sessions dir -> session id -> key
+        self._keys: dict[str, dict[str, str]] = {}  # sessions dir -> session id -> key
+        self._folder_roots: dict[str, str] = {}  # folder -> the root its files lie under
+        self._root_names = {r.name for r in (*self._absolute, *self._resolved)}
         self.lines: dict[SourceKind, int] = {}
         self._bulk = False
 
     def _root_of(self, path: Path) -> str | None:
-        """The root (resolved) a tracked path lies under: the session's tenant."""
+        """The root (resolved) a tracked path lies under: the session's tenant. The same for
+        a folder's files (the scan asks for every file) but where a root is a file."""
+        folder, own = str(path.parent), path.name in self._root_names
+        if not own and folder in self._folder_roots:
+            return self._folder_roots[folder]
         absolute = path.absolute()
         for given, resolved in zip(self._absolute, self._resolved, strict=True):
             if inside(absolute, [given]) or inside(absolute, [resolved]):
+                if not own:
+                    self._folder_roots[folder] = str(resolved)
                 return str(resolved)
         resolved_path = path.resolve()
         return next((str(r) for r in self._resolved if inside(resolved_path, [r])), None)
@@ -100,18 +113,22 @@ class Tracker:
         for path, kind in found:
             if kind.role == "sessions-json":
                 self._read_keys(path)
+        job = (self._startup, WHOLE_BELOW if self._small_whole else 0, self.catalog.tail_limit)
+        pooled = scan_pool.reads([str(path) for path, kind in found if kind.role in JSONL_ROLES],
+                                 self._workers, job, self._on_error)
         n = 0
-        while found:
-            # Each listed path is let go once read: 50,000 of them freed at once, when the
-            # list went, held the GIL for 30-50 ms.
-            path, kind = found.popleft()
-            n += 1
-            if kind.role in JSONL_ROLES:
-                self._open_jsonl(path, kind)
-            elif kind.role == "sqlite":
-                self._open_db(path, kind)
-            if n % self.FREEZE_EVERY == 0:
-                gc.freeze()
+        with contextlib.closing(pooled):
+            while found:
+                # Each listed path is let go once read: 50,000 of them freed at once, when
+                # the list went, held the GIL for 30-50 ms.
+                path, kind = found.popleft()
+                n += 1
+                if kind.role in JSONL_ROLES:
+                    self._open_jsonl(path, kind, next(pooled))
+                elif kind.role == "sqlite":
+                    self._open_db(path, kind)
+                if n % self.FREEZE_EVERY == 0:
+                    gc.freeze()
         self.catalog.relink()
         self._link_archives([Path(f) for f, paths in self._folders.items()
                              if any(self.files[p][1].role == "reset-archive" for p in paths)])
@@ -182,11 +199,13 @@ class Tracker:
     def _count(self, source: SourceKind, n: int) -> None:
         self.lines[source] = self.lines.get(source, 0) + n
 
-    def _open_jsonl(self, path: Path, kind: FileKind) -> str | None:
+    def _open_jsonl(self, path: Path, kind: FileKind, read: Read | None = None
+                    ) -> str | None:
+        """Track the file (``read``: as a scan worker read it)."""
         try:
-            t, window = JsonlTranscript.start(
-                path, self._on_error, self._startup,
-                WHOLE_BELOW if self._small_whole else 0)
+            t, window = opened(read, self._on_error) if read is not None else \
+                JsonlTranscript.start(path, self._on_error, self._startup,
+                                      WHOLE_BELOW if self._small_whole else 0)
         except TranscriptUnreadable as exc:
             self._on_error(exc.kind, str(path), str(exc))
             return None
@@ -197,16 +216,17 @@ class Tracker:
         if existing is not None and existing.location != where and \
                 Path(existing.location).exists() and archive:
             return None  # the live file wins over an archive of the same session
-        self._count(self._source(kind), len(window.entries))
+        self._count(self._source(kind), window.read if isinstance(window, SettledWindow)
+                    else len(window.entries))
         source = self._source(kind)
+        folder = sys.intern(str(path.parent))  # one string per folder, not one per session
         info = SessionInfo(
             session_id=sid, source=source,
             era="pi" if source == "pi" else "openclaw-2026.7",
             location=where, agent_id=kind.agent_id or ("pi" if source == "pi" else None),
-            session_key=self._keys.get(path.parent, {}).get(sid),
+            session_key=self._keys.get(folder, {}).get(sid),
             created=t.header.timestamp, cwd=t.header.cwd, ended=archive,
-            # one string per folder, not one per session
-            group=sys.intern(str(path.parent)) if source == "pi" else None,
+            group=folder if source == "pi" else None,
             scope=sys.intern(str(path.parent.parent)) if source != "pi" else None,
             root=self._root_of(path))
         if t.header.parent_session:
@@ -218,7 +238,7 @@ class Tracker:
             self._forget(Path(old))
         self.files[where] = (t, kind)
         self._paths[sid] = where
-        self._folders.setdefault(sys.intern(str(path.parent)), set()).add(where)
+        self._folders.setdefault(folder, set()).add(where)
         self.catalog.put(info, t, window, defer=self._bulk)
         if not self._bulk:
             self._check_links(sid, where)
@@ -284,11 +304,11 @@ class Tracker:
             for key, value in data.items():
                 if isinstance(value, dict) and isinstance(value.get("sessionId"), str):
                     keys[value["sessionId"]] = key
-        self._keys[path.parent] = keys
+        self._keys[str(path.parent)] = keys
 
     def _apply_keys(self, folder: Path) -> set[str]:
         touched: set[str] = set()
-        for sid, key in self._keys.get(folder, {}).items():
+        for sid, key in self._keys.get(str(folder), {}).items():
             info = self.catalog.info(sid)
             if info is not None and info.session_key != key:
                 self.catalog.update_info(replace(info, session_key=key))

@@ -8,7 +8,8 @@ work looks) into a temporary root, then starts ``python -m proxy serve`` on it a
 - ``first_health_s``: from the process start to the first answer of the admin ``/healthz``;
 - ``health_max_ms`` / ``health_p99_ms``: its latency, polled every 10 ms, until ready;
 - ``ready_s``: until ``/readyz`` answers 200 (the first transcript scan done);
-- ``cpu_until_ready_s``: the CPU the process used until then, every thread (what the start
+- ``cpu_until_ready_s``: the CPU the process used until then, every thread and the scan
+  workers it started (``--scan-workers``), which have ended by then (what the start
   costs whatever else the machine runs: a loaded machine stretches ``ready_s``, not this);
 - ``chat_during_indexing``: chat requests sent while not ready: their latency and verdict;
 - ``rss_ready_mb``; ``idle_cpu_ms_per_s``: CPU of the process (every thread) over ``idle``
@@ -40,7 +41,7 @@ from typing import Any
 import aiohttp
 
 from tests.bench.bench_transcripts import session_text
-from tests.bench.procs import rss_mb, tree_cpu_ns
+from tests.bench.procs import rss_mb, tree_cpu_ns, tree_cpu_seconds
 
 SESSION_BYTES = 19_000  # ~20 messages in session_text's shape
 POLL = 0.01  # seconds between /healthz probes
@@ -116,7 +117,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
             answered = await _probe(http, ready)
             if answered is not None and answered[0] == 200:
                 ready_at = time.monotonic() - started
-                cpu_ready = tree_cpu_ns(proc.pid) / 1e9
+                cpu_ready = tree_cpu_seconds(proc.pid)
                 # The same request once ready, twice: the first request's own cost (a new
                 # upstream connection) apart from indexing's.
                 after = [await _chat(http, port) for _ in range(2)]

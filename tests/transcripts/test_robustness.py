@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.metrics import Metrics
+from proxy.transcripts import jsonl
 from proxy.transcripts.service import TranscriptService
 from tests.conftest import registry_sample
 from tests.transcripts.conftest import CAPTURES, OC9_MAIN, PI_FILE, snapshot, writable_db
@@ -129,15 +130,14 @@ async def test_unreadable_file_and_symlink_outside(pi_dir: Path, tmp_path: Path,
     locked = pi_dir / "2026-11-30T03-00-00-000Z_locked.jsonl"
     locked.write_bytes(_line({**HEADER, "id": "locked"}))
     os.chmod(locked, 0)
-    real_open = Path.open
 
-    def guarded(self: Path, *args: Any, **kwargs: Any) -> Any:
+    def guarded(path: str, *args: Any, **kwargs: Any) -> Any:
         # root ignores file modes: refuse the way the kernel would for anyone else
-        if self == locked:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(path))
+        return open(path, *args, **kwargs)  # the reader closes it
 
-    monkeypatch.setattr(Path, "open", guarded)
+    monkeypatch.setattr(jsonl, "open", guarded, raising=False)  # the reader's own name
     outside = tmp_path / "elsewhere.jsonl"
     outside.write_bytes(_line({**HEADER, "id": "outside"}) + _line(_user("e1", None, "hi")))
     (pi_dir / "2026-11-30T03-00-00-000Z_link.jsonl").symlink_to(outside)

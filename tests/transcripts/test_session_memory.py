@@ -119,9 +119,9 @@ def test_the_scan_lets_go_of_each_listed_path_once_read(tmp_path: Path) -> None:
     alive: list[int] = []
     real = tracker._open_jsonl
 
-    def counting(path: Path, kind: Any) -> str | None:
+    def counting(path: Path, kind: Any, read: Any = None) -> str | None:
         alive.append(sum(1 for o in gc.get_objects() if isinstance(o, Path)))
-        return real(path, kind)
+        return real(path, kind, read)
 
     tracker._open_jsonl = counting  # type: ignore[method-assign]
     tracker.scan()
