@@ -31,19 +31,22 @@ WORKER = ("-m", "proxy.transcripts.scan_worker")  # after the interpreter's path
 ErrorSink = Callable[[str, str, str], None]
 
 
-def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup/cpu.max")) -> float:
-    """The CPUs this process may use: its affinity, capped by a cgroup (v2) CPU quota (a
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
+    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota (a
     container's limit: a pod with 500m gets no worker that would only compete with it)."""
     try:
         cpus: float = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    try:
-        quota, period = cgroup.read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
-    except (OSError, ValueError):
-        pass
+    for quota_file, period_file in (("cpu.max", None),  # v2: "<quota|max> <period>"
+                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            quota, *rest = (cgroup / quota_file).read_text().split()
+            period = (cgroup / period_file).read_text() if period_file else rest[0]
+            if quota not in ("max", "-1"):
+                return min(cpus, int(quota) / int(period))
+        except (OSError, ValueError, IndexError):
+            continue
     return cpus
 
 

@@ -196,16 +196,21 @@ def test_how_many_workers(files: int, setting: str, cpus: float, workers: int) -
     assert scan_pool.workers_for(files, setting, cpus) == workers
 
 
-@pytest.mark.parametrize(("quota", "expected"), [("50000 100000\n", 0.5), ("max 100000\n", None),
-                                                 ("garbage", None)])
-def test_a_container_quota_caps_the_cpus(tmp_path: Path, quota: str,
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"cpu.max": "50000 100000\n"}, 0.5), ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu.max": "garbage"}, None),
+    ({"cpu/cpu.cfs_quota_us": "150000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None)],
+    ids=["v2-half", "v2-none", "v2-garbage", "v1-one-and-a-half", "v1-none"])
+def test_a_container_quota_caps_the_cpus(tmp_path: Path, files: dict[str, str],
                                          expected: float | None) -> None:
-    cpu_max = tmp_path / "cpu.max"
-    cpu_max.write_text(quota)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
     affinity = scan_pool.usable_cpus(tmp_path / "absent")
     assert affinity >= 1
-    assert scan_pool.usable_cpus(cpu_max) == (affinity if expected is None
-                                              else min(affinity, expected))
+    assert scan_pool.usable_cpus(tmp_path) == (affinity if expected is None
+                                               else min(affinity, expected))
 
 
 def _settings(argv: list[str], env: dict[str, str]) -> Settings:
