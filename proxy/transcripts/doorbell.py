@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import errno
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -59,6 +60,7 @@ class Doorbell:
         self._fd = fd
         self._add = add_watch
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+        self.failed = False  # a directory that exists could not be watched
 
     @classmethod
     def open(cls) -> Doorbell | None:
@@ -91,10 +93,21 @@ class Doorbell:
         return list(self._dirs.values())
 
     def _watch_tree(self, root: str) -> None:
-        for here, _dirs, _files in os.walk(root):
+        # Each directory is watched before it is listed: one made in it meanwhile rings
+        # (listed first, it would be neither listed nor reported, and never watched).
+        pending = [root]
+        while pending:
+            here = pending.pop()
             wd = self._add(self._fd, os.fsencode(here), MASK)
             if wd >= 0:
                 self._dirs[wd] = here
+            elif ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):
+                self.failed = True  # e.g. the user's inotify watches used up
+            try:
+                with os.scandir(here) as entries:
+                    pending += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
 
     async def rung(self, stop: asyncio.Event, within: float) -> list[str] | None:
         """Wait until an event arrived (at most ``within`` s, or until ``stop``), then take

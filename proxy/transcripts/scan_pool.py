@@ -10,44 +10,31 @@ the caller itself, so a scan never loses a file to a worker.
 
 from __future__ import annotations
 
-import contextlib
 import os
+import pickle
+import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Generator, Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from typing import IO
 
-from proxy.transcripts.scan_worker import Read, read_frame, write_frame
+from proxy.transcripts.cpus import usable_cpus
+from proxy.transcripts.scan_worker import FRAME, MAX_FRAME, Read, write_frame
 
-__all__ = ["BLOCK", "MAX_WORKERS", "POOL_FROM", "WORKER", "reads", "usable_cpus", "workers_for"]
+__all__ = ["BLOCK", "MAX_WORKERS", "PATIENCE", "POOL_FROM", "WORKER", "reads", "workers_for"]
 
 BLOCK = 64  # paths per answer: a few hundred KB at most
 POOL_FROM = 2000  # JSONL files; fewer are read before workers would have started (~0.1 s)
 MAX_WORKERS = 4
+PATIENCE = 30.0  # seconds a worker may send nothing before it is taken for hung
 _PIPE_BYTES = 1 << 20  # room for a worker to read ahead while the tracker works
-_PACKAGE_HOME = str(Path(__file__).resolve().parents[2])  # the directory holding proxy/
-WORKER = ("-m", "proxy.transcripts.scan_worker")  # after the interpreter's path
+# ``-P``: nothing from the working directory comes first on the worker's path (a file
+# named like a module it imports, left where the server was started, would run in it).
+WORKER = ("-P", "-m", "proxy.transcripts.scan_worker")
 
 ErrorSink = Callable[[str, str, str], None]
-
-
-def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> float:
-    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota (a
-    container's limit: a pod with 500m gets no worker that would only compete with it)."""
-    try:
-        cpus: float = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    for quota_file, period_file in (("cpu.max", None),  # v2: "<quota|max> <period>"
-                                    ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
-        try:
-            quota, *rest = (cgroup / quota_file).read_text().split()
-            period = (cgroup / period_file).read_text() if period_file else rest[0]
-            if quota not in ("max", "-1"):
-                return min(cpus, int(quota) / int(period))
-        except (OSError, ValueError, IndexError):
-            continue
-    return cpus
 
 
 def workers_for(files: int, setting: str, cpus: float) -> int:
@@ -61,6 +48,12 @@ def workers_for(files: int, setting: str, cpus: float) -> int:
     return min(int(cpus), MAX_WORKERS)
 
 
+@dataclass
+class _Worker:
+    proc: subprocess.Popen[bytes]
+    errors: IO[bytes]  # its stderr, for the report when it fails
+
+
 def reads(paths: Sequence[str], setting: str, job: tuple[int | None, int, int],
           on_error: ErrorSink) -> Generator[Read | None, None, None]:
     """One item per path, in order: what a worker read, or None (read it yourself).
@@ -68,80 +61,96 @@ def reads(paths: Sequence[str], setting: str, job: tuple[int | None, int, int],
     whole-file bound and tail limit."""
     blocks = [list(paths[i:i + BLOCK]) for i in range(0, len(paths), BLOCK)]
     count = min(workers_for(len(paths), setting, usable_cpus()), len(blocks))
-    procs = [_start(on_error) for _ in range(count)]
+    workers = [_start(job, blocks[i::count], on_error) for i in range(count)]
     try:
-        for i, proc in enumerate(procs):
-            if proc is not None and not _send(proc, job, blocks[i::count]):
-                on_error("scan_worker", "scan", "a scan worker refused its paths")
-                _stop(proc)
-                procs[i] = None
         for b, block in enumerate(blocks):
-            proc = procs[b % count] if count else None
-            answer = _answer(proc, len(block)) if proc is not None else None
-            if proc is not None and answer is None:
+            worker = workers[b % count] if count else None
+            answer = _answer(worker.proc, len(block)) if worker is not None else None
+            if worker is not None and answer is None:
                 on_error("scan_worker", "scan", f"a scan worker stopped answering "
-                         f"(exit {proc.poll()}); this process reads its files")
-                _stop(proc)
-                procs[b % count] = None
+                         f"({_ended(worker)}); this process reads its files")
+                workers[b % count] = None
             yield from answer if answer is not None else [None] * len(block)
     finally:
-        for proc in procs:
-            if proc is not None:
-                _stop(proc)
+        for worker in workers:
+            if worker is not None:
+                _ended(worker)
 
 
-def _start(on_error: ErrorSink) -> subprocess.Popen[bytes] | None:
-    home = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_HOME, home)))}
+def _start(job: tuple[int | None, int, int], blocks: list[list[str]], on_error: ErrorSink
+           ) -> _Worker | None:
+    # The paths go in a file, not a pipe: writing them never waits on a worker that does
+    # not read. The worker's path is this process's, so it imports what this one did.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    errors = tempfile.TemporaryFile()  # noqa: SIM115 -- kept with the worker, closed by _ended
     try:
-        proc = subprocess.Popen(  # this interpreter, this package's module
-            [sys.executable or "python3", *WORKER],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=env, close_fds=True)
+        with tempfile.TemporaryFile() as given:
+            write_frame(given, (*job, len(blocks)))
+            for block in blocks:
+                write_frame(given, block)
+            given.seek(0)
+            proc = subprocess.Popen(  # this interpreter, this package's module
+                [sys.executable or "python3", *WORKER], stdin=given, stdout=subprocess.PIPE,
+                stderr=errors, env=env, close_fds=True, bufsize=0)
     except OSError as exc:
+        errors.close()
         on_error("scan_worker", "scan", f"no scan worker: {exc.strerror or exc}")
         return None
     assert proc.stdout is not None
-    with contextlib.suppress(OSError, AttributeError):  # Linux only; a default pipe works
+    try:  # Linux only; a default pipe works
         import fcntl
         fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    return proc
-
-
-def _send(proc: subprocess.Popen[bytes], job: tuple[int | None, int, int],
-          blocks: list[list[str]]) -> bool:
-    assert proc.stdin is not None
-    try:
-        write_frame(proc.stdin, (*job, len(blocks)))
-        for block in blocks:
-            write_frame(proc.stdin, block)
-        proc.stdin.close()
-    except OSError:
-        return False
-    return True
+    except (OSError, AttributeError, ImportError):
+        pass
+    return _Worker(proc, errors)
 
 
 def _answer(proc: subprocess.Popen[bytes], expected: int) -> list[Read] | None:
-    """The worker's next block, or None when it ended or sent something else."""
+    """The worker's next block, or None when it ended, hung or sent something else."""
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    head = _read_exactly(fd, FRAME.size)
+    size = FRAME.unpack(head)[0] if head is not None else MAX_FRAME + 1
+    data = _read_exactly(fd, size) if size <= MAX_FRAME else None
     try:
-        answer = read_frame(proc.stdout)
-    except Exception:  # a cut stream, or a frame that does not unpickle
+        answer = pickle.loads(data) if data is not None else None  # our child wrote it
+    except Exception:  # a frame that does not unpickle
         return None
     if not isinstance(answer, list) or len(answer) != expected:
         return None
     return answer
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Ends a worker, done or not: its pipes closed first (one still writing gets a broken
-    pipe and ends), then a short wait (one that sent its last block is exiting)."""
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    """``size`` bytes from the pipe; None at its end or after ``PATIENCE`` s of silence."""
+    poller = select.poll()  # not select(): a server's descriptors pass 1024
+    poller.register(fd, select.POLLIN)
+    parts: list[bytes] = []
+    left = size
+    while left:
+        if not poller.poll(PATIENCE * 1000):
+            return None
+        chunk = os.read(fd, min(left, _PIPE_BYTES))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _ended(worker: _Worker) -> str:
+    """Ends a worker, done or not (its pipe closed first: one still writing gets a broken
+    pipe; then a short wait, as one that sent its last block is exiting); how it ended."""
+    proc = worker.proc
+    if proc.stdout is not None:
+        proc.stdout.close()
     try:
         proc.wait(timeout=0.5)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    worker.errors.seek(0, os.SEEK_END)
+    worker.errors.seek(max(0, worker.errors.tell() - 300))
+    said = worker.errors.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+    worker.errors.close()
+    return f"exit {proc.returncode}" + (f": {said[0][:200]}" if said else "")

@@ -33,7 +33,7 @@ from proxy.transcripts.state import SessionState, SettledWindow
 __all__ = ["FRAME", "Read", "Unreadable", "opened", "read_block", "read_frame", "write_frame"]
 
 FRAME = struct.Struct("<Q")
-MAX_FRAME = 1 << 31  # a block of 64 windows is a few hundred KB; a larger length is garbage
+MAX_FRAME = 64 << 20  # a block of 64 windows is a few hundred KB; a larger length is garbage
 
 Problem = tuple[str, str, str]  # ErrorSink's (kind, where, detail)
 # The transcript, its window as the catalog keeps it, and the problems met reading it.
@@ -58,17 +58,26 @@ def read_one(path: str, startup: int | None, whole_below: int, limit: int) -> Re
     return t, settled, problems
 
 
-def opened(read: Read, on_error: ErrorSink) -> tuple[JsonlTranscript, SettledWindow]:
+def opened(read: object, on_error: ErrorSink) -> tuple[JsonlTranscript, SettledWindow] | None:
     """What ``JsonlTranscript.start`` would have returned (or raised) for the file a worker
-    read, its problems reported to ``on_error`` as that call would have."""
-    for problem in read[2]:
+    read, its problems reported to ``on_error`` as that call would have; None for what no
+    worker of this code sends (the caller reads the file itself)."""
+    if not (isinstance(read, tuple) and len(read) == 3 and isinstance(read[2], list)
+            and all(isinstance(p, tuple) and len(p) == 3 and all(isinstance(x, str) for x in p)
+                    for p in read[2])):
+        return None
+    t, sent, problems = read
+    if t is None and isinstance(sent, tuple) and len(sent) == 3 \
+            and all(isinstance(x, str) for x in sent):
+        for problem in problems:
+            on_error(*problem)
+        raise TranscriptUnreadable(sent[0], sent[2])
+    if not (isinstance(t, JsonlTranscript) and isinstance(sent, SettledWindow)):
+        return None
+    for problem in problems:
         on_error(*problem)
-    if read[0] is None:
-        kind, _where, detail = read[1]
-        raise TranscriptUnreadable(kind, detail)
-    t, settled, _problems = read
     t.report_to(on_error)
-    return t, settled
+    return t, sent
 
 
 def read_block(paths: Sequence[str], startup: int | None, whole_below: int, limit: int

@@ -182,10 +182,10 @@ class Tracker:
         """The paths plus the files already inside directories that just appeared: the
         watcher starts following a new directory only once it has seen it, so a file written
         right after the ``mkdir`` (Pi's first session in a new working directory, a new
-        OpenClaw agent) is never reported and must be looked for."""
+        OpenClaw agent, a folder deleted and made again) is never reported: looked for."""
         out = list(paths)
         for path in list(out):
-            if str(path) in self._folders or path.is_symlink() or not path.is_dir():
+            if self._folders.get(str(path)) or path.is_symlink() or not path.is_dir():
                 continue
             if inside(path.absolute(), self._absolute) or inside(path.absolute(),
                                                                   self._resolved):
@@ -203,7 +203,7 @@ class Tracker:
                     ) -> str | None:
         """Track the file (``read``: as a scan worker read it)."""
         try:
-            t, window = opened(read, self._on_error) if read is not None else \
+            t, window = (opened(read, self._on_error) if read is not None else None) or \
                 JsonlTranscript.start(path, self._on_error, self._startup,
                                       WHOLE_BELOW if self._small_whole else 0)
         except TranscriptUnreadable as exc:

@@ -39,7 +39,7 @@ def _notify(paths: Sequence[str], bell: Doorbell | None, polling: bool) -> RustN
     not the roots recursively: a recursive watch stats every file under the roots while
     holding the interpreter lock (0.18 s over 50,000 sessions, every thread stopped; one by
     one, 13 ms for their 501 directories). New directories come from the doorbell."""
-    if bell is None:
+    if bell is None or bell.failed:  # the recursive watch says why it fails, if it does
         return RustNotify(list(paths), False, polling, 300, True, True)
     dirs = [d for d in bell.directories() if os.path.isdir(d)]
     return RustNotify(dirs, False, False, 300, False, True)
@@ -72,10 +72,11 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
                 if stop.is_set():
                     return
                 if appeared:
-                    # A watcher that has the new directories too, before what the old one
-                    # gathered is taken: a file written in one meanwhile is either in the
-                    # old watcher's changes or found when the directory is walked (it is
-                    # reported below), and every later change is the new one's.
+                    # A watcher that has the new directories too, made before what the old
+                    # one gathered is taken: a file written in one before it was made is
+                    # found when the directory is walked (it is reported below: the
+                    # tracker walks a directory that appears), every later change is the
+                    # new watcher's.
                     await asyncio.to_thread(bell.watch_trees, appeared)
                     newer = await asyncio.to_thread(_notify, paths, bell, polling)
                 # Changes are gathered by now or within a step: wait for them to settle,

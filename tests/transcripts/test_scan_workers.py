@@ -24,6 +24,7 @@ from proxy.cli.main import build_parser
 from proxy.settings import Settings, SettingsError, from_namespace
 from proxy.transcripts import scan_pool
 from proxy.transcripts.catalog import Catalog
+from proxy.transcripts.cpus import usable_cpus
 from proxy.transcripts.entries import EntryError, parse_entry
 from proxy.transcripts.tracker import Tracker
 from tests.transcripts.conftest import CAPTURES
@@ -164,17 +165,32 @@ sys.exit(1)
 """
 
 
+# A worker that answers a block of the right length, every item of the wrong shape.
+_MISSHAPEN = """
+import sys
+from proxy.transcripts.scan_worker import read_frame, write_frame
+startup, whole_below, limit, count = read_frame(sys.stdin.buffer)
+for _ in range(count):
+    block = read_frame(sys.stdin.buffer)
+    write_frame(sys.stdout.buffer, [("not", "a", ["read"])] * len(block))
+"""
+
+
 @pytest.mark.parametrize("worker", [("-c", _DIES), ("-c", "import sys; sys.exit(3)"),
-                                    ("-c", "print('not a frame')")],
-                         ids=["dies-after-a-block", "exits-at-once", "answers-garbage"])
+                                    ("-c", "print('not a frame')"), ("-c", _MISSHAPEN),
+                                    ("-c", "import time; time.sleep(30)")],
+                         ids=["dies-after-a-block", "exits-at-once", "answers-garbage",
+                              "misshapen-reads", "hangs"])
 def test_a_worker_that_fails_costs_no_file(root: Path, monkeypatch: pytest.MonkeyPatch,
                                            worker: tuple[str, str]) -> None:
     alone = _scan(root, "0")
     monkeypatch.setattr(scan_pool, "BLOCK", 4)  # many blocks: the failure comes mid-scan
     monkeypatch.setattr(scan_pool, "WORKER", worker)
+    monkeypatch.setattr(scan_pool, "PATIENCE", 0.5)
     pooled = _scan(root, "2")
     failures = [p for p in pooled[2] if p[0] == "scan_worker"]
-    assert len(failures) == 2  # one report per worker
+    # one report per worker that stopped answering; misshapen reads are read again quietly
+    assert len(failures) == (0 if worker[1] == _MISSHAPEN else 2)
     _same(alone, (pooled[0], pooled[1], [p for p in pooled[2] if p[0] != "scan_worker"]),
           root)
 
@@ -196,21 +212,42 @@ def test_how_many_workers(files: int, setting: str, cpus: float, workers: int) -
     assert scan_pool.workers_for(files, setting, cpus) == workers
 
 
-@pytest.mark.parametrize(("files", "expected"), [
-    ({"cpu.max": "50000 100000\n"}, 0.5), ({"cpu.max": "max 100000\n"}, None),
-    ({"cpu.max": "garbage"}, None),
-    ({"cpu/cpu.cfs_quota_us": "150000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1.5),
-    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None)],
-    ids=["v2-half", "v2-none", "v2-garbage", "v1-one-and-a-half", "v1-none"])
-def test_a_container_quota_caps_the_cpus(tmp_path: Path, files: dict[str, str],
+@pytest.mark.parametrize(("files", "member", "expected"), [
+    ({"cpu.max": "50000 100000\n"}, "0::/\n", 0.5),
+    ({"cpu.max": "max 100000\n"}, "0::/\n", None),
+    ({"cpu.max": "garbage"}, "0::/\n", None),
+    ({"cpu.max": "50000 0\n"}, "0::/\n", None),
+    ({"a/cpu.max": "50000 100000\n", "a/b/cpu.max": "max 100000\n"}, "0::/a/b\n", 0.5),
+    ({"a/cpu.max": "300000 100000\n", "a/b/cpu.max": "150000 100000\n"}, "0::/a/b\n",
+     1.5),
+    ({"cpu,cpuacct/pod/cpu.cfs_quota_us": "150000\n",
+      "cpu,cpuacct/pod/cpu.cfs_period_us": "100000\n"}, "4:cpu,cpuacct:/pod\n", 1.5),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, "", None)],
+    ids=["v2-half", "v2-none", "v2-garbage", "v2-zero-period", "v2-parent-slice",
+         "v2-tightest", "v1-one-and-a-half", "v1-none"])
+def test_a_container_quota_caps_the_cpus(tmp_path: Path, files: dict[str, str], member: str,
                                          expected: float | None) -> None:
+    cgroups = tmp_path / "cgroup"
     for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    affinity = scan_pool.usable_cpus(tmp_path / "absent")
+        (cgroups / name).parent.mkdir(parents=True, exist_ok=True)
+        (cgroups / name).write_text(text)
+    (tmp_path / "membership").write_text(member)
+    affinity = usable_cpus(tmp_path / "absent", tmp_path / "absent")
     assert affinity >= 1
-    assert scan_pool.usable_cpus(tmp_path) == (affinity if expected is None
-                                               else min(affinity, expected))
+    assert usable_cpus(cgroups, tmp_path / "membership") == (
+        affinity if expected is None else min(affinity, expected))
+
+
+def test_a_worker_imports_nothing_from_the_working_directory(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file named like a module the worker imports, where the server was started.
+    trap = tmp_path / "cwd"
+    trap.mkdir()
+    (trap / "pickle.py").write_text("raise SystemExit(7)\n")
+    (trap / "orjson.py").write_text("raise SystemExit(7)\n")
+    alone = _scan(root, "0")
+    monkeypatch.chdir(trap)
+    _same(alone, _scan(root, "2"), root)  # no scan_worker problem among them
 
 
 def _settings(argv: list[str], env: dict[str, str]) -> Settings:
