@@ -45,6 +45,14 @@ def _notify(paths: Sequence[str], bell: Doorbell | None, polling: bool) -> RustN
     return RustNotify(dirs, False, False, 300, False, True)
 
 
+def _unwatched(bell: Doorbell, found: set[str]) -> list[str]:
+    """The directories among the changed paths that the doorbell does not watch yet (disk
+    work: off the loop). A link to a directory is not followed, as the doorbell does not."""
+    known = set(bell.directories())
+    return sorted(p for p in found
+                  if p not in known and os.path.isdir(p) and not os.path.islink(p))
+
+
 async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_ms: int = 50,
                         step_ms: int = 10, rust_timeout_ms: int = 200,
                         on_watching: Callable[[], None] = _nothing, armed_batch: bool = False
@@ -66,33 +74,39 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
             yield set()
         while not stop.is_set():
             timeout = rust_timeout_ms
-            appeared = None
+            appeared: list[str] = []
             if bell is not None:
-                appeared = await bell.rung(stop, QUIET_LOOK)
+                appeared = await bell.rung(stop, QUIET_LOOK) or []
                 if stop.is_set():
                     return
-                if appeared:
-                    # A watcher that has the new directories too, made before what the old
-                    # one gathered is taken: a file written in one before it was made is
-                    # found when the directory is walked (it is reported below: the
-                    # tracker walks a directory that appears), every later change is the
-                    # new watcher's.
-                    await asyncio.to_thread(bell.watch_trees, appeared)
-                    newer = await asyncio.to_thread(_notify, paths, bell, polling)
                 # Changes are gathered by now or within a step: wait for them to settle,
                 # or a short while when the ring was for nothing reported.
                 timeout = debounce_ms + 2 * step_ms
             changes = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms, timeout,
                                               stop)
-            if newer is not None:
-                watcher.close()
-                watcher, newer = newer, None
             if changes == "stop":
                 return
             if changes == "signal":
                 raise RuntimeError("the watch thread unexpectedly received a signal")
             found = {path for _change, path in changes} if isinstance(changes, set) else set()
-            found.update(appeared or ())
+            found.update(appeared)
+            # New directories, as the doorbell or the Rust watcher saw them appear (in a storm
+            # the doorbell's queue overflows and loses some): watched, and a Rust watcher
+            # made with them, before the batch goes out. A file written in one before that
+            # is found when the tracker walks it (it is in the batch); every later change is
+            # the new watcher's.
+            fresh = await asyncio.to_thread(_unwatched, bell, found) if bell else []
+            if bell is not None and fresh:
+                await asyncio.to_thread(bell.watch_trees, fresh)
+                newer = await asyncio.to_thread(_notify, paths, bell, polling)
+                rest = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
+                                               debounce_ms + 2 * step_ms, stop)
+                watcher.close()
+                watcher, newer = newer, None
+                if rest == "stop":
+                    return
+                if isinstance(rest, set):
+                    found.update(path for _change, path in rest)
             if found:
                 yield found
     finally:

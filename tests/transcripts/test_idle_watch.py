@@ -18,7 +18,7 @@ from watchfiles._rust_notify import RustNotify
 
 from proxy.transcripts import watch
 from proxy.transcripts.doorbell import EVENT_HEAD, IN_CREATE, IN_ISDIR, IN_MODIFY, events
-from proxy.transcripts.watch import watch_batches
+from tests.transcripts.waiting import following
 
 
 class CountedStop(asyncio.Event):
@@ -34,18 +34,6 @@ class CountedStop(asyncio.Event):
         return super().is_set()
 
 
-def _following(root: Path, stop: asyncio.Event
-               ) -> tuple[asyncio.Task[None], asyncio.Queue[set[str]]]:
-    """``watch_batches`` over ``root`` in a task, and the queue its batches go to."""
-    batches: asyncio.Queue[set[str]] = asyncio.Queue()
-
-    async def follow() -> None:
-        async for batch in watch_batches([str(root)], stop):
-            await batches.put(batch)
-
-    return asyncio.create_task(follow()), batches
-
-
 async def _next(batches: asyncio.Queue[set[str]], within: float) -> set[str]:
     return await asyncio.wait_for(batches.get(), within)
 
@@ -53,7 +41,7 @@ async def _next(batches: asyncio.Queue[set[str]], within: float) -> set[str]:
 async def test_a_quiet_watcher_does_not_wake_and_still_sees_every_change(
         tmp_path: Path) -> None:
     stop = CountedStop()
-    task, batches = _following(tmp_path, stop)
+    task, batches = following(tmp_path, stop)
     try:
         await asyncio.sleep(0.3)  # set up
         before = stop.looks
@@ -108,7 +96,7 @@ async def test_the_rust_watcher_never_walks_the_files_under_the_roots(
         for n in range(20):
             (tmp_path / name / f"s{n}.jsonl").write_text("{}\n")
     stop = asyncio.Event()
-    task, batches = _following(tmp_path, stop)
+    task, batches = following(tmp_path, stop)
     try:
         await asyncio.sleep(0.3)
         assert made == [([str(tmp_path), str(tmp_path / "a"), str(tmp_path / "b")], False)]

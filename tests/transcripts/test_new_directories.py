@@ -7,15 +7,18 @@ that appears, even one it tracked before it was deleted.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.doorbell import Doorbell
 from proxy.transcripts.tracker import Tracker
+from tests.transcripts.waiting import following
 
 
 def _session(folder: Path, sid: str) -> Path:
@@ -66,3 +69,33 @@ def test_a_folder_deleted_and_made_again_is_walked(tmp_path: Path) -> None:
     # only the directory is reported: its file was written before it was watched
     assert tracker.changed([folder]) == {"two"}
     assert "two" in catalog
+
+
+async def test_a_directory_the_doorbell_lost_is_watched_from_the_rust_watchers_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a storm of new files the doorbell's inotify queue overflows and loses directory
+    # creations; the Rust watcher still reports the directory (its parent is watched), and
+    # what is written in it later must be seen. Here the doorbell loses every creation.
+    monkeypatch.setattr(Doorbell, "_drain", _lost_every_creation)
+    stop = asyncio.Event()
+    task, batches = following(tmp_path, stop)
+    try:
+        await asyncio.sleep(0.3)
+        (tmp_path / "new").mkdir()
+        seen: set[str] = set()
+        while str(tmp_path / "new") not in seen:
+            seen |= await asyncio.wait_for(batches.get(), 2.0)
+        (tmp_path / "new" / "later.jsonl").write_text("{}\n")
+        while str(tmp_path / "new" / "later.jsonl") not in seen:
+            seen |= await asyncio.wait_for(batches.get(), 2.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
+
+
+_real_drain = Doorbell._drain
+
+
+def _lost_every_creation(self: Doorbell) -> list[str] | None:
+    found = _real_drain(self)
+    return None if found is None else []  # it rang, but named no new directory

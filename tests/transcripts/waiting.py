@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from proxy.transcripts.service import TranscriptService
+from proxy.transcripts.watch import watch_batches
 
 
 async def until(predicate: Callable[[], bool], within: float = 1.0) -> bool:
@@ -31,3 +33,15 @@ async def idle(service: TranscriptService, quiet: float = 0.15, within: float = 
         await asyncio.sleep(quiet)
         if generation == service.generation:
             return
+
+
+def following(root: Path, stop: asyncio.Event
+              ) -> tuple[asyncio.Task[None], asyncio.Queue[set[str]]]:
+    """``watch_batches`` over ``root`` in a task, and the queue its batches go to."""
+    batches: asyncio.Queue[set[str]] = asyncio.Queue()
+
+    async def follow() -> None:
+        async for batch in watch_batches([str(root)], stop):
+            await batches.put(batch)
+
+    return asyncio.create_task(follow()), batches
