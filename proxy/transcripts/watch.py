@@ -38,7 +38,7 @@ def _notify(paths: Sequence[str], bell: Doorbell | None, polling: bool) -> RustN
     """The Rust watcher. With the doorbell it watches the doorbell's directories one by one,
     not the roots recursively: a recursive watch stats every file under the roots while
     holding the interpreter lock (0.18 s over 50,000 sessions, every thread stopped; one by
-    one, 13 ms for their 501 directories). New directories come from the doorbell."""
+    one, 13 ms for their 501 directories). New directories are added as they appear."""
     if bell is None or bell.failed:  # the recursive watch says why it fails, if it does
         return RustNotify(list(paths), False, polling, 300, True, True)
     dirs = [d for d in bell.directories() if os.path.isdir(d)]
@@ -95,7 +95,9 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
             # made with them, before the batch goes out. A file written in one before that
             # is found when the tracker walks it (it is in the batch); every later change is
             # the new watcher's.
-            fresh = await asyncio.to_thread(_unwatched, bell, found) if bell else []
+            # (a recursive watcher, the doorbell's fallback, follows them by itself)
+            fresh = await asyncio.to_thread(_unwatched, bell, found) \
+                if bell is not None and not bell.failed else []
             if bell is not None and fresh:
                 await asyncio.to_thread(bell.watch_trees, fresh)
                 newer = await asyncio.to_thread(_notify, paths, bell, polling)
