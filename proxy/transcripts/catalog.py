@@ -83,6 +83,9 @@ class Catalog:
         ``defer``: skip computing its record until the next ``relink`` (bulk loading).
         The window is packed: a request that reads the session unpacks it.
         """
+        if not isinstance(window, SettledWindow):  # as a scan worker settles it
+            window = SessionState.settled(list(window.entries), window.complete, window.marks,
+                                          self.tail_limit)
         with self._lock:
             old = self._states.get(info.session_id)
             if old is not None:
@@ -91,15 +94,8 @@ class Catalog:
                 self.served.discard(info.session_id)
                 if old.info.created != info.created:
                     self._links.reorder(info)
-            if isinstance(window, SettledWindow):
-                st = SessionState.adopt(info, store, window)
-                self._index.add(info.session_id, st.held_keys())
-            else:
-                st = SessionState(info, store)
-                st.add_marks(window.marks)
-                self._index.add(info.session_id, (k for m in window.marks for k in m.keys))
-                self._set_window(st, list(window.entries), window.complete)
-                st.release()
+            st = SessionState.adopt(info, store, window)
+            self._index.add(info.session_id, st.held_keys())
             self._states[info.session_id] = st
             self._sources[info.source] += 1
             self._links.add(info)

@@ -95,7 +95,7 @@ class SessionState:
     @classmethod
     def settled(cls, entries: list[Entry], complete: bool, marks: Sequence[Entry],
                 limit: int) -> SettledWindow:
-        """The window these entries make, as the catalog's ``put`` would keep it."""
+        """The window these entries make, as the catalog keeps it (``put`` adopts it)."""
         st = cls(None, None)  # type: ignore[arg-type]  # a window, no session yet
         read = len(entries)
         st.add_marks(marks)
