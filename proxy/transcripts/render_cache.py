@@ -6,12 +6,18 @@ decision. A transcript entry's bytes do not change once written (an edit is anot
 a rendering is kept under everything that locates those bytes: the store object itself, the
 entry's id, position and size, the context edit that replaces it, and the render options. A
 store that is replaced (a file rotated or rewritten) is another object: its entries miss.
+
+A rendering is kept as the JSON bytes of its message and renderings, not as their dicts and
+lists: a thousand agents' renderings were some 650,000 objects that every full garbage
+collection walked (0.25-0.5 s holding the interpreter, each time). Keys and values here are
+made of strings, numbers and bytes only, so the collector stops tracking them; a hit is
+decoded again (tens of microseconds a message) and is the caller's own copy.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import tzinfo
 
@@ -28,28 +34,17 @@ __all__ = ["RenderedTail"]
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 
-_Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, tzinfo]
+# store id, entry id, position, size, its edit (id, position, size), flavour, zone number
+_Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
+# entry id, timestamp, role, JSON of [raw object, renderings], cost
+_Kept = tuple[str, float | None, str, bytes, int]
 
 
-def _key(store: TranscriptStore, entry: Entry, edit: Entry | None,
-         opts: RenderOptions) -> _Key:
-    # The options by their fields: a key is hashed twice a lookup, and the dataclass's own
-    # hash is Python code (half the cost of a lookup).
-    return (id(store), entry.id, entry.pos, entry.size,
-            (edit.id, edit.pos, edit.size) if edit is not None else None,
-            opts.flavor, opts.tz)
-
-
-def cost_of(entry: Entry, edit: Entry | None, message: TailMessage) -> int:
+def _cost_of(entry: Entry, edit: Entry | None, blob: bytes) -> int:
     """Bytes a kept rendering stands for: the lines read (a database row has no line size:
-    its object is measured)."""
+    its JSON is measured)."""
     size = entry.size + (edit.size if edit is not None else 0)
-    if size:
-        return size
-    try:
-        return len(orjson.dumps(message.raw)) + 256
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes: not worth keeping
-        return MAX_BYTES
+    return size or len(blob) + 256
 
 
 class RenderedTail:
@@ -59,8 +54,24 @@ class RenderedTail:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.bytes = 0
-        self._kept: OrderedDict[_Key, tuple[TranscriptStore, TailMessage, int]] = OrderedDict()
+        self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
+        # Each store with a kept rendering is held, so its id is not another store's while
+        # a key names it; counted by renderings, let go with the last.
+        self._stores: dict[int, TranscriptStore] = {}
+        self._held: Counter[int] = Counter()
+        self._zones: dict[tzinfo, int] = {}  # the zones of the options (one per catalog)
         self._lock = threading.Lock()
+
+    def _key(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
+             opts: RenderOptions) -> _Key:
+        # The options by their fields: a key is hashed twice a lookup, and the dataclass's
+        # own hash is Python code (half the cost of a lookup).
+        zone = self._zones.get(opts.tz)
+        if zone is None:
+            zone = self._zones.setdefault(opts.tz, len(self._zones))
+        return (id(store), entry.id, entry.pos, entry.size,
+                (edit.id, edit.pos, edit.size) if edit is not None else None,
+                opts.flavor, zone)
 
     def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions) -> TailMessage | None:
@@ -70,33 +81,51 @@ class RenderedTail:
     def get_many(self, store: TranscriptStore, entries: Sequence[Entry],
                  edits: Mapping[str, Entry], opts: RenderOptions) -> list[TailMessage | None]:
         """``get`` for each entry (with its edit in ``edits``), under one hold of the lock."""
-        keys = [_key(store, e, edits.get(e.id), opts) for e in entries]
-        out: list[TailMessage | None] = []
         with self._lock:
+            keys = [self._key(store, e, edits.get(e.id), opts) for e in entries]
+            found: list[_Kept | None] = []
             kept = self._kept
+            mine = self._stores.get(id(store)) is store
             for key in keys:
-                found = kept.get(key)
-                # The id of a store that was dropped can be reused: the held store must be it.
-                if found is None or found[0] is not store:
-                    out.append(None)
-                    continue
-                kept.move_to_end(key)
-                out.append(found[1])
-        return out
+                hit = kept.get(key) if mine else None
+                if hit is not None:
+                    kept.move_to_end(key)
+                found.append(hit)
+        return [None if hit is None else _decoded(hit) for hit in found]
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
-        cost = cost_of(entry, edit, message)
+        try:
+            blob = orjson.dumps([message.raw, message.messages])
+        except orjson.JSONEncodeError:  # not plain JSON, or nested deeper than orjson writes
+            return
+        cost = _cost_of(entry, edit, blob)
         if cost > min(self.max_bytes, MAX_BYTES) // 8:
             return  # one huge message would push out everything else
-        key = _key(store, entry, edit, opts)
         with self._lock:
+            key = self._key(store, entry, edit, opts)
+            self._stores[key[0]] = store
             old = self._kept.pop(key, None)
             if old is not None:
-                self.bytes -= old[2]
-            self._kept[key] = (store, message, cost)
+                self.bytes -= old[4]
+            else:
+                self._held[key[0]] += 1
+            self._kept[key] = (message.entry_id, message.timestamp, message.role, blob, cost)
             self.bytes += cost
             while self._kept and (self.bytes > self.max_bytes
                                   or len(self._kept) > self.max_entries):
-                _, (_, _, dropped) = self._kept.popitem(last=False)
-                self.bytes -= dropped
+                gone, dropped = self._kept.popitem(last=False)
+                self.bytes -= dropped[4]
+                self._let_go(gone[0])
+
+    def _let_go(self, store_id: int) -> None:
+        self._held[store_id] -= 1
+        if self._held[store_id] <= 0:
+            del self._held[store_id]
+            del self._stores[store_id]
+
+
+def _decoded(kept: _Kept) -> TailMessage:
+    entry_id, timestamp, role, blob, _cost = kept
+    raw, messages = orjson.loads(blob)
+    return TailMessage(entry_id, timestamp, role, raw, tuple(messages))

@@ -1,20 +1,27 @@
 """Renderings of tail messages kept between requests: the same messages as a fresh read,
 never a stale one (a replaced store, a later context edit, other render options), within
-their byte budget."""
+their byte budget, out of the garbage collector's walks, and each hit the caller's own."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, timedelta, timezone
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import SessionInfo, TailMessage, Window
 from proxy.transcripts.render import RenderOptions
 from proxy.transcripts.render_cache import RenderedTail
+from proxy.transcripts.tracker import Tracker
+from tests.transcripts.conftest import CAPTURES
 from tests.transcripts.test_views import MemStore, conversation, msg, user
 
 
@@ -93,7 +100,7 @@ def test_render_options_are_part_of_what_is_kept() -> None:
     message = TailMessage(entry.id, entry.timestamp, "user", store.objs[0],
                           ({"role": "user", "content": "question 0"},))
     kept.put(store, entry, None, RenderOptions(flavor="pi"), message)
-    assert kept.get(store, entry, None, RenderOptions(flavor="pi")) is message
+    assert kept.get(store, entry, None, RenderOptions(flavor="pi")) == message
     assert kept.get(store, entry, None, RenderOptions(flavor="openclaw")) is None
     assert kept.get(MemStore(conversation(1)), entry, None, RenderOptions()) is None
     # Every field of the options counts (an OpenClaw user text is stamped in its zone).
@@ -101,7 +108,7 @@ def test_render_options_are_part_of_what_is_kept() -> None:
     assert fields == {"flavor", "tz"}, "a new render option must be part of the cache key"
     east = RenderOptions(flavor="pi", tz=timezone(timedelta(hours=9)))
     assert kept.get(store, entry, None, east) is None
-    assert kept.get(store, entry, None, RenderOptions(flavor="pi", tz=UTC)) is message
+    assert kept.get(store, entry, None, RenderOptions(flavor="pi", tz=UTC)) == message
 
 
 def test_the_byte_budget_holds_and_the_least_recent_goes_first() -> None:
@@ -158,3 +165,81 @@ def test_a_row_nested_too_deep_to_measure_is_served_but_not_kept() -> None:
     assert [t.entry_id for t in cat.tail("s", 2)] == ["u1", "a1"]
     cat.tail("s", 2)
     assert store.loaded == 3  # u1 kept, a1 read again
+
+
+def test_what_is_kept_is_not_walked_by_the_garbage_collector() -> None:
+    # A full collection walks every tracked object; a thousand agents' kept renderings as
+    # dicts and lists made it hold the interpreter for half a second.
+    store = MemStore([user(f"u{i}", None, f"question {i}") for i in range(2000)])
+    entries = store.entries()
+    kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10_000)
+    messages = [TailMessage(e.id, 1.0, "user", store.objs[i],
+                            ({"role": "user", "content": [{"type": "text", "text": "q"}]},))
+                for i, e in enumerate(entries)]
+    gc.collect()
+    before = len(gc.get_objects())
+    for entry, message in zip(entries, messages, strict=True):
+        kept.put(store, entry, None, RenderOptions(), message)
+    del messages
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50  # 2,000 kept, none of them tracked
+    assert kept.get(store, entries[7], None, RenderOptions()) == TailMessage(
+        "u7", 1.0, "user", store.objs[7],
+        ({"role": "user", "content": [{"type": "text", "text": "q"}]},))
+
+
+def test_each_hit_is_the_callers_own_copy() -> None:
+    cat, store = Catalog(), CountingStore(conversation(6))
+    _put(cat, store)
+    first = cat.tail("s", 4)
+    first[0].messages[0]["content"] = "changed by one request"
+    first[1].raw["message"]["role"] = "changed"  # type: ignore[index]
+    again = cat.tail("s", 4)
+    assert store.loaded == 4  # served from what was kept
+    assert again[0].messages[0]["content"] != "changed by one request"
+    assert again[1].raw["message"]["role"] != "changed"
+    assert _wire(again) == _wire(Catalog.tail(_fresh(conversation(6)), "s", 4))
+
+
+def _fresh(objs: list[dict[str, Any]]) -> Catalog:
+    cat = Catalog()
+    _put(cat, MemStore(objs))
+    return cat
+
+
+@pytest.mark.parametrize("depth", [6, 30])
+def test_the_recorded_transcripts_come_back_as_read(tmp_path: Path, depth: int) -> None:
+    # Kept as JSON and decoded on a hit: every real message must come back equal to a fresh
+    # read and rendering of it (no tuple made a list, no value changed on the way).
+    def scanned() -> Catalog:
+        catalog = Catalog()
+        Tracker([CAPTURES], catalog, lambda *_p: None, scan_workers="0").scan()
+        return catalog
+
+    warm = scanned()
+    sessions = [r.info.session_id for r in warm.sessions()]
+    assert len(sessions) >= 5
+    for sid in sessions:
+        warm.tail(sid, depth)
+    cold = scanned()
+    for sid in sessions:
+        hit = warm.tail(sid, depth)
+        assert hit == cold.tail(sid, depth)
+        assert [m.messages for m in hit] == [m.messages for m in cold.tail(sid, depth)]
+
+
+def test_a_store_is_let_go_with_its_last_kept_rendering() -> None:
+    kept = RenderedTail(max_entries=4)
+    first = MemStore(conversation(2))
+    gone = weakref.ref(first)
+    for entry, obj in zip(first.entries(), first.objs, strict=True):
+        kept.put(first, entry, None, RenderOptions(), TailMessage(entry.id, None, "user", obj, ()))
+    del first, entry, obj
+    others = [MemStore(conversation(1)) for _ in range(4)]
+    for store in others:
+        entry = store.entries()[0]
+        kept.put(store, entry, None, RenderOptions(),
+                 TailMessage(entry.id, None, "user", store.objs[0], ()))
+    gc.collect()
+    assert gone() is None
+    assert all(kept.get(s, s.entries()[0], None, RenderOptions()) is not None for s in others)
