@@ -96,7 +96,9 @@ class RenderedTail:
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
         try:
-            blob = orjson.dumps([message.raw, message.messages])
+            # Copied to its own size: orjson's answer keeps the room it was written in, 4 KB
+            # or more for a message of a few hundred bytes.
+            blob = memoryview(orjson.dumps([message.raw, message.messages])).tobytes()
         except orjson.JSONEncodeError:  # not plain JSON, or nested deeper than orjson writes
             return
         cost = _cost_of(entry, edit, blob)
