@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import gc
 import threading
+import tracemalloc
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.transcripts.catalog import Catalog
@@ -243,3 +245,24 @@ def test_a_store_is_let_go_with_its_last_kept_rendering() -> None:
     gc.collect()
     assert gone() is None
     assert all(kept.get(s, s.entries()[0], None, RenderOptions()) is not None for s in others)
+
+
+def test_a_kept_rendering_costs_about_its_json_and_no_more() -> None:
+    # orjson's answer keeps the room it was written in (4 KB and more for a short message):
+    # kept as it came, 2,000 renderings of ~300 bytes took some 8 MB instead of 1.
+    store = MemStore([user(f"u{i}", None, f"question {i} " + "w" * 200) for i in range(2000)])
+    entries = store.entries()
+    messages = [TailMessage(e.id, 1.0, "user", store.objs[i],
+                            ({"role": "user", "content": store.objs[i]["message"]["content"]},))
+                for i, e in enumerate(entries)]
+    json_bytes = sum(len(orjson.dumps([m.raw, m.messages])) for m in messages)
+    kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for entry, message in zip(entries, messages, strict=True):
+            kept.put(store, entry, None, RenderOptions(), message)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < json_bytes + 2000 * 400  # the JSON, and a key and a row for each
