@@ -10,8 +10,13 @@ store that is replaced (a file rotated or rewritten) is another object: its entr
 A rendering is kept as the JSON bytes of its message and renderings, not as their dicts and
 lists: a thousand agents' renderings were some 650,000 objects that every full garbage
 collection walked (0.25-0.5 s holding the interpreter, each time). Keys and values here are
-made of strings, numbers and bytes only, so the collector stops tracking them; a hit is
-decoded again (tens of microseconds a message) and is the caller's own copy.
+made of strings, numbers and bytes only, so the collector stops tracking them. A hit is
+decoded again, a few microseconds a message: some 0.2 ms a request at an agent's usual tail
+of 40 messages. A tail of hundreds (a long session restored by content) would pay that
+every request, so the renderings of a read that decodes ``HEAT_FROM`` or more stay decoded,
+the last ``HOT`` of them. Only those: held longer than their request, short tails' objects
+cost more (in the collector's young generations, 0.1 ms a request) than decoding them again.
+Like every rendering handed out, they are shared, never changed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ __all__ = ["RenderedTail"]
 # line in memory, so this is some 20 MB at most.
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
+HOT = 2048  # renderings of long tails decoded lately, kept as objects
+HEAT_FROM = 64
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
@@ -55,6 +62,7 @@ class RenderedTail:
         self.max_entries = max_entries
         self.bytes = 0
         self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
+        self._hot: OrderedDict[_Key, TailMessage] = OrderedDict()  # each also in _kept
         # Each store with a kept rendering is held, so its id is not another store's while
         # a key names it; counted by renderings, let go with the last.
         self._stores: dict[int, TranscriptStore] = {}
@@ -83,15 +91,33 @@ class RenderedTail:
         """``get`` for each entry (with its edit in ``edits``), under one hold of the lock."""
         with self._lock:
             keys = [self._key(store, e, edits.get(e.id), opts) for e in entries]
-            found: list[_Kept | None] = []
-            kept = self._kept
-            mine = self._stores.get(id(store)) is store
-            for key in keys:
-                hit = kept.get(key) if mine else None
-                if hit is not None:
+            out: list[TailMessage | None] = [None] * len(keys)
+            cold: list[tuple[int, _Kept]] = []
+            if self._stores.get(id(store)) is store:
+                kept, hot = self._kept, self._hot
+                for i, key in enumerate(keys):
+                    found = kept.get(key)
+                    if found is None:
+                        continue
                     kept.move_to_end(key)
-                found.append(hit)
-        return [None if hit is None else _decoded(hit) for hit in found]
+                    warm = hot.get(key)
+                    if warm is None:
+                        cold.append((i, found))
+                    else:
+                        hot.move_to_end(key)
+                        out[i] = warm
+        if cold:
+            decoded = [(i, _decoded(found)) for i, found in cold]
+            for i, message in decoded:
+                out[i] = message
+            if len(decoded) >= HEAT_FROM:
+                with self._lock:
+                    for i, message in decoded:
+                        if keys[i] in self._kept:  # not pushed out meanwhile: store held
+                            self._hot[keys[i]] = message
+                    while len(self._hot) > HOT:
+                        self._hot.popitem(last=False)
+        return out
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
@@ -108,6 +134,7 @@ class RenderedTail:
             key = self._key(store, entry, edit, opts)
             self._stores[key[0]] = store
             old = self._kept.pop(key, None)
+            self._hot.pop(key, None)
             if old is not None:
                 self.bytes -= old[4]
             else:
@@ -117,6 +144,7 @@ class RenderedTail:
             while self._kept and (self.bytes > self.max_bytes
                                   or len(self._kept) > self.max_entries):
                 gone, dropped = self._kept.popitem(last=False)
+                self._hot.pop(gone, None)
                 self.bytes -= dropped[4]
                 self._let_go(gone[0])
 

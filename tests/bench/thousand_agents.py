@@ -147,12 +147,26 @@ def generate(root: Path, tracked: int, active: int, openclaw_share: float, per_d
                       "over_5mb": sum(1 for n in range(tracked) if n % 2500 == 1249)}
 
 
-def windows_p99(timeline: list[tuple[float, float]], width: float) -> list[float]:
+def windows_p99(timeline: list[tuple[float, float, str]], width: float) -> list[float]:
     """The p99 first-chunk time (ms) of the requests started in each window of ``width`` s."""
     buckets: dict[int, list[float]] = {}
-    for at, first in timeline:
+    for at, first, _verdict in timeline:
         buckets.setdefault(int(at // width), []).append(first)
     return [round(percentile(sorted(buckets[k]), 99) * 1e3, 1) for k in sorted(buckets)]
+
+
+def after_burst(timeline: list[tuple[float, float, str]], skip: float
+                ) -> dict[str, dict[str, float]]:
+    """First-chunk time p50 / p99 / max (ms) of the requests started after ``skip`` s, in all
+    and by verdict."""
+    groups: dict[str, list[float]] = {}
+    for at, first, verdict in timeline:
+        if at >= skip:
+            groups.setdefault("all", []).append(first)
+            groups.setdefault(verdict, []).append(first)
+    return {name: {"count": len(v), "p50": round(percentile(sorted(v), 50) * 1e3, 1),
+                   "p99": round(percentile(sorted(v), 99) * 1e3, 1),
+                   "max": round(max(v) * 1e3, 1)} for name, v in groups.items()}
 
 
 async def load(port: int, sessions: list[Session], interval: float, seconds: float,
@@ -160,7 +174,7 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     """Every session asks after an exponential pause of mean ``interval`` until ``seconds``
     have passed; what each answer took and how it was decided."""
     firsts: list[float] = []
-    timeline: list[tuple[float, float]] = []  # (seconds from the start, first chunk)
+    timeline: list[tuple[float, float, str]] = []  # (seconds from the start, first chunk, verdict)
     failures: dict[str, int] = {}
     samples: list[str] = []
     busy: dict[int, int] = {}  # 10-s window -> requests passed through for want of time
@@ -182,11 +196,11 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
                 failures[why] = failures.get(why, 0) + 1
                 if len(samples) < 5:
                     samples.append(f"{why}: {result.text[:200]}")
-            else:
-                firsts.append(result.first_chunk)
-                timeline.append((at, result.first_chunk))
             verdict = result.headers.get("x-tailfloor", "(none)")
             key = RESTORED if verdict.startswith(RESTORED) else verdict
+            if result.status == 200 and result.events:
+                firsts.append(result.first_chunk)
+                timeline.append((at, result.first_chunk, key))
             if verdict == "none; reason=busy":  # when the floor's bound passed it through
                 window = int(at // 10)
                 busy[window] = busy.get(window, 0) + 1
@@ -207,6 +221,9 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             # The first requests find nothing kept (the cold burst): the p99 of each window
             # of 10 s says whether the tail is the start or the whole run.
             "ttfc_p99_by_10s_ms": windows_p99(timeline, 10.0),
+            # After the cold burst, by how each request was decided: whether what is slow
+            # is the floor's work (restored) or what every request shares (floor holds).
+            "after_30s_by_verdict_ms": after_burst(timeline, 30.0),
             "busy_by_10s": [busy.get(w, 0) for w in range(max(busy, default=-1) + 1)]}
 
 

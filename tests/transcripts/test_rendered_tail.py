@@ -1,6 +1,6 @@
 """Renderings of tail messages kept between requests: the same messages as a fresh read,
 never a stale one (a replaced store, a later context edit, other render options), within
-their byte budget, out of the garbage collector's walks, and each hit the caller's own."""
+their byte budget, and (but for the few decoded last) out of the garbage collector's walks."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import tracemalloc
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from proxy.transcripts import render_cache
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import SessionInfo, TailMessage, Window
 from proxy.transcripts.render import RenderOptions
-from proxy.transcripts.render_cache import RenderedTail
+from proxy.transcripts.render_cache import HOT, RenderedTail
 from proxy.transcripts.tracker import Tracker
 from tests.transcripts.conftest import CAPTURES
 from tests.transcripts.test_views import MemStore, conversation, msg, user
@@ -169,9 +169,11 @@ def test_a_row_nested_too_deep_to_measure_is_served_but_not_kept() -> None:
     assert store.loaded == 3  # u1 kept, a1 read again
 
 
-def test_what_is_kept_is_not_walked_by_the_garbage_collector() -> None:
+def test_what_is_kept_is_not_walked_by_the_garbage_collector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # A full collection walks every tracked object; a thousand agents' kept renderings as
     # dicts and lists made it hold the interpreter for half a second.
+    monkeypatch.setattr(render_cache, "HOT", 0)  # none held decoded
     store = MemStore([user(f"u{i}", None, f"question {i}") for i in range(2000)])
     entries = store.entries()
     kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10_000)
@@ -190,29 +192,30 @@ def test_what_is_kept_is_not_walked_by_the_garbage_collector() -> None:
         ({"role": "user", "content": [{"type": "text", "text": "q"}]},))
 
 
-def test_each_hit_is_the_callers_own_copy() -> None:
-    cat, store = Catalog(), CountingStore(conversation(6))
-    _put(cat, store)
-    first = cat.tail("s", 4)
-    first[0].messages[0]["content"] = "changed by one request"
-    first[1].raw["message"]["role"] = "changed"  # type: ignore[index]
-    again = cat.tail("s", 4)
-    assert store.loaded == 4  # served from what was kept
-    assert again[0].messages[0]["content"] != "changed by one request"
-    assert again[1].raw["message"]["role"] != "changed"
-    assert _wire(again) == _wire(Catalog.tail(_fresh(conversation(6)), "s", 4))
-
-
-def _fresh(objs: list[dict[str, Any]]) -> Catalog:
-    cat = Catalog()
-    _put(cat, MemStore(objs))
-    return cat
+def test_renderings_decoded_again_are_held_as_objects_only_a_few_at_a_time() -> None:
+    store = MemStore([user(f"u{i}", None, f"question {i}") for i in range(3 * HOT)])
+    entries = store.entries()
+    kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10 * HOT)
+    for i, e in enumerate(entries):
+        kept.put(store, e, None, RenderOptions(),
+                 TailMessage(e.id, 1.0, "user", store.objs[i],
+                             ({"role": "user", "content": [{"type": "text", "text": "q"}]},)))
+    gc.collect()
+    before = len(gc.get_objects())
+    got = kept.get_many(store, entries, {}, RenderOptions())
+    assert [m.entry_id for m in got if m is not None] == [e.id for e in entries]
+    del got
+    gc.collect()
+    # A message decoded is a handful of objects: the last HOT of them stay, no more.
+    assert len(gc.get_objects()) - before < 8 * HOT
 
 
 @pytest.mark.parametrize("depth", [6, 30])
-def test_the_recorded_transcripts_come_back_as_read(tmp_path: Path, depth: int) -> None:
+def test_the_recorded_transcripts_come_back_as_read(monkeypatch: pytest.MonkeyPatch,
+                                                    depth: int) -> None:
     # Kept as JSON and decoded on a hit: every real message must come back equal to a fresh
     # read and rendering of it (no tuple made a list, no value changed on the way).
+    monkeypatch.setattr(render_cache, "HOT", 0)  # every hit decoded
     def scanned() -> Catalog:
         catalog = Catalog()
         Tracker([CAPTURES], catalog, lambda *_p: None, scan_workers="0").scan()
