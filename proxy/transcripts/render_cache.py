@@ -107,13 +107,15 @@ class RenderedTail:
                         hot.move_to_end(key)
                         out[i] = warm
         if cold:
-            decoded = [(i, _decoded(found)) for i, found in cold]
-            for i, message in decoded:
+            decoded = [(i, found, _decoded(found)) for i, found in cold]
+            for i, _found, message in decoded:
                 out[i] = message
             if len(decoded) >= HEAT_FROM:
                 with self._lock:
-                    for i, message in decoded:
-                        if keys[i] in self._kept:  # not pushed out meanwhile: store held
+                    for i, found, message in decoded:
+                        # Still the very row decoded: had it gone meanwhile, its store's id
+                        # could be a new store's, with a key like this one.
+                        if self._kept.get(keys[i]) is found:
                             self._hot[keys[i]] = message
                     while len(self._hot) > HOT:
                         self._hot.popitem(last=False)
