@@ -47,11 +47,10 @@ _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
 _Kept = tuple[str, float | None, str, bytes, int]
 
 
-def _cost_of(entry: Entry, edit: Entry | None, blob: bytes) -> int:
-    """Bytes a kept rendering stands for: the lines read (a database row has no line size:
-    its JSON is measured)."""
-    size = entry.size + (edit.size if edit is not None else 0)
-    return size or len(blob) + 256
+def _line_bytes(entry: Entry, edit: Entry | None) -> int:
+    """The transcript bytes a rendering stands for: its lines (0: database rows, which have
+    no line size)."""
+    return entry.size + (edit.size if edit is not None else 0)
 
 
 class RenderedTail:
@@ -113,8 +112,7 @@ class RenderedTail:
             if len(decoded) >= HEAT_FROM:
                 with self._lock:
                     for i, found, message in decoded:
-                        # Still the very row decoded: had it gone meanwhile, its store's id
-                        # could be a new store's, with a key like this one.
+                        # Still the very row decoded (not one put since under this key).
                         if self._kept.get(keys[i]) is found:
                             self._hot[keys[i]] = message
                     while len(self._hot) > HOT:
@@ -123,15 +121,22 @@ class RenderedTail:
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
+        largest = min(self.max_bytes, MAX_BYTES) // 8  # one would push out everything else
+        cost = _line_bytes(entry, edit)
+        if cost > largest:
+            return  # before writing its JSON: such a line is read again every request
         try:
             # Copied to its own size: orjson's answer keeps the room it was written in, 4 KB
-            # or more for a message of a few hundred bytes.
+            # or more for a message of a few hundred bytes. Renderings and transcript objects
+            # hold only what JSON has (dicts, lists, strings, numbers), so they come back equal
+            # (tests/transcripts/test_rendered_tail.py); what orjson cannot write (a lone
+            # surrogate, an integer past 64 bits, nesting past 255) is not kept.
             blob = memoryview(orjson.dumps([message.raw, message.messages])).tobytes()
-        except orjson.JSONEncodeError:  # not plain JSON, or nested deeper than orjson writes
+        except orjson.JSONEncodeError:
             return
-        cost = _cost_of(entry, edit, blob)
-        if cost > min(self.max_bytes, MAX_BYTES) // 8:
-            return  # one huge message would push out everything else
+        cost = cost or len(blob) + 256  # a database row: its JSON measured
+        if cost > largest:
+            return
         with self._lock:
             key = self._key(store, entry, edit, opts)
             self._stores[key[0]] = store
