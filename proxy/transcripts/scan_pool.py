@@ -23,7 +23,8 @@ from typing import IO
 from proxy.transcripts.cpus import usable_cpus
 from proxy.transcripts.scan_worker import FRAME, MAX_FRAME, Read, write_frame
 
-__all__ = ["BLOCK", "MAX_WORKERS", "PATIENCE", "POOL_FROM", "WORKER", "reads", "workers_for"]
+__all__ = ["BLOCK", "MAX_WORKERS", "PATIENCE", "POOL_FROM", "WORKER", "reads",
+           "worker_environment", "workers_for"]
 
 BLOCK = 64  # paths per answer: a few hundred KB at most
 POOL_FROM = 2000  # JSONL files; fewer are read before workers would have started (~0.1 s)
@@ -34,7 +35,21 @@ _PIPE_BYTES = 1 << 20  # room for a worker to read ahead while the tracker works
 # named like a module it imports, left where the server was started, would run in it).
 WORKER = ("-P", "-m", "proxy.transcripts.scan_worker")
 
+# What a worker's interpreter may need from the server's environment to start and to read
+# file names as the server does; nothing else (the server's may hold keys and tokens).
+_PASSED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+                     "SYSTEMROOT"})
+_PASSED_PREFIXES = ("LC_", "PYTHON")
+
 ErrorSink = Callable[[str, str, str], None]
+
+
+def worker_environment(server: dict[str, str], path: Sequence[str]) -> dict[str, str]:
+    """The environment a worker starts with: what it needs of ``server``'s, and ``path``."""
+    env = {k: v for k, v in server.items()
+           if k in _PASSED or k.startswith(_PASSED_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    return env
 
 
 def workers_for(files: int, setting: str, cpus: float) -> int:
@@ -81,7 +96,7 @@ def _start(job: tuple[int | None, int, int], blocks: list[list[str]], on_error: 
            ) -> _Worker | None:
     # The paths go in a file, not a pipe: writing them never waits on a worker that does
     # not read. The worker's path is this process's, so it imports what this one did.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = worker_environment(dict(os.environ), sys.path)
     errors = tempfile.TemporaryFile()  # noqa: SIM115 -- kept with the worker, closed by _ended
     try:
         with tempfile.TemporaryFile() as given:

@@ -260,3 +260,32 @@ def test_the_setting_takes_a_count_or_auto() -> None:
     assert _settings([], {}).scan_workers == "auto"
     with pytest.raises(SettingsError):
         _settings([], {"TAILFLOOR_SCAN_WORKERS": "9"})
+
+
+def test_a_worker_gets_none_of_the_servers_secrets(root: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker reads files and logs nothing, but it is a process of its own: the keys and
+    # tokens in the server's environment (an upstream key, a cloud credential) stay there.
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    worker = ("-c", f"""
+import os, sys, uuid
+with open(os.path.join({str(seen)!r}, uuid.uuid4().hex), "w") as out:
+    out.write("\\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()))
+from proxy.transcripts.scan_worker import main
+sys.exit(main())
+""")
+    alone = _scan(root, "0")
+    monkeypatch.setenv("TAILFLOOR_UPSTREAM_API_KEY", "sk-not-for-workers")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-workers-either")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setattr(scan_pool, "BLOCK", 4)
+    monkeypatch.setattr(scan_pool, "WORKER", worker)
+    pooled = _scan(root, "2")
+    environments = [f.read_text() for f in seen.iterdir()]
+    assert len(environments) == 2
+    for text in environments:
+        assert "not-for-workers" not in text
+        assert "\nLC_ALL=C.UTF-8" in f"\n{text}" and "PYTHONPATH=" in text
+    assert not [p for p in pooled[2] if p[0] == "scan_worker"]
+    _same(alone, pooled, root)
