@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -39,7 +40,6 @@ from proxy.recovery.compaction_store import LocalCompactions
 from proxy.recovery.credential import CredentialScopes, scope_keys
 from proxy.recovery.stage import Recovery
 from proxy.recovery.summarize.transport import UpstreamSummaryTransport
-from proxy.replicas.service import SharedStore
 from proxy.server import inspector_routes, protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
@@ -58,6 +58,9 @@ from proxy.transcripts.cache_bounds import cache_bounds
 from proxy.transcripts.discovery import default_roots
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Opener, Upstream
+
+if TYPE_CHECKING:  # the Redis client loads only with --store (0.15 s of start-up)
+    from proxy.replicas.service import SharedStore
 
 log = logging.getLogger("tailfloor")
 TELEMETRY_KEY = web.AppKey("tailfloor_telemetry", ReportSinkWithShutdown)
@@ -230,6 +233,8 @@ async def _shared_store(state: ProxyState) -> SharedStore | None:
         log.warning("--store %s: no TAILFLOOR_STORE_KEY_FILE, so what the shared store holds "
                     "is trusted as it is (anyone who can write to it can plant summaries, "
                     "windows and fingerprints)", url)
+    from proxy.replicas.service import SharedStore  # the Redis client: only with --store
+
     shared = SharedStore(url, local=local, offload=state.offload, windows=state.windows,
                          ratios=state.ratios,
                          stream_options=state.stream_options, prints=state.sessions.prints,

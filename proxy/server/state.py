@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -19,7 +20,6 @@ from proxy.inspector.store import InspectorStore
 from proxy.metrics import Metrics
 from proxy.policy.files import RulesHolder
 from proxy.recovery.stage import Recovery
-from proxy.replicas.service import SharedStore
 from proxy.server.body_prefixes import RecentBodies
 from proxy.server.connections import CappedSite
 from proxy.server.draining import BodyReads
@@ -33,6 +33,9 @@ from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from proxy.upstream.pool import Upstream
 from proxy.upstream.stream_options import StreamOptionsMemory
+
+if TYPE_CHECKING:  # the Redis client loads only with --store (0.15 s of start-up)
+    from proxy.replicas.service import SharedStore
 
 
 @dataclass
