@@ -69,16 +69,13 @@ class RenderedTail:
         self._zones: dict[tzinfo, int] = {}  # the zones of the options (one per catalog)
         self._lock = threading.Lock()
 
-    def _key(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
-             opts: RenderOptions) -> _Key:
-        # The options by their fields: a key is hashed twice a lookup, and the dataclass's
-        # own hash is Python code (half the cost of a lookup).
-        zone = self._zones.get(opts.tz)
+    def _zone(self, tz: tzinfo) -> int:
+        """A small number for each zone the options name (one per catalog): keys hold it,
+        not the zone, an object the collector would track."""
+        zone = self._zones.get(tz)
         if zone is None:
-            zone = self._zones.setdefault(opts.tz, len(self._zones))
-        return (id(store), entry.id, entry.pos, entry.size,
-                (edit.id, edit.pos, edit.size) if edit is not None else None,
-                opts.flavor, zone)
+            zone = self._zones.setdefault(tz, len(self._zones))
+        return zone
 
     def get(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions) -> TailMessage | None:
@@ -88,23 +85,25 @@ class RenderedTail:
     def get_many(self, store: TranscriptStore, entries: Sequence[Entry],
                  edits: Mapping[str, Entry], opts: RenderOptions) -> list[TailMessage | None]:
         """``get`` for each entry (with its edit in ``edits``), under one hold of the lock."""
+        out: list[TailMessage | None] = [None] * len(entries)
+        cold: list[tuple[int, _Kept]] = []
         with self._lock:
-            keys = [self._key(store, e, edits.get(e.id), opts) for e in entries]
-            out: list[TailMessage | None] = [None] * len(keys)
-            cold: list[tuple[int, _Kept]] = []
-            if self._stores.get(id(store)) is store:
-                kept, hot = self._kept, self._hot
-                for i, key in enumerate(keys):
-                    found = kept.get(key)
-                    if found is None:
-                        continue
-                    kept.move_to_end(key)
-                    warm = hot.get(key)
-                    if warm is None:
-                        cold.append((i, found))
-                    else:
-                        hot.move_to_end(key)
-                        out[i] = warm
+            if self._stores.get(id(store)) is not store:
+                return out  # nothing kept of this store: no key to make
+            zone = self._zone(opts.tz)
+            keys = [_key(store, e, edits.get(e.id), opts.flavor, zone) for e in entries]
+            kept, hot = self._kept, self._hot
+            for i, key in enumerate(keys):
+                found = kept.get(key)
+                if found is None:
+                    continue
+                kept.move_to_end(key)
+                warm = hot.get(key)
+                if warm is None:
+                    cold.append((i, found))
+                else:
+                    hot.move_to_end(key)
+                    out[i] = warm
         if cold:
             decoded = [(i, found, _decoded(found)) for i, found in cold]
             for i, _found, message in decoded:
@@ -138,7 +137,7 @@ class RenderedTail:
         if cost > largest:
             return
         with self._lock:
-            key = self._key(store, entry, edit, opts)
+            key = _key(store, entry, edit, opts.flavor, self._zone(opts.tz))
             self._stores[key[0]] = store
             old = self._kept.pop(key, None)
             self._hot.pop(key, None)
@@ -160,6 +159,14 @@ class RenderedTail:
         if self._held[store_id] <= 0:
             del self._held[store_id]
             del self._stores[store_id]
+
+
+def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
+         zone: int) -> _Key:
+    # The options by their fields: a key is hashed twice a lookup, and the dataclass's own
+    # hash is Python code (half the cost of a lookup).
+    return (id(store), entry.id, entry.pos, entry.size,
+            (edit.id, edit.pos, edit.size) if edit is not None else None, flavor, zone)
 
 
 def _decoded(kept: _Kept) -> TailMessage:
