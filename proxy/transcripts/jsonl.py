@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from proxy.transcripts.entries import Entry, EntryError, Header, parse_entry, parse_header
+from proxy.transcripts.file_span import read_span
 from proxy.transcripts.records import Window
 
 __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
@@ -381,16 +382,12 @@ class JsonlTranscript:
         return list({e.id: e for e in found}.values())
 
     def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
-        """Re-read the raw objects of entries (one read spanning them)."""
+        """Re-read the raw objects of entries (one read spanning them, ``read_span``)."""
         if not entries:
             return []
         lo = min(e.pos for e in entries)
-        hi = max(e.pos + e.size for e in entries)
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(lo)
-                data = f.read(hi - lo)
-        except OSError:
+        data = read_span(self.path, lo, max(e.pos + e.size for e in entries) - lo)
+        if data is None:
             return [None] * len(entries)
         out: list[Mapping[str, Any] | None] = []
         for e in entries:

@@ -1,0 +1,100 @@
+"""Transcript lines re-read with one positioned read: the bytes asked for, and few system
+calls (each one lets a worker thread lose the interpreter's lock to a busy event loop)."""
+
+from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.transcripts import file_span
+from proxy.transcripts.file_span import read_span
+from proxy.transcripts.jsonl import JsonlTranscript
+
+HEADER = {"type": "session", "version": 3, "id": "s-span", "timestamp": "2026-11-30T03:00:00Z",
+          "cwd": "/w"}
+
+
+def _transcript(path: Path, count: int) -> list[dict[str, Any]]:
+    objs: list[dict[str, Any]] = []
+    parent = None
+    for i in range(count):
+        entry_id = f"e{i:04d}"
+        objs.append({"type": "message", "id": entry_id, "parentId": parent,
+                     "timestamp": "2026-11-30T03:00:01Z",
+                     "message": {"role": "user" if i % 2 == 0 else "assistant",
+                                 "content": f"message {i} " + "é" * (i % 7)}})
+        parent = entry_id
+    path.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in [HEADER, *objs]))
+    return objs
+
+
+def test_a_span_is_the_files_bytes_and_shorter_past_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    data = bytes(range(256)) * 300
+    path.write_bytes(data)
+    assert read_span(path, 0, len(data)) == data
+    assert read_span(path, 1000, 5000) == data[1000:6000]
+    assert read_span(path, len(data) - 10, 100) == data[-10:]
+    assert read_span(path, len(data) + 5, 10) == b""
+    assert read_span(tmp_path / "missing", 0, 10) is None
+    assert read_span(tmp_path, 0, 10) is None  # a directory opens, but does not read
+
+
+def test_a_short_read_is_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f.bin"
+    data = os.urandom(50_000)
+    path.write_bytes(data)
+    real = os.pread
+
+    def trickle(fd: int, size: int, offset: int) -> bytes:
+        return real(fd, min(size, 7_000), offset)
+
+    monkeypatch.setattr(file_span.os, "pread", trickle)
+    assert read_span(path, 123, 40_000) == data[123:40_123]
+
+
+def test_loading_entries_takes_one_open_one_read_and_one_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "2026-11-30T03-00-00-000Z_s-span.jsonl"
+    objs = _transcript(path, 40)
+    store = JsonlTranscript.open(path, lambda *a: None)
+    entries = list(store.read_window(None).entries)
+    calls: list[str] = []
+    for name in ("open", "pread", "close", "read", "lseek", "fstat"):
+        real = getattr(os, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(os, name, counted)
+    real_open = builtins.open
+
+    def no_buffered_open(*args: Any, **kwargs: Any) -> Any:
+        calls.append("builtins.open")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_buffered_open)
+    picked = entries[5:30:3]
+    loaded = store.load(picked)
+    assert calls == ["open", "pread", "close"]
+    assert loaded == [objs[int(e.id[1:])] for e in picked]
+
+
+def test_entries_cut_off_by_a_truncation_load_as_none(tmp_path: Path) -> None:
+    path = tmp_path / "2026-11-30T03-00-00-000Z_s-span.jsonl"
+    objs = _transcript(path, 10)
+    store = JsonlTranscript.open(path, lambda *a: None)
+    entries = list(store.read_window(None).entries)
+    with path.open("r+b") as f:
+        f.truncate(entries[6].pos + 5)
+    loaded = store.load(entries)
+    assert loaded[:6] == objs[:6]
+    assert loaded[6:] == [None] * 4
+    path.unlink()
+    assert store.load(entries) == [None] * 10
