@@ -2,7 +2,11 @@
 
 The first time a session's pins are asked for, every raw message of its transcript is read
 (each segment, across in-session resets, as the model is shown them: a Pi ``context_edit``
-removes or rewrites its target); afterwards only the messages added since, unless an edit
+removes or rewrites its target). With the default markers only the user messages that hold a
+``!`` or a 📌 can pin or unpin, so only those are read (the entries say which,
+``Entry.may_pin``), with the ones an edit replaces and each segment's first few (for the
+clean-slate marker): a cold session's pins cost a read of a few lines, not of every user
+message and its rendering. Afterwards only the messages added since, unless an edit
 appended since targets a pin or an ``!unpin`` read earlier: then the transcript is read
 again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
 text. A lineage's pins are its own and, when the policy carries its reset kind, its
@@ -15,15 +19,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
+from proxy.policy.pin_patterns import DEFAULT_PIN_PATTERNS
 from proxy.policy.records import Policy
-from proxy.transcripts.records import SessionRecord, TailMessage
+from proxy.transcripts.entries import Entry
+from proxy.transcripts.records import Pick, SessionRecord, TailMessage
 from proxy.wire.content import message_text
 
 __all__ = ["PinIndex"]
@@ -32,13 +38,15 @@ MAX_SESSIONS = 4096
 _INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is read again
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
+_LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
 
 
 class Transcripts(Protocol):
     """The catalog queries pins need (``proxy.transcripts.catalog.Catalog``)."""
 
     def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None) -> list[TailMessage]: ...
+             roles: Container[str] | None = None, pick: Pick | None = None
+             ) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
@@ -160,24 +168,34 @@ class PinIndex:
                     newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
                 return self._keep(session_id, self._read(newest, policy, known.pins),
                                   record=record, read_with=read_with, clean=known.clean)
-        messages = self._whole(session_id, count + 8, record, _USERS)
+        leading: list[list[str]] = []
+        marked = all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
+        messages = self._whole(session_id, count + 8, record, _USERS,
+                               _marked(leading) if marked else None)
+        first = next((m for m in messages if m.role == "user" and m.messages), None)
+        if marked and (first is None or not leading or first.entry_id not in leading[0]):
+            # The session's first user message with a rendering may be one not read.
+            messages = self._whole(session_id, count + 8, record, _USERS)
+            first = next((m for m in messages if m.role == "user" and m.messages), None)
         if policy.pin_assistant and any(points_back(t) for _i, _r, t in _texts(messages)):
             messages = self._whole(session_id, count + 8, record)
-        first = next((m for m in messages if m.role == "user" and m.messages), None)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
         return self._keep(session_id, self._read(messages, policy), record=record,
                           read_with=read_with, clean=clean)
 
     def _whole(self, session_id: str, k: int, record: SessionRecord,
-               roles: tuple[str, ...] | None = None) -> list[TailMessage]:
-        """Every segment's last ``k`` messages (``roles``: of those, these only). Pins are
-        read from user messages; an assistant message matters only to a ``!pin ^`` after it,
-        so most first reads render the users' and leave the rest to what asks for them."""
+               roles: tuple[str, ...] | None = None, pick: Pick | None = None
+               ) -> list[TailMessage]:
+        """Every segment's last ``k`` messages (``roles``: of those, these only; ``pick``:
+        of those, its picks). Pins are read from user messages; an assistant message matters
+        only to a ``!pin ^`` after it, so most first reads render the users' and leave the
+        rest to what asks for them."""
         messages: list[TailMessage] = []
         for reset in record.resets:
-            messages += self.catalog.tail(session_id, k, before=reset.entry_id, roles=roles)
-        return messages + self.catalog.tail(session_id, k, roles=roles)
+            messages += self.catalog.tail(session_id, k, before=reset.entry_id, roles=roles,
+                                          pick=pick)
+        return messages + self.catalog.tail(session_id, k, roles=roles, pick=pick)
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -215,6 +233,15 @@ class PinIndex:
         """Pins held for the sessions remembered (the gauge)."""
         with self._lock:
             return sum(len(s.pins.pins) for s in self._scanned.values())
+
+
+def _marked(leading: list[list[str]]) -> Pick:
+    """Of a segment's user messages, those the default markers may make pins or unpins, the
+    ones an edit replaces and the first ``_LEADING`` (their ids added to ``leading``)."""
+    def pick(users: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
+        leading.append([e.id for e in users[:_LEADING]])
+        return [e for i, e in enumerate(users) if i < _LEADING or e.may_pin or e.id in edits]
+    return pick
 
 
 def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:

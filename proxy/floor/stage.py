@@ -36,7 +36,7 @@ from proxy.identity.lineage import SessionIndex
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
-from proxy.transcripts.records import SessionRecord, TailMessage
+from proxy.transcripts.records import Pick, SessionRecord, TailMessage
 from proxy.wire.content import message_text
 
 __all__ = ["Floor", "TailSource"]
@@ -52,7 +52,8 @@ class TailSource(SessionIndex, Protocol):
     """The catalog queries the stage needs (``proxy.transcripts.catalog.Catalog``)."""
 
     def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None) -> list[TailMessage]: ...
+             roles: Container[str] | None = None, pick: Pick | None = None
+             ) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 

@@ -32,6 +32,7 @@ from proxy.transcripts.entries import Entry, tool_call_key, user_text_key
 from proxy.transcripts.index import ContentIndex
 from proxy.transcripts.links import Links
 from proxy.transcripts.records import (
+    Pick,
     SessionInfo,
     SessionRecord,
     TailMessage,
@@ -246,12 +247,14 @@ class Catalog:
             return self._index.lookup(key)
 
     def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None) -> list[TailMessage]:
+             roles: Container[str] | None = None, pick: Pick | None = None
+             ) -> list[TailMessage]:
         """The last ``k`` raw messages (user, assistant bar failed turns, tool results,
         custom) of the active branch, oldest first (store reads): after the last reset, or
         with ``before`` = a reset entry's id the part that reset closed. Each carries its
         OpenAI rendering for this agent, on its own (no cross-message repairs). ``roles``:
-        only those of the ``k`` with these roles are read and rendered."""
+        only those of the ``k`` with these roles are read and rendered; ``pick``: of those,
+        the ones it picks (given them and the context edits that replace any)."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None or k <= 0:
@@ -283,6 +286,8 @@ class Catalog:
             edits = view.replacements(path, picked)
         if roles is not None:
             picked = [e for e in picked if (e.role or e.kind) in roles]
+        if pick is not None:
+            picked = pick(picked, edits)
         return self._tail_records(st, picked, edits)
 
     def edits(self, session_id: str) -> dict[str, str]:

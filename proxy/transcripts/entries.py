@@ -103,6 +103,8 @@ class Entry:
     in bytes including its newline (0 for rows). ``keys`` are the content-index keys of the
     entry (tool-call ids and user-text hashes, see ``tool_call_keys``/``user_text_key``).
     ``detail``: the fields of the rarer kinds (read through the properties below).
+    ``may_pin``: a user message with a ``!`` or a 📌 in its text, which the default pin
+    markers need (``floor.pin_index`` reads only those, and the ones edited since).
     """
 
     kind: str
@@ -115,6 +117,7 @@ class Entry:
     stop_reason: str | None = None
     keys: tuple[int, ...] = ()
     detail: EntryDetail | None = None
+    may_pin: bool = False
 
     @property
     def summary(self) -> str | None:
@@ -240,7 +243,8 @@ def parse_entry(obj: object, pos: int, size: int = 0, *, v1_index: int | None = 
             ts = parse_timestamp(message.get("timestamp"))
         return Entry(_MESSAGE, entry_id, parent, ts, pos, size, sys.intern(str(role)),
                      sys.intern(stop) if isinstance(stop, str) else None,
-                     _message_keys(message))
+                     _message_keys(message), None,
+                     role == "user" and _may_pin(message.get("content")))
     return _other(kind, cast("Mapping[str, Any]", obj), entry_id, parent, ts=ts, pos=pos,
                   size=size)
 
@@ -337,6 +341,21 @@ def summary_key(summary: str) -> int | None:
     """Index key of a compaction summary's text (whitespace collapsed; None when empty):
     a summary is long model output no other session holds, so it names its session."""
     return _digest_of(b"s", collapsed(summary))
+
+
+def _may_pin(content: object) -> bool:
+    """Whether a user content has a ``!`` or a 📌 in a text (or a shape not read here)."""
+    if isinstance(content, str):
+        return "!" in content or "\U0001f4cc" in content
+    if not isinstance(content, list):
+        return False  # renders as no message
+    for block in content:
+        if block.__class__ is not dict:
+            return True
+        text = block.get("text")
+        if isinstance(text, str) and ("!" in text or "\U0001f4cc" in text):
+            return True
+    return False
 
 
 def _user_keys(content: object) -> tuple[int, ...]:

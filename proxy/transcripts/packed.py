@@ -3,8 +3,8 @@ session keeps between the requests that read it. Pure, no I/O.
 
 An ``Entry`` with its id, position, timestamp and key objects takes some 400 bytes; tens of
 thousands of sessions are tracked and most are never read again after the scan. Packed, an
-entry is a row of 25 bytes (position, size, timestamp, a two-byte code for its kind, role
-and stop reason, the lengths of its id and parent id, its number of index keys), 8 bytes
+entry is a row of 25 bytes (position, size, timestamp, a two-byte code for its kind, role,
+stop reason and pin mark, the lengths of its id and parent id, its number of index keys), 8 bytes
 an index key and its ids as UTF-8; a parent id that repeats the id of the entry before
 (nearly every one) is not stored again.
 
@@ -33,8 +33,8 @@ _KEY = struct.Struct("<Q")
 _ROLES: tuple[str | None, ...] = (None, "user", "assistant", "toolResult", "bashExecution",
                                   "custom", "system")
 _STOPS: tuple[str | None, ...] = (None, "stop", "toolUse", "error", "aborted", "length")
-# (kind, role, stop reason) <-> a code: every combination of the values above
-_COMBOS = tuple(itertools.product(sorted(KNOWN_KINDS), _ROLES, _STOPS))
+# (kind, role, stop reason, may pin) <-> a code: every combination of the values above
+_COMBOS = tuple(itertools.product(sorted(KNOWN_KINDS), _ROLES, _STOPS, (False, True)))
 _CODE = {combo: i for i, combo in enumerate(_COMBOS)}
 ODD = 0xFFFF  # the code of an entry kept as it is
 SAME = 255  # the parent length that means "the id of the entry before"
@@ -54,7 +54,7 @@ def pack(entries: Sequence[Entry], *, check_keys: bool = False) -> tuple[bytes, 
     # One pass, one row at a time: the scan packs every session there is, and at a
     # window's size this beats a column at a time (a comprehension per column).
     for i, e in enumerate(entries):
-        code = code_of((e.kind, e.role, e.stop_reason), ODD)
+        code = code_of((e.kind, e.role, e.stop_reason, e.may_pin), ODD)
         ts = e.timestamp
         if ts is None:
             ts = math.nan  # the row's None
@@ -131,9 +131,9 @@ def unpack(blob: bytes, odd: Odd | None) -> list[Entry]:
             else:
                 parent = None
             at = end
-            kind, role, stop = _COMBOS[code]
+            kind, role, stop, may_pin = _COMBOS[code]
             e = Entry(kind, ident, parent, None if math.isnan(ts) else ts, pos, size, role,
-                      stop, keys[key_at:key_at + nkeys], None)
+                      stop, keys[key_at:key_at + nkeys], None, may_pin)
             key_at += nkeys
         out.append(e)
         previous = e.id

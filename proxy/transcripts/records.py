@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -12,6 +12,7 @@ __all__ = [
     "CompactionInfo",
     "Era",
     "LinkKind",
+    "Pick",
     "ResetMark",
     "SessionInfo",
     "SessionRecord",
@@ -22,6 +23,8 @@ __all__ = [
 ]
 
 SourceKind = Literal["pi", "openclaw-jsonl", "openclaw-sqlite"]
+# Which of a tail's entries to read, given them and the context edits that replace any.
+Pick = Callable[[Sequence[Entry], Mapping[str, Entry]], list[Entry]]
 # pi: Pi's own files. openclaw-2026.7: JSONL + sessions.json (reset renames the file).
 # openclaw-2026.9: SQLite (reset appends a reset entry, expiry links session_windows).
 Era = Literal["pi", "openclaw-2026.7", "openclaw-2026.9"]

@@ -98,3 +98,95 @@ def test_a_pin_pointing_back_pins_the_assistant_message_before_it() -> None:
     found = PinIndex(catalog).own(t.session_id, policy)
     assert [p.text for p in found.pins] == ["use tabs, never spaces"]
     assert "assistant" in {e.role for e in store.loaded}
+
+
+# ------------------------------------------------ with the default markers: a few lines read
+PLAIN = ["what next?", "thanks", "run the tests", "fix the bug in parse()", "turn it off"]
+
+
+def _plain_session(rng: random.Random, sid: str, *, clean_at: int | None = None,
+                   edits: bool = False) -> Transcript:
+    """Mostly plain user turns, a few markers, now and then an edit that makes or ends a
+    pin, a reset, and a first message that may ask for a clean slate after turns that
+    render as nothing."""
+    t = Transcript(sid)
+    if clean_at is not None:
+        for _ in range(clean_at):  # content that renders as no message
+            t._add("message", message={"role": "user", "content": [{"type": "thinking"}]})
+        t.user("--clean start over")
+    users: list[str] = []
+    for turn in range(rng.randint(1, 40)):
+        text = rng.choice(USER_TEXTS) if rng.random() < 0.15 else rng.choice(PLAIN)
+        users.append(t.user(text))
+        t.assistant(f"answer {turn}")
+        if edits and rng.random() < 0.1:
+            target = rng.choice(users)
+            t._add("context_edit", targetId=target, replacement=rng.choice([
+                None, {"content": "!pin edited in"}, {"content": "edited out"}]))
+        if rng.random() < 0.04:
+            t.reset()
+    return t
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_with_the_default_markers_only_marked_edited_and_leading_users_are_read(
+        seed: int) -> None:
+    rng = random.Random(seed)
+    policy = Policy()
+    skipped = 0
+    for n in range(120):
+        t = _plain_session(rng, f"p{n}", clean_at=rng.choice([None, None, 0, 2, 6]),
+                           edits=rng.random() < 0.5)
+        catalog, store = _catalog(t)
+        index = PinIndex(catalog)
+        found = index.own(t.session_id, policy)
+        assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
+        # The clean-slate mark, as a full read of the first user message finds it.
+        clean = index._scanned[t.session_id].clean
+        firsts = [o for o in t.objs if o["type"] == "message"
+                  and o["message"]["role"] == "user"
+                  and any(b.get("type") == "text" for b in o["message"]["content"])]
+        assert clean == (bool(firsts) and firsts[0]["message"]["content"][0]["text"]
+                         .startswith("--clean")), n
+        users = sum(1 for o in t.objs if o["type"] == "message"
+                    and o["message"]["role"] == "user")
+        read = [e for e in store.loaded if e.role == "user"]
+        skipped += users - len(read)
+        fresh = _catalog(t)[0]
+        record = fresh.full(t.session_id)
+        assert record is not None
+        k = record.message_count + 8
+        segments = [fresh.tail(t.session_id, k, before=r.entry_id, roles=("user",))
+                    for r in record.resets] + [fresh.tail(t.session_id, k, roles=("user",))]
+        leading = {m.entry_id for segment in segments for m in segment[:4]}
+        edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
+        if t.objs[0]["message"]["content"] != [{"type": "thinking"}]:
+            # (a first user message that renders as nothing: read again in full)
+            assert all(e.may_pin or e.id in leading or e.id in edited for e in read), n
+    assert skipped > 1000  # most plain user messages were never read
+
+
+def test_a_pattern_of_the_operators_own_reads_every_user_message() -> None:
+    import re
+
+    t = Transcript("own")
+    for turn in range(12):
+        t.user("KEEP: the schema" if turn == 7 else f"turn {turn}")
+        t.assistant("ok")
+    catalog, store = _catalog(t)
+    policy = replace(Policy(), pin_patterns=(re.compile(r"^KEEP:"),))
+    found = PinIndex(catalog).own(t.session_id, policy)
+    assert [p.text for p in found.pins] == ["KEEP: the schema"]
+    assert len(store.loaded) == 12
+
+
+def test_an_edit_that_writes_a_marker_into_a_plain_message_is_read() -> None:
+    t = Transcript("edit")
+    ids = [t.user(f"plain {i}") for i in range(10)]
+    t.assistant("ok")
+    t._add("context_edit", targetId=ids[8], replacement={"content": "!pin written by an edit"})
+    catalog, store = _catalog(t)
+    found = PinIndex(catalog).own(t.session_id, Policy())
+    assert [p.text for p in found.pins] == ["!pin written by an edit"]
+    assert ids[8] in {e.id for e in store.loaded}
+    assert {e.id for e in store.loaded if e.role == "user"} == {*ids[:4], ids[8]}

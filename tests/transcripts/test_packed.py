@@ -3,6 +3,7 @@ back exactly the entries it was made from, whatever a transcript holds."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import Counter
@@ -45,7 +46,8 @@ def _entry(rng: random.Random, previous: str | None, n: int) -> Entry:
         detail = EntryDetail(summary="s", first_kept_id=rng.choice(IDS), removes=True)
     kind = rng.choice(sorted(KNOWN_KINDS)) if rng.random() < 0.95 else "unheard_of"
     return Entry(kind, ident, parent, rng.choice(STAMPS), rng.choice(POSITIONS),
-                 rng.choice(SIZES), rng.choice(ROLES), rng.choice(STOPS), _keys(rng), detail)
+                 rng.choice(SIZES), rng.choice(ROLES), rng.choice(STOPS), _keys(rng), detail,
+                 rng.random() < 0.3)
 
 
 def _check(entries: list[Entry]) -> tuple[bytes, packed.Odd | None]:
@@ -97,3 +99,26 @@ def test_an_entry_the_rows_cannot_hold_is_kept_as_it_is() -> None:
     assert odd is not None and set(odd) == {0, 1, 2}
     assert odd[0] is nan  # the same object: a NaN is not equal to itself
     assert packed.unpack(blob, odd)[3].parent_id == "n3"
+
+
+def test_a_user_message_that_may_pin_says_so_after_packing(tmp_path: Path) -> None:
+    lines = [{"type": "session", "version": 3, "id": "s", "timestamp": "2026-11-30T03:00:00Z"}]
+    contents: list[object] = [
+        "plain", "!pin keep it", "say it loud!", "📌 the schema",
+        [{"type": "text", "text": "no mark"}, {"type": "image", "data": "", "mimeType": "x"}],
+        [{"type": "image", "data": "", "mimeType": "x"}, {"type": "text", "text": "late !"}],
+        ["a bare string block"], 7]
+    for i, content in enumerate(contents):
+        lines.append({"type": "message", "id": f"u{i}", "parentId": f"u{i - 1}" if i else None,
+                      "timestamp": "2026-11-30T03:00:01Z",
+                      "message": {"role": "user", "content": content}})
+    lines.append({"type": "message", "id": "a", "parentId": f"u{len(contents) - 1}",
+                  "timestamp": "2026-11-30T03:00:02Z",
+                  "message": {"role": "assistant", "content": [{"type": "text", "text": "!"}]}})
+    path = tmp_path / "2026-11-30T03-00-00-000Z_s.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    entries = list(JsonlTranscript.open(path, lambda *a: None).read_window(None).entries)
+    assert [e.may_pin for e in entries] == [False, True, True, True, False, True, True, False,
+                                            False]
+    _blob, odd = _check(entries)
+    assert odd is None
