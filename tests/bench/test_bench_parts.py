@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from proxy.metrics import Metrics
 from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
-from tests.bench import procs, thousand_agents
+from tests.bench import cold_floor, procs, thousand_agents
 from tests.bench.sessions_scale import RESTORED, Session, generate, session_copy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
@@ -132,3 +133,11 @@ def test_session_memory_measures_each_part(tmp_path: Path) -> None:
     assert report["renderings"] >= 5  # the tails read kept their renderings
     assert report["rendered_at_most_mb"] > report["rendered_budget_bytes"] / 1e6
     assert report["fingerprint_bytes_per_session"] > 0
+
+
+def test_cold_floor_decides_every_session_cold_then_warm(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cold_floor.decisions(tmp_path, 4, busy_loop=True)
+    out = capsys.readouterr().out
+    assert "cold, 4 sessions (4 restored) beside a busy loop" in out
+    assert "warm: CPU" in out
