@@ -8,6 +8,7 @@ reads, close); this makes three.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 __all__ = ["read_span"]
@@ -37,4 +38,5 @@ def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | No
     except OSError:
         return None
     finally:
-        os.close(fd)
+        with contextlib.suppress(OSError):  # the descriptor is released even so
+            os.close(fd)

@@ -156,7 +156,7 @@ class JsonlTranscript:
     def read_window(self, min_messages: int | None) -> Window:
         """The last entries holding ``min_messages`` raw messages (None: the whole file)."""
         try:
-            with open(self.path, "rb", buffering=0) as f:
+            with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if min_messages is None or self.header.version < 2:
                     return self._whole(f, size)
@@ -320,7 +320,7 @@ class JsonlTranscript:
     def poll(self) -> list[Entry] | None:
         """New complete entries since the last call; None when the file must be re-read."""
         try:
-            with open(self.path, "rb", buffering=0) as f:
+            with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if ((st.st_dev << 64 | st.st_ino) != self._identity or st.st_size < self.offset
                         or (self.header.version < 2 and st.st_size != self.offset)):

@@ -202,7 +202,7 @@ def _render_user(msg: Mapping[str, Any], opts: RenderOptions) -> Message | None:
         return None
     if prefix:
         for part in parts:
-            if part["type"] == "text":
+            if part["type"] == "text" and isinstance(part["text"], str):
                 part["text"] = prefix + part["text"]
                 break
     return {"role": "user", "content": parts}

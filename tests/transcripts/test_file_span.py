@@ -98,3 +98,17 @@ def test_entries_cut_off_by_a_truncation_load_as_none(tmp_path: Path) -> None:
     assert loaded[6:] == [None] * 4
     path.unlink()
     assert store.load(entries) == [None] * 10
+
+
+def test_a_failing_close_still_gives_the_bytes(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    real = os.close
+
+    def failing(fd: int) -> None:
+        real(fd)
+        raise OSError(5, "EIO on close")
+
+    monkeypatch.setattr(file_span.os, "close", failing)
+    assert read_span(path, 2, 5) == b"23456"

@@ -269,3 +269,12 @@ def test_edits_outside_the_kept_range_do_not_apply() -> None:
     plan = view.context_plan(view.active_branch(MemStore(objs).entries()).entries)
     assert [e.id for e in plan.entries] == ["u2", "a3"]
     assert dict(plan.edits) == {}
+
+
+def test_an_openclaw_prefix_skips_a_text_block_whose_text_is_not_a_string() -> None:
+    obj = user("u0", None, "unused")
+    obj["message"]["content"] = [{"type": "text", "text": 7}, {"type": "text", "text": "go"}]
+    out = render([Source("message", obj, 1796004000.0)],
+                 RenderOptions(flavor="openclaw", tz=timezone(timedelta(hours=1), "CET")))
+    assert out[0]["content"] == [{"type": "text", "text": 7},
+                                 {"type": "text", "text": "[Mon 2026-11-30 03:00 CET] go"}]
