@@ -17,7 +17,7 @@ from proxy.floor.pins import pins_in
 from proxy.policy.records import Policy
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.entries import Entry
-from proxy.transcripts.records import SessionInfo
+from proxy.transcripts.records import SessionInfo, SourceKind
 from proxy.wire.content import message_text
 from tests.floor.synthetic import MemoryStore, Transcript
 
@@ -49,10 +49,10 @@ def _session(rng: random.Random, sid: str) -> Transcript:
     return t
 
 
-def _catalog(t: Transcript) -> tuple[Catalog, CountingStore]:
+def _catalog(t: Transcript, source: SourceKind = "pi") -> tuple[Catalog, CountingStore]:
     catalog = Catalog()
     store = CountingStore(t.objs)
-    info = SessionInfo(session_id=t.session_id, source="pi", era="pi", location="mem",
+    info = SessionInfo(session_id=t.session_id, source=source, era="pi", location="mem",
                        agent_id="pi", group="dir")
     catalog.put(info, store, store.read_window(None))
     return catalog, store
@@ -102,6 +102,9 @@ def test_a_pin_pointing_back_pins_the_assistant_message_before_it() -> None:
 
 # ------------------------------------------------ with the default markers: a few lines read
 PLAIN = ["what next?", "thanks", "run the tests", "fix the bug in parse()", "turn it off"]
+ODD_CONTENTS: list[list[Any]] = [["a bare string"], [{"type": "text", "text": 7}],
+                                 [{"type": "image", "data": "", "mimeType": "image/png"}],
+                                 [{"type": "input_text", "text": "!pin not a text block"}]]
 
 
 def _plain_session(rng: random.Random, sid: str, *, clean_at: int | None = None,
@@ -118,6 +121,9 @@ def _plain_session(rng: random.Random, sid: str, *, clean_at: int | None = None,
     for turn in range(rng.randint(1, 40)):
         text = rng.choice(USER_TEXTS) if rng.random() < 0.15 else rng.choice(PLAIN)
         users.append(t.user(text))
+        if rng.random() < 0.1:  # shapes an agent never writes: read as the renderer reads them
+            odd = rng.choice(ODD_CONTENTS)
+            t.objs[-1]["message"]["content"] = [*odd, *t.objs[-1]["message"]["content"]]
         t.assistant(f"answer {turn}")
         if edits and rng.random() < 0.1:
             target = rng.choice(users)
@@ -128,31 +134,33 @@ def _plain_session(rng: random.Random, sid: str, *, clean_at: int | None = None,
     return t
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "source"), [(1, "pi"), (2, "pi"), (3, "openclaw-jsonl")])
 def test_with_the_default_markers_only_marked_edited_and_leading_users_are_read(
-        seed: int) -> None:
+        seed: int, source: SourceKind) -> None:
     rng = random.Random(seed)
     policy = Policy()
     skipped = 0
     for n in range(120):
         t = _plain_session(rng, f"p{n}", clean_at=rng.choice([None, None, 0, 2, 6]),
                            edits=rng.random() < 0.5)
-        catalog, store = _catalog(t)
+        catalog, store = _catalog(t, source)
         index = PinIndex(catalog)
         found = index.own(t.session_id, policy)
-        assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
+        assert found == _oracle(_catalog(t, source)[0], t.session_id, policy), n
         # The clean-slate mark, as a full read of the first user message finds it.
         clean = index._scanned[t.session_id].clean
-        firsts = [o for o in t.objs if o["type"] == "message"
+        firsts = [o["message"]["content"] for o in t.objs if o["type"] == "message"
                   and o["message"]["role"] == "user"
-                  and any(b.get("type") == "text" for b in o["message"]["content"])]
-        assert clean == (bool(firsts) and firsts[0]["message"]["content"][0]["text"]
-                         .startswith("--clean")), n
+                  and any(isinstance(b, dict) and b.get("type") in ("text", "image")
+                          for b in o["message"]["content"])]
+        texts = [b["text"] for b in firsts[0] if isinstance(b, dict)
+                 and b.get("type") == "text" and isinstance(b["text"], str)] if firsts else []
+        assert clean == "\n".join(texts).startswith("--clean "), n
         users = sum(1 for o in t.objs if o["type"] == "message"
                     and o["message"]["role"] == "user")
         read = [e for e in store.loaded if e.role == "user"]
         skipped += users - len(read)
-        fresh = _catalog(t)[0]
+        fresh = _catalog(t, source)[0]
         record = fresh.full(t.session_id)
         assert record is not None
         k = record.message_count + 8
