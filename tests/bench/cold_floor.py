@@ -91,15 +91,19 @@ def decisions(root: Path, count: int, busy_loop: bool) -> None:
 
     stop = threading.Event()
     loop = threading.Thread(target=_busy, args=(stop,)) if busy_loop else None
-    if loop is not None:
-        sys.setswitchinterval(0.001)
-        loop.start()
-    lane = threading.Thread(target=cold)
-    lane.start()
-    lane.join()
-    stop.set()
-    if loop is not None:
-        loop.join()
+    interval = sys.getswitchinterval()
+    try:
+        if loop is not None:
+            sys.setswitchinterval(0.001)  # the server's
+            loop.start()
+        lane = threading.Thread(target=cold)
+        lane.start()
+        lane.join()
+    finally:
+        stop.set()
+        if loop is not None:
+            loop.join()
+        sys.setswitchinterval(interval)
     walls.sort()
     print(f"cold, {count} sessions ({restored[0]} restored){' beside a busy loop' * busy_loop}:"
           f" CPU {cpu[0] * 1e3 / count:.2f} ms a decision; wall mean "

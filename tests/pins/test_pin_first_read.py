@@ -102,7 +102,7 @@ def test_a_pin_pointing_back_pins_the_assistant_message_before_it() -> None:
 
 # ------------------------------------------------ with the default markers: a few lines read
 PLAIN = ["what next?", "thanks", "run the tests", "fix the bug in parse()", "turn it off"]
-ODD_CONTENTS: list[list[Any]] = [["a bare string"], [{"type": "text", "text": 7}],
+ODD_CONTENTS: list[list[Any]] = [["!pin a bare string"], [{"type": "text", "text": 7}],
                                  [{"type": "image", "data": "", "mimeType": "image/png"}],
                                  [{"type": "input_text", "text": "!pin not a text block"}]]
 
