@@ -13,12 +13,14 @@ import re
 __all__ = ["DEFAULT_PIN_PATTERNS", "ENVELOPE", "MATCH_CHARS", "unsafe_pattern"]
 
 # ``!pin`` or 📌 at the start (``!pin ^`` alone points at the assistant message before it).
+# Each needs a mark ``proxy.wire.pin_marks.holds_mark`` looks for: change both together.
 DEFAULT_PIN_PATTERNS = (r"^\s*(?:!pin\b(?!\s*\^\s*$)|📌)",)
 MATCH_CHARS = 4096
 # OpenClaw's timestamp before what the user typed ("[Wed 2026-12-02 17:12 UTC] "): not the
 # user's words, so neither matched nor kept as part of a pin.
 ENVELOPE = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]{0,40}\] ")
 _REPEATS = ("*", "+", "{")
+
 
 
 def unsafe_pattern(pattern: str) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any, cast
 from proxy.values import frozen_value
 from proxy.wire.content import content_text
 from proxy.wire.openclaw import collapsed, normalised_pieces
+from proxy.wire.pin_marks import holds_mark
 from proxy.wire.tool_ids import call_id_key
 
 __all__ = [
@@ -344,16 +345,16 @@ def summary_key(summary: str) -> int | None:
 
 
 def _may_pin(content: object) -> bool:
-    """Whether a user content has a ``!`` or a 📌 in a text (or a shape not read here)."""
+    """Whether a user content has a default pin mark in a text (or a shape not read here)."""
     if isinstance(content, str):
-        return "!" in content or "\U0001f4cc" in content
+        return holds_mark(content)
     if not isinstance(content, list):
         return False  # renders as no message
     for block in content:
         if block.__class__ is not dict:
             return True
         text = block.get("text")
-        if isinstance(text, str) and ("!" in text or "\U0001f4cc" in text):
+        if isinstance(text, str) and holds_mark(text):
             return True
     return False
 

@@ -22,19 +22,15 @@ def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | No
     except OSError:
         return None
     try:
-        data = os.pread(fd, size, start)
-        if len(data) < size and data:
-            # A regular file answers a read whole unless it ends; read on to be sure.
-            parts = [data]
-            got = len(data)
-            while got < size:
-                more = os.pread(fd, size - got, start + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            data = b"".join(parts)
-        return data
+        parts: list[bytes] = []
+        got = 0
+        while got < size:  # a regular file answers a read whole unless it ends
+            more = os.pread(fd, size - got, start + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     except OSError:
         return None
     finally:

@@ -198,3 +198,18 @@ def test_an_edit_that_writes_a_marker_into_a_plain_message_is_read() -> None:
     assert [p.text for p in found.pins] == ["!pin written by an edit"]
     assert ids[8] in {e.id for e in store.loaded}
     assert {e.id for e in store.loaded if e.role == "user"} == {*ids[:4], ids[8]}
+
+
+def test_a_text_without_a_mark_is_no_pin_unpin_or_pointer_to_the_default_patterns() -> None:
+    from proxy.wire.pin_marks import holds_mark
+
+    rng = random.Random(9)
+    alphabet = "pinPIN ^\t\n\u3000unUN:[]-0123456789 Mon2026:UTC\u0131\u0130"
+    texts = ["pin x", "  PIN ^", "unpin", "[Mon 2026-11-30 02:27 UTC] pin it", "\u0130pin"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+              for _ in range(3000)]
+    for text in texts:
+        assert not holds_mark(text)
+        found = pins_in([("e", "user", text)], Policy().pin_patterns, pin_assistant=True)
+        assert found.pins == () and found.controls == () and found.unpins == (), text
+    assert holds_mark("!pin x") and holds_mark("📌 x")
