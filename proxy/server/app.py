@@ -43,7 +43,7 @@ from proxy.recovery.summarize.transport import UpstreamSummaryTransport
 from proxy.server import inspector_routes, protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
-from proxy.server.allocator import give_back_large_blocks
+from proxy.server.allocator import give_back_large_blocks, trim_after_work
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.floor_lane import FloorLane
 from proxy.server.guard import last_guard
@@ -361,8 +361,10 @@ async def _serve(settings: Settings) -> int:
              extra={"listen": settings.listen, "upstream": settings.upstream,
                     "admin": _bound(admin, settings.admin_listen)})
     frozen = asyncio.create_task(_freeze_when_indexed(state))
+    trimming = asyncio.create_task(trim_after_work(), name="malloc-trim")
     await stop.wait()
     frozen.cancel()
+    trimming.cancel()
     state.draining = True
     state.body_reads.drain(settings.shutdown_grace)
     log.info("draining: in-flight requests have %.0f s to finish", settings.shutdown_grace)
