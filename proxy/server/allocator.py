@@ -54,32 +54,43 @@ def give_back_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
     return done
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own C library
+    except (OSError, AttributeError):
+        return None  # musl, macOS: no such call
+    trim.argtypes = [ctypes.c_size_t]
+    return trim
+
+
 def return_free_pages() -> bool:
     """glibc's ``malloc_trim(0)``: free pages inside the heaps go back to the system.
 
-    Whether any did; False where the C library has no such call. ctypes lets go of the
-    interpreter lock for the call, which walks the heaps' free lists (1-10 ms measured
-    under load)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    return bool(trim(0))
+    Whether any did. ctypes lets go of the interpreter lock for the call, which walks the
+    heaps' free lists (1-11 ms measured under load); it holds each heap's own lock
+    meanwhile, so a ``malloc`` of another thread (the event loop's) may wait for it."""
+    trim = _malloc_trim()
+    return trim is not None and bool(trim(0))
 
 
 async def trim_after_work(every: float = TRIM_EVERY,
-                          trim: Callable[[], bool] = return_free_pages,
+                          trim: Callable[[], bool] | None = None,
                           cpu: Callable[[], float] = time.process_time,
                           worth: float = _WORK_WORTH_A_TRIM) -> None:
-    """Every ``every`` seconds, if the process used ``worth`` CPU seconds since the last
-    look, ``trim`` in a worker thread. Runs until cancelled."""
+    """Every ``every`` seconds, if the process used ``worth`` CPU seconds since the look
+    before, ``trim`` in a worker thread. Runs until cancelled; ends at once where the C
+    library cannot trim."""
+    if trim is None:
+        if _malloc_trim() is None:
+            log.debug("the C library cannot give free heap pages back")
+            return
+        trim = return_free_pages
     last = cpu()
     while True:
         await asyncio.sleep(every)
-        now = cpu()
-        if now - last < worth:
-            continue
+        now, before = cpu(), last
+        # Per minute, not since the last trim: an idle process's few looks a minute never
+        # add up to a trim.
         last = now
-        if not await asyncio.to_thread(trim):
-            log.debug("no free pages to give back")
+        if now - before >= worth:
+            await asyncio.to_thread(trim)
