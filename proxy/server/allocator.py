@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LARGE_BLOCK", "TRIM_EVERY", "give_back_large_blocks", "return_free_pages",
            "trim_after_work"]
@@ -41,26 +43,31 @@ TRIM_EVERY = 60.0
 _WORK_WORTH_A_TRIM = 0.5
 
 
+@functools.cache
+def _c_function(name: str, *argtypes: type[Any]) -> Callable[..., int] | None:
+    """``name`` in the process's own C library, looked up once; None where it has none
+    (``malloc_trim`` on musl and macOS) or ctypes cannot load it."""
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = list(argtypes)
+    return function  # type: ignore[no-any-return]
+
+
 def give_back_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
     """Have blocks of ``threshold`` bytes or more mapped on their own; whether it was set."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
-    except (OSError, AttributeError):
+    mallopt = _c_function("mallopt", ctypes.c_int, ctypes.c_int)
+    if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     done = bool(mallopt(_M_MMAP_THRESHOLD, threshold))
     if not done:
         log.debug("the C library keeps its own threshold for mapped memory blocks")
     return done
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # the process's own C library
-    except (OSError, AttributeError):
-        return None  # musl, macOS: no such call
-    trim.argtypes = [ctypes.c_size_t]
-    return trim
+def _malloc_trim() -> Callable[..., int] | None:
+    return _c_function("malloc_trim", ctypes.c_size_t)
 
 
 def return_free_pages() -> bool:
