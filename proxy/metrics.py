@@ -9,6 +9,7 @@ and a model name is a label only once vetted (an upstream answered successfully 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -16,7 +17,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.logs import redact
 
-__all__ = ["CONTENT_TYPE_LATEST", "BoundedLabel", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "BoundedLabel", "CacheFill", "Metrics"]
+
+# A cache's fill as scraped: how to read what it holds now, and its bound.
+CacheFill = tuple[Callable[[], float], float]
 
 # Seconds. Latency buckets fine enough to see sub-millisecond proxy overhead.
 OVERHEAD_BUCKETS = (
@@ -197,6 +201,7 @@ class Metrics:
             "tailfloor_floor_capped_total",
             "Rewrites that dropped added messages to fit the context window.", registry=r)
         self._pin_series(r)
+        self._cache_series(r)
         self.rules_reloads = Counter(
             "tailfloor_rules_reloads_total", "Rules reloads (outcome: ok|error).",
             ["outcome"], registry=r)
@@ -245,7 +250,10 @@ class Metrics:
             "Answers with token usage whose model no [[prices]] row names: not priced.",
             ["model"], registry=r)
 
-        # Hot-path shortcuts, label values in declaration order.
+        self._shortcuts()
+
+    def _shortcuts(self) -> None:
+        """The hot path's children, label values in declaration order."""
         self.requests_by = Children(self.requests)
         self.tokens_by = Children(self.tokens)
         self.duration_by = Children(self.request_duration)
@@ -253,7 +261,6 @@ class Metrics:
         self.overhead_by = Children(self.overhead)
         self.identification_by = Children(self.identification)
         self.rewrites_by = Children(self.rewrites)
-
 
     def _pin_series(self, r: CollectorRegistry) -> None:
         self.indexing_passthrough = Counter(
@@ -277,6 +284,24 @@ class Metrics:
         self.pins_dropped = Counter(
             "tailfloor_pins_dropped_total", "Pins left out of a request: past max_pinned, "
             "or past pinned_token_budget or the window.", registry=r)
+
+    def _cache_series(self, r: CollectorRegistry) -> None:
+        self.cache_held = Gauge(
+            "tailfloor_cache_held", "What the bounded memory kept between requests holds, "
+            "read at each scrape (cache: rendered_bytes = transcript bytes whose renderings "
+            "are kept, rendered = kept renderings, served_sessions and served_entries = "
+            "unpacked session windows, token_counts = remembered message counts: these by "
+            "--session-cache-bytes; inspector_bytes = the inspector's kept requests, by "
+            "--inspect-memory-bytes).", ["cache"], registry=r)
+        self.cache_bound = Gauge(
+            "tailfloor_cache_bound", "The bound of each tailfloor_cache_held.", ["cache"],
+            registry=r)
+
+    def report_caches(self, caches: Mapping[str, CacheFill]) -> None:
+        """Each cache's fill, read when scraped: no work on the request path."""
+        for name, (held, bound) in caches.items():
+            self.cache_held.labels(cache=name).set_function(held)
+            self.cache_bound.labels(cache=name).set(bound)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

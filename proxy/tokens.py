@@ -311,6 +311,11 @@ class TokenCounter:
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
 
+    @property
+    def bound(self) -> int:
+        """The most counts remembered at once (both generations full)."""
+        return 2 * self._generation
+
     def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int]) -> int:
         try:
             blob = orjson.dumps(value)

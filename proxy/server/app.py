@@ -44,6 +44,7 @@ from proxy.server import inspector_routes, protocol_errors
 from proxy.server import routes as handlers
 from proxy.server.admin_token import AdminToken, token_guard
 from proxy.server.allocator import give_back_large_blocks, trim_after_work
+from proxy.server.cache_fill import cache_fills
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.floor_lane import FloorLane
 from proxy.server.guard import last_guard
@@ -112,6 +113,7 @@ def build_app(settings: Settings, registry: CollectorRegistry | None = None, *,
                              name=f"{name}-floor"),
         transcripts=transcripts,
         sessions=sessions, inspector=inspector)
+    metrics.report_caches(cache_fills(transcripts.catalog, tokens, inspector))
     # aiohttp enforces the body limit for request.read(); +1 so the handler's own check answers.
     # Bodies arrive as sent: proxy/server/body.py decodes compressed ones under one rule.
     app = web.Application(client_max_size=settings.max_body_bytes + 1,

@@ -69,6 +69,9 @@ class RenderedTail:
         self._zones: dict[tzinfo, int] = {}  # the zones of the options (one per catalog)
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def _zone(self, tz: tzinfo) -> int:
         """A small number for each zone the options name (one per catalog): keys hold it,
         not the zone, an object the collector would track."""

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.bench_transcripts import session_text
 from tests.bench.cold_start import fake_upstream, serving
@@ -227,14 +228,31 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             "busy_by_10s": [busy.get(w, 0) for w in range(max(busy, default=-1) + 1)]}
 
 
-async def through_tailfloor(port: int, pid: int, sessions: list[Session], interval: float,
-                            seconds: float) -> dict[str, Any]:
+def cache_fill(admin: int) -> dict[str, list[float]]:
+    """Each cache's [held, bound], as the process exports them (tailfloor_cache_held)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    fill: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in ("tailfloor_cache_held", "tailfloor_cache_bound"):
+            at = 0 if family.name.endswith("held") else 1
+            for sample in family.samples:
+                fill.setdefault(sample.labels["cache"], [0.0, 0.0])[at] = sample.value
+    return fill
+
+
+async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Session], *,
+                            interval: float, seconds: float) -> dict[str, Any]:
     samples: list[tuple[float, float]] = []
+    caches: list[dict[str, list[float]]] = []
     began = time.monotonic()
 
     async def sample() -> None:
         while True:
-            samples.append((time.monotonic() - began, rss_mb(pid)))
+            at = time.monotonic() - began
+            samples.append((at, rss_mb(pid)))
+            if at % 60 < 5:  # beside RSS by minute: whether a rise is a cache still filling
+                caches.append(await asyncio.to_thread(cache_fill, admin))
             await asyncio.sleep(5)
 
     sampler = asyncio.create_task(sample())
@@ -244,6 +262,7 @@ async def through_tailfloor(port: int, pid: int, sessions: list[Session], interv
     cpu = meter.stop()
     sampler.cancel()
     samples.append((time.monotonic() - began, rss_mb(pid)))
+    caches.append(await asyncio.to_thread(cache_fill, admin))
     out.update(cpu_seconds=round(cpu, 2), cpu_share_of_one_core=round(cpu / out["seconds"], 3),
                cpu_ms_per_request=round(cpu / max(out["requests"], 1) * 1e3, 2),
                rss_start_mb=round(samples[0][1], 1), rss_end_mb=round(samples[-1][1], 1),
@@ -253,7 +272,10 @@ async def through_tailfloor(port: int, pid: int, sessions: list[Session], interv
                # the second half says whether it goes on growing.
                rss_slope_second_half_mb_per_min=round(slope_mb_per_min(
                    [s for s in samples if s[0] >= samples[-1][0] / 2]), 3),
-               rss_by_minute_mb=[round(m, 1) for t, m in samples if t % 60 < 5])
+               rss_by_minute_mb=[round(m, 1) for t, m in samples if t % 60 < 5],
+               cache_bounds={name: bound for name, (_, bound) in caches[-1].items()},
+               cache_held_by_minute={name: [c.get(name, [0.0])[0] for c in caches]
+                                     for name in caches[-1]})
     return out
 
 
@@ -317,8 +339,9 @@ def main() -> None:
             warm_up = asyncio.run(measure_stream(port, orjson.dumps(warm.body)))
             script_replies(upstream, int(rate * args.minutes * 60 * 1.2) + len(active),
                            args.events, args.gap)
-            through = asyncio.run(through_tailfloor(port, proc.pid, active, args.interval,
-                                                    args.minutes * 60))
+            through = asyncio.run(through_tailfloor(port, admin, proc.pid, active,
+                                                    interval=args.interval,
+                                                    seconds=args.minutes * 60))
         result = {"census": census, "active": len(active), "interval_s": args.interval,
                   "ready_s": round(ready_from_start, 1), "ready_wait_s": round(ready, 1),
                   "warm_up_verdict": warm_up.headers.get("x-tailfloor", ""),
@@ -332,6 +355,11 @@ def main() -> None:
               f"{through['rss_start_mb']} -> {through['rss_end_mb']} MB, slope "
               f"{through['rss_slope_mb_per_min']} MB/min (second half "
               f"{through['rss_slope_second_half_mb_per_min']} MB/min)")
+    print("RSS by minute (MB):", through["rss_by_minute_mb"])
+    for name, held in through["cache_held_by_minute"].items():
+        bound = through["cache_bounds"][name]
+        print(f"  {name} by minute, % of its bound {bound:.0f}:",
+              [round(100 * h / bound, 1) if bound else 0 for h in held])
 
 
 if __name__ == "__main__":
