@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,25 @@ def _series_names(family: str, kind: str) -> set[str]:
 def evidence(request: pytest.FixtureRequest) -> Evidence:
     """Sources a live test registers; written out and summarised only when it fails."""
     return Evidence(request.node.nodeid)
+
+
+# Directories whose files drive real agents, the real model or real containers: up to
+# minutes a file. CI runs files on two workers, one file at a time each (--dist loadfile,
+# --no-loadscope-reorder); these go first, the files of one long scenario before the rest,
+# so the two workers end together instead of one running a six-minute file alone at the
+# end (xdist's own order, files with the most tests first, put exactly those last).
+_LONG_DIRECTORIES = ("agents", "model", "deploy")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests_in = Counter(item.path for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if item.path.parent.name in _LONG_DIRECTORIES:
+            return 0, tests_in[item.path]
+        return 1, 0
+
+    items.sort(key=rank)  # stable: a file's tests stay together, in their own order
 
 
 @pytest.hookimpl(hookwrapper=True)
