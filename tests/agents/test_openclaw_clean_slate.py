@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.live_proxy import openclaw_live
+from tests.agents.live_proxy import LIVE_RUNS, openclaw_live
 from tests.agents.openclaw_agent import Agent, Gateway
 from tests.agents.test_openclaw_live import INTERNAL, RULES, Run, ask
 from tests.conftest import ProxyProcess
@@ -50,7 +50,7 @@ def test_new_with_the_marker_starts_a_clean_session(
     evidence.add_fake(fake)
     evidence.add("tailfloor.log", proxy.logs)
     evidence.add("gateway.log", gateway.logs)
-    for r in range(3):
+    for r in range(LIVE_RUNS):
         run = Run(AGENT, r, f"agent:main:{'c' if clean else 'k'}{r}")
         tag = f"[{'clean' if clean else 'control'} run {r}]"
         for i in range(5):

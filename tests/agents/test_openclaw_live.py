@@ -1,6 +1,6 @@
 """The floor, the carry and overflow recovery on the real OpenClaw gateway (2026.9.6), live:
 the gateway runs agents whose providers reach tailfloor through ``/agents/<id>/v1``, one
-agent per configuration (default, affinity headers), both at once, each through three runs
+agent per configuration (default, affinity headers), both at once, each through two runs
 of its own sessions in a row, with N = 8. (The Pi matrix covers N = 30; this test ran with
 two more agents at N = 30 too, passing the same checks, and is kept to N = 8 for CI time.)
 
@@ -37,7 +37,7 @@ import orjson
 import pytest
 import zstandard
 
-from tests.agents.live_proxy import openclaw_live
+from tests.agents.live_proxy import LIVE_RUNS, openclaw_live
 from tests.agents.openclaw_agent import OPENCLAW_VERSION, Agent, Gateway, workspace_files
 from tests.agents.test_pi_live_floor import check_carry, claim_both, entry_raw, pairs_intact
 from tests.conftest import ProxyProcess
@@ -62,7 +62,7 @@ context_window = 200000
 encoding = "estimate"
 margin = 0.3
 """
-RUNS = 3
+RUNS = LIVE_RUNS
 OVERFLOW_WORD = "OVERFLOW_NOW"
 RUNTIME = re.compile(r"Runtime: agent=\S+ \| session=(\S+) \| sessionId=(\S+)")
 PREFIX = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]]*\] ")
@@ -220,7 +220,7 @@ def ask(gateway: Gateway, run: Run, text: str) -> str:
 
 def drive(gateway: Gateway, fake: FakeUpstream, agent: Agent, lock: threading.Lock
           ) -> list[Run]:
-    """Three runs of one agent, one after the other."""
+    """``RUNS`` runs of one agent, one after the other."""
     runs = []
     for r in range(RUNS):
         run = Run(agent, r, f"agent:{agent.id}:r{r}")

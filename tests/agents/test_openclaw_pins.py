@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.live_proxy import openclaw_live
+from tests.agents.live_proxy import LIVE_RUNS, openclaw_live
 from tests.agents.openclaw_agent import Agent, Gateway
 from tests.agents.test_openclaw_live import (
     INTERNAL,
@@ -66,7 +66,7 @@ def test_a_pin_survives_openclaw_s_compaction_and_reset_until_unpinned(
     evidence.add("tailfloor.log", proxy.logs)
     evidence.add("gateway.log", gateway.logs)
     report = []
-    for r in range(3):
+    for r in range(LIVE_RUNS):
         run = Run(AGENT, r, f"agent:main:p{r}")
         tag = f"[pins run {r}]"
         ask(gateway, run, f"Hello, a first turn {tag}.")

@@ -6,7 +6,7 @@ Pi re-sends its last request capped at one output token while it sits idle (``ca
 "idle", a model with a prompt-cache lifetime); the test gives the fake model an 11 s lifetime
 and prices that make warming pay, so Pi refreshes about once a second. Scenarios: after Pi's
 compaction (the floor restores) and in the new session after ``new_session`` (the floor
-carries), default configuration and affinity headers, three runs each. The oracle is the
+carries), default configuration and affinity headers, ``LIVE_RUNS`` runs each. The oracle is the
 upstream's log: what tailfloor sent for the real requests and for the refreshes.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.live_proxy import watched_proxy
+from tests.agents.live_proxy import LIVE_RUNS, watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
@@ -85,7 +85,7 @@ def test_cache_warms_get_the_rewrite_of_the_request_they_repeat(
     proxy, root = watched_proxy(fake, tmp_path, RULES, evidence)
     seen = []
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             fake.reset()
             fake.behaviour = AgentBehaviour()
             pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=window,

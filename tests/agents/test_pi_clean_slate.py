@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.live_proxy import watched_proxy
+from tests.agents.live_proxy import LIVE_RUNS, watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.test_pi_cache_warming import RULES
@@ -49,7 +49,7 @@ def test_a_clean_slate_after_new_session_carries_nothing(
         fake: FakeUpstream, tmp_path: Path, version: str, evidence: Evidence) -> None:
     proxy, root = watched_proxy(fake, tmp_path, RULES, evidence)
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             for clean in (True, False):
                 fake.reset()
                 fake.behaviour = AgentBehaviour()

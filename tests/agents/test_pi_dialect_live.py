@@ -3,8 +3,8 @@
 message threads, a reasoning model at thinking level ``low`` as Claude and GPT-5 are): the
 floor after Pi's own compaction, the carry into a new session, overflow recovery.
 
-Each scenario runs three times in a row (a race shows up as one failure in three). The oracle
-is Pi's own transcript, read by the test, and the request the fake upstream received in the
+Each scenario runs ``LIVE_RUNS`` times in a row (a race shows up as one failure in three). The
+oracle is Pi's own transcript, read by the test, and the request the fake upstream received in the
 dialect's shape (input items, messages): after the compaction the request holds Pi's summary
 and then at least min(N, available) raw messages, exactly the transcript's, contiguous, ending
 with the new prompt, every tool exchange whole and valid for the dialect; the proxy's access
@@ -33,6 +33,7 @@ from tests.agents.dialect_views import (
     thinking_turns,
     transcript_raw,
 )
+from tests.agents.live_proxy import LIVE_RUNS
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent
 from tests.agents.pi_dialects import (
     ANTHROPIC,
@@ -163,7 +164,7 @@ def test_floor_after_pi_compacts_and_carry_into_a_new_session(
     floors: list[int] = []
     carries: list[int] = []
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             fake.reset()
             fake.behaviour = AgentBehaviour(reasoning=True)
             pi = pi_home(tmp_path, root, proxy.url, api, version=version, run=run)
@@ -214,7 +215,7 @@ def test_overflow_is_recovered_in_the_dialect(fake: FakeUpstream, tmp_path: Path
     root.mkdir()
     proxy = start_proxy(fake, tmp_path, window=8192)
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             fake.reset()
             fake.behaviour = AgentBehaviour(reasoning=True)
             pi = pi_home(tmp_path, root, proxy.url, api, version=version, run=run)
@@ -247,7 +248,7 @@ def test_overflow_is_recovered_in_the_dialect(fake: FakeUpstream, tmp_path: Path
             reasons = [m.get("stopReason") for m in (e.get("message") for e in pi.entries())
                        if isinstance(m, dict)]
             assert "error" not in reasons, reasons
-        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == 3
+        assert proxy.sample("tailfloor_overflow_total", outcome="recovered") == LIVE_RUNS
     except AssertionError as failure:
         raise AssertionError(f"{failure}\nproxy log:\n{proxy.logs()[-4000:]}") from failure
     finally:

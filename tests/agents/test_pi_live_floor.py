@@ -5,8 +5,8 @@ configuration).
 
 Pi writes the new user message to its transcript about 10 ms before it sends the request,
 and the watcher sees it after the request has been answered: identification must not wait
-for the transcript to be current. Each scenario runs three times in a row (a race shows up as
-one failure in three). The oracle is Pi's own transcript, read by the test: the request after
+for the transcript to be current. Each scenario runs ``LIVE_RUNS`` times in a row (a race shows
+up as one failure in three). The oracle is Pi's own transcript, read by the test: the request after
 the compaction holds Pi's summary and then at least min(N, available) raw messages, exactly the
 transcript's, contiguous, ending with the new prompt, tool pairs intact. After each run, another
 client with its own system prompt names each of those sessions on the same port and gets
@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.live_proxy import watched_proxy
+from tests.agents.live_proxy import LIVE_RUNS, watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
@@ -206,7 +206,7 @@ def test_the_first_request_after_pi_compacts_holds_the_floor(
     results: list[list[int]] = []
     carried: list[list[int]] = []
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             fake.reset()
             fake.behaviour = AgentBehaviour()
             pi = compacting_pi(tmp_path / f"pi{run}", root / f"run{run}", proxy.url + "/v1",

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.agents.live_proxy import watched_proxy
+from tests.agents.live_proxy import LIVE_RUNS, watched_proxy
 from tests.agents.pi_agent import PI_LATEST, PI_VERSION, PiAgent, release
 from tests.agents.pi_rpc import PiRpc
 from tests.agents.sizing import PiPrompts
@@ -52,7 +52,7 @@ def test_a_pin_survives_pi_s_compaction_and_its_new_session_until_unpinned(
     proxy, root = watched_proxy(fake, tmp_path, RULES.format(n=8), evidence)
     seen: list[dict[str, Any]] = []
     try:
-        for run in range(3):
+        for run in range(LIVE_RUNS):
             fake.reset()
             fake.behaviour = AgentBehaviour()
             pi = PiAgent(tmp_path / f"pi{run}", proxy.url + "/v1", context_window=window,
