@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from proxy.transcripts.cache_bounds import cache_bounds
 from proxy.transcripts.catalog import SERVED_SESSIONS, Catalog
 from proxy.transcripts.entries import parse_entry
 from proxy.transcripts.index import ContentIndex
@@ -77,17 +78,22 @@ def _session(n: int) -> tuple[SessionInfo, MemStore]:
 
 def test_only_a_bounded_number_of_sessions_keep_entry_objects_and_answers_do_not_change(
         ) -> None:
-    catalog = Catalog(tail_limit=50)
+    # A small cache, so the bound is tens of sessions: the walk of every state each step
+    # below is quadratic in it (the default's 1,200 took 20-30 s).
+    cache = 1024 * 1024
+    bound = cache_bounds(cache).served_sessions
+    catalog = Catalog(tail_limit=50, cache_bytes=cache)
+    assert catalog.served.max_sessions == bound < SERVED_SESSIONS
     stores = {}
-    for n in range(3 * SERVED_SESSIONS):
+    for n in range(3 * bound):
         info, store = _session(n)
         stores[info.session_id] = store
         catalog.put(info, store, Window(store.entries(), True))
     states = catalog._states
     assert not any(st.live for st in states.values())  # put packs: nothing read yet
     rng = random.Random(3)
-    for step in range(6 * SERVED_SESSIONS):
-        sid = f"s{rng.randrange(3 * SERVED_SESSIONS)}"
+    for step in range(6 * bound):
+        sid = f"s{rng.randrange(3 * bound)}"
         store = stores[sid]
         if step % 5 == 0:  # the transcript grows by a user message
             obj = user(f"{sid}-x{step}", store.objs[-1]["id"], f"more {step}")
@@ -99,10 +105,10 @@ def test_only_a_bounded_number_of_sessions_keep_entry_objects_and_answers_do_not
         record = catalog.get(sid)
         assert record is not None and record.message_count == len(store.objs)
         live = [s for s, st in states.items() if st.live]
-        assert len(live) <= SERVED_SESSIONS
+        assert len(live) <= bound
         assert set(live) <= set(catalog.served._kept)
         assert sid in live  # the session just read keeps its objects
-    assert len(catalog.served) == SERVED_SESSIONS  # full: the oldest were packed
+    assert len(catalog.served) == bound  # full: the oldest were packed
 
 
 def test_the_content_index_grows_in_small_tables() -> None:
