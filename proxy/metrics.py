@@ -289,10 +289,11 @@ class Metrics:
         self.cache_held = Gauge(
             "tailfloor_cache_held", "What the bounded memory kept between requests holds, "
             "read at each scrape (cache: rendered_bytes = transcript bytes whose renderings "
-            "are kept, rendered = kept renderings, served_sessions and served_entries = "
-            "unpacked session windows, token_counts = remembered message counts: these by "
-            "--session-cache-bytes; inspector_bytes = the inspector's kept requests, by "
-            "--inspect-memory-bytes).", ["cache"], registry=r)
+            "are kept, a database row's JSON for OpenClaw; rendered = kept renderings; "
+            "served_sessions and served_entries = unpacked session windows; token_counts = "
+            "remembered message counts: these by --session-cache-bytes; inspector_bytes = "
+            "the inspector's kept requests, by --inspect-memory-bytes).", ["cache"],
+            registry=r)
         self.cache_bound = Gauge(
             "tailfloor_cache_bound", "The bound of each tailfloor_cache_held.", ["cache"],
             registry=r)

@@ -1,7 +1,7 @@
 """A clean slate on the real OpenClaw gateway (2026.9.6), live: after ``sessions.reset``, a
 first message starting with ``--clean`` starts a segment whose requests carry nothing of the
-one before and hold no marker; without the marker (the control) the reset carries. Three
-runs each, in OpenClaw's default configuration.
+one before and hold no marker; without the marker (the control) the reset carries.
+``LIVE_RUNS`` runs each, in OpenClaw's default configuration.
 
 Seen here first: a gateway ``agent`` turn passes ``/new --clean <text>`` to the model as
 plain text in the same session (the slash command is not parsed on that path; the test

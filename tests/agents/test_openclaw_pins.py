@@ -2,7 +2,7 @@
 database alone...", long turns follow until OpenClaw compacts; the first request after the
 compaction holds the pin verbatim right after OpenClaw's summary; after ``sessions.reset``
 the new segment's requests hold it; after ``!unpin`` (and a turn for the watcher's lag) it
-is gone. Three runs, in OpenClaw's default configuration (no affinity headers).
+is gone. ``LIVE_RUNS`` runs, in OpenClaw's default configuration (no affinity headers).
 
 The oracle is the upstream's recording of what it received, and OpenClaw's own store (the
 pin is in the session's transcript, as the user wrote it).

@@ -2,8 +2,8 @@
 configuration: after ``new_session``, a first prompt starting with ``--clean`` gets nothing
 of the previous session (the upstream receives no carried message and no marker, the rest
 of the text as typed), and neither do the new session's later requests; the inspector names
-the session a clean slate; without the marker the same steps carry (the control). Three runs
-per release.
+the session a clean slate; without the marker the same steps carry (the control).
+``LIVE_RUNS`` runs per release.
 
 The oracle is the upstream's recording of what it received and Pi's own transcript (which
 keeps the prompt as typed, marker included).

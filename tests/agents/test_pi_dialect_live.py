@@ -3,14 +3,15 @@
 message threads, a reasoning model at thinking level ``low`` as Claude and GPT-5 are): the
 floor after Pi's own compaction, the carry into a new session, overflow recovery.
 
-Each scenario runs ``LIVE_RUNS`` times in a row (a race shows up as one failure in three). The
-oracle is Pi's own transcript, read by the test, and the request the fake upstream received in the
-dialect's shape (input items, messages): after the compaction the request holds Pi's summary
-and then at least min(N, available) raw messages, exactly the transcript's, contiguous, ending
-with the new prompt, every tool exchange whole and valid for the dialect; the proxy's access
-log says ``floor`` for it (the ``x-tailfloor`` verdict). The new session's first request carries
-the old session's tail between tailfloor's notes. An overflow error in the dialect's own words
-is recovered by a summarizer call in the same dialect and one retry, and Pi gets the answer.
+Each scenario runs ``LIVE_RUNS`` times in a row (a race that fails one run in three shows). The
+oracle is Pi's own transcript, read by the test, and the request the fake upstream received in
+the dialect's shape (input items, messages): after the compaction the request holds Pi's
+summary and then at least min(N, available) raw messages, exactly the transcript's, contiguous,
+ending with the new prompt, every tool exchange whole and valid for the dialect; the proxy's
+access log says ``floor`` for it (the ``x-tailfloor`` verdict). The new session's first request
+carries the old session's tail between tailfloor's notes. An overflow error in the dialect's
+own words is recovered by a summarizer call in the same dialect and one retry, and Pi gets the
+answer.
 
 Both dialects, both Pi releases; the floor and the carry share each run (six turns, Pi's
 ``compact``, a prompt, ``new_session``, a prompt). About 90 s for the file.

@@ -5,12 +5,12 @@ configuration).
 
 Pi writes the new user message to its transcript about 10 ms before it sends the request,
 and the watcher sees it after the request has been answered: identification must not wait
-for the transcript to be current. Each scenario runs ``LIVE_RUNS`` times in a row (a race shows
-up as one failure in three). The oracle is Pi's own transcript, read by the test: the request after
-the compaction holds Pi's summary and then at least min(N, available) raw messages, exactly the
-transcript's, contiguous, ending with the new prompt, tool pairs intact. After each run, another
-client with its own system prompt names each of those sessions on the same port and gets
-nothing of them (the upstream receives its bytes unchanged).
+for the transcript to be current. Each scenario runs ``LIVE_RUNS`` times in a row (a race
+that fails one run in three shows). The oracle is Pi's own transcript, read by the test: the
+request after the compaction holds Pi's summary and then at least min(N, available) raw
+messages, exactly the transcript's, contiguous, ending with the new prompt, tool pairs intact.
+After each run, another client with its own system prompt names each of those sessions on the
+same port and gets nothing of them (the upstream receives its bytes unchanged).
 """
 
 from __future__ import annotations

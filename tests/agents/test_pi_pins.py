@@ -2,7 +2,7 @@
 configuration: turn 2 pins "Leave the database alone...", long turns follow until Pi
 compacts; the first request after the compaction holds the pin verbatim right after Pi's
 summary; after ``new_session`` the new session's requests still hold it; after ``!unpin``
-(and one more turn, the watcher's lag) it is gone. Three runs per release.
+(and one more turn, the watcher's lag) it is gone. ``LIVE_RUNS`` runs per release.
 
 The oracle is the upstream's recording of what it received, and Pi's own transcript (the
 pin is there as the user wrote it, and Pi's summary replaced it in Pi's own context).

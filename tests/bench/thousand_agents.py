@@ -252,7 +252,11 @@ async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Sess
             at = time.monotonic() - began
             samples.append((at, rss_mb(pid)))
             if at % 60 < 5:  # beside RSS by minute: whether a rise is a cache still filling
-                caches.append(await asyncio.to_thread(cache_fill, admin))
+                try:
+                    caches.append(await asyncio.to_thread(cache_fill, admin))
+                except OSError as exc:  # a scrape that timed out: that minute has none
+                    print(f"no cache figures at {at:.0f} s: {exc}", file=sys.stderr)
+                    caches.append({})
             await asyncio.sleep(5)
 
     sampler = asyncio.create_task(sample())
@@ -262,7 +266,7 @@ async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Sess
     cpu = meter.stop()
     sampler.cancel()
     samples.append((time.monotonic() - began, rss_mb(pid)))
-    caches.append(await asyncio.to_thread(cache_fill, admin))
+    final = await asyncio.to_thread(cache_fill, admin)
     out.update(cpu_seconds=round(cpu, 2), cpu_share_of_one_core=round(cpu / out["seconds"], 3),
                cpu_ms_per_request=round(cpu / max(out["requests"], 1) * 1e3, 2),
                rss_start_mb=round(samples[0][1], 1), rss_end_mb=round(samples[-1][1], 1),
@@ -273,9 +277,11 @@ async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Sess
                rss_slope_second_half_mb_per_min=round(slope_mb_per_min(
                    [s for s in samples if s[0] >= samples[-1][0] / 2]), 3),
                rss_by_minute_mb=[round(m, 1) for t, m in samples if t % 60 < 5],
-               cache_bounds={name: bound for name, (_, bound) in caches[-1].items()},
-               cache_held_by_minute={name: [c.get(name, [0.0])[0] for c in caches]
-                                     for name in caches[-1]})
+               cache_bounds={name: bound for name, (_, bound) in final.items()},
+               # None: a minute whose scrape failed
+               cache_held_by_minute={name: [c[name][0] if name in c else None
+                                            for c in caches] for name in final},
+               cache_held_end={name: held for name, (held, _) in final.items()})
     return out
 
 
@@ -359,7 +365,8 @@ def main() -> None:
     for name, held in through["cache_held_by_minute"].items():
         bound = through["cache_bounds"][name]
         print(f"  {name} by minute, % of its bound {bound:.0f}:",
-              [round(100 * h / bound, 1) if bound else 0 for h in held])
+              [round(100 * h / bound, 1) if bound and h is not None else None for h in held],
+              f"at the end {100 * through['cache_held_end'][name] / max(bound, 1):.1f}")
 
 
 if __name__ == "__main__":

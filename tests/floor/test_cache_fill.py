@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 
 from proxy.floor.restore import is_counted
+from proxy.transcripts.cache_bounds import cache_bounds
 from tests.fake_behaviour import AgentBehaviour
 from tests.fake_upstream import FakeUpstream
 from tests.floor.test_floor_e2e import post, setup
@@ -16,6 +17,7 @@ from tests.inprocess import InProcessProxy
 CACHES = ("rendered_bytes", "rendered", "served_sessions", "served_entries", "token_counts",
           "inspector_bytes")
 INSPECTOR_BUDGET = 3 * 1024 * 1024
+CACHE_BYTES = 5 * 1024 * 1024
 
 
 def test_the_caches_fill_with_a_restore_and_stay_within_their_bounds(
@@ -24,7 +26,8 @@ def test_the_caches_fill_with_a_restore_and_stay_within_their_bounds(
     fake.behaviour = AgentBehaviour()
     sessions, rules, body = setup(tmp_path, "enforce")
     proxy = InProcessProxy(fake, "--sessions", str(sessions), "--rules", str(rules),
-                           "--inspect-memory-bytes", str(INSPECTOR_BUDGET))
+                           "--inspect-memory-bytes", str(INSPECTOR_BUDGET),
+                           "--session-cache-bytes", str(CACHE_BYTES))
     try:
         def held(cache: str) -> float:
             return proxy.sample("tailfloor_cache_held", cache=cache)
@@ -45,9 +48,19 @@ def test_the_caches_fill_with_a_restore_and_stay_within_their_bounds(
         assert after["rendered_bytes"] > 0
         assert after["token_counts"] >= len(body["messages"])
         assert after["inspector_bytes"] > 0
-        assert proxy.sample("tailfloor_cache_bound", cache="inspector_bytes") \
-            == INSPECTOR_BUDGET
+        # each bound is the share of the flags' figures it names (the token counts: two
+        # generations of half)
+        shares = cache_bounds(CACHE_BYTES)
+        want = {"rendered_bytes": shares.rendered_bytes, "rendered": shares.rendered_entries,
+                "served_sessions": shares.served_sessions,
+                "served_entries": shares.served_entries,
+                "token_counts": 2 * (shares.token_counts // 2),
+                "inspector_bytes": INSPECTOR_BUDGET}
+        bounds = {cache: proxy.sample("tailfloor_cache_bound", cache=cache) for cache in CACHES}
+        assert bounds == want
+        # distinct figures: a bound exported under another cache's name shows
+        assert len(set(bounds.values())) == len(CACHES)
         for cache in CACHES:
-            assert 0 < after[cache] <= proxy.sample("tailfloor_cache_bound", cache=cache)
+            assert 0 < after[cache] <= bounds[cache]
     finally:
         proxy.stop()
