@@ -34,6 +34,7 @@ REQUIRED_TOPICS = [
     "Proxy overhead", "Rewrites by kind", "Messages restored and tails carried",
     "Overflow outcomes", "Compactions", "Summarizer latency", "Summarizer tokens per minute",
     "Transcript lag", "Transcript lines and errors", "Sessions tracked", "Floor cost vs saved",
+    "Cache fill", "Cache bytes held",
 ]
 
 
