@@ -76,12 +76,12 @@ def _session_id(i: int) -> str:
     return f"{i * 40503 % 65536:04x}{i % 65536:04x}-5e55-7000-8000-{0xac71fe000000 + i:012x}"
 
 
-def active_session(root: Path, i: int) -> Session:
+def active_session(root: Path, i: int, turns_before: int = TURNS_BEFORE) -> Session:
     rng = random.Random(1000 + i)
     sid = _session_id(i)
     cwd = f"/home/user/active{i}"
     t = Transcript(sid)
-    for turn in range(TURNS_BEFORE):
+    for turn in range(turns_before):
         t.user(f"session {i} turn {turn}: " + text(rng, 60))
         if turn % 3 == 0:
             _entry, ids = t.tool_calls(["bash"])

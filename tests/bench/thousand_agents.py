@@ -41,6 +41,7 @@ from tests.bench.loadgen import measure_stream, percentile
 from tests.bench.procs import CpuMeter, rss_mb
 from tests.bench.sessions_scale import (
     RESTORED,
+    TURNS_BEFORE,
     Session,
     active_session,
     script_replies,
@@ -125,11 +126,11 @@ def write_openclaw(root: Path, agent: int, first: int, count: int, rng: random.R
 
 
 def generate(root: Path, tracked: int, active: int, openclaw_share: float, per_db: int,
-             ) -> tuple[list[Session], dict[str, int]]:
+             *, turns_before: int = TURNS_BEFORE) -> tuple[list[Session], dict[str, int]]:
     """The sessions root; the active sessions (the last one to warm up with) and a census."""
     rng = random.Random(2028)
     pi_root, oc_root = root / "pi", root / "openclaw"
-    sessions = [active_session(pi_root, i) for i in range(active + 1)]
+    sessions = [active_session(pi_root, i, turns_before) for i in range(active + 1)]
     oc_count = int(tracked * openclaw_share)
     pi_count = tracked - oc_count - len(sessions)
     pi_bytes = 0
@@ -322,12 +323,17 @@ def main() -> None:
     parser.add_argument("--per-db", type=int, default=1_000, help="sessions per OpenClaw db")
     parser.add_argument("--events", type=int, default=40)
     parser.add_argument("--gap", type=float, default=0.025, help="seconds between events")
+    parser.add_argument("--turns-before", type=int, default=TURNS_BEFORE,
+                        help="user turns in each agent's transcript before its compaction; "
+                        "from ~95 its window starts at the tail limit (200 raw messages), "
+                        "so the run sees the steady state from its first minute")
     args = parser.parse_args()
     rate = args.active / args.interval
     with fake_upstream("tailfloor-thousand-") as (work, upstream):
         began = time.monotonic()
         sessions, census = generate(work / "root", args.tracked, args.active,
-                                    args.openclaw_share, args.per_db)
+                                    args.openclaw_share, args.per_db,
+                                    turns_before=args.turns_before)
         print(f"wrote {args.tracked} sessions in {time.monotonic() - began:.0f} s: {census}",
               file=sys.stderr)
         *active, warm = sessions
