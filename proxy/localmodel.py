@@ -52,7 +52,8 @@ def model_path() -> Path:
 def serve(port: int, n_ctx: int, threads: int, temperature: float) -> None:
     # llama.cpp's threads meet at a barrier after every step of a token; by default OpenMP
     # spins there, which beside a busy neighbour (a test's agent, the proxy) holds a core
-    # the other thread is waiting for. Read once, when the library loads: set before it.
+    # the other thread is waiting for. Read once, when libgomp loads (the import below; no
+    # effect if something in this process loaded it before).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import xllamacpp as xlc  # lazily: an optional extra
 
