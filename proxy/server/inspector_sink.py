@@ -1,15 +1,21 @@
 """The recorder's hand-off to the inspector: what a finished request did, kept by reference.
 
 The request path pays for a few attribute reads, a view of the trail without its context
-(so the request's headers, its credential, are not kept), and an estimate of the memory the
-view holds; the ``RequestReport``, and every digest and rendering, is made only when a page
-asks. Message text stays referenced (not copied) until the budget evicts the request, and
-is shown only with ``--inspect-content``.
+(so the request's headers, its credential, are not kept) nor its parsed messages, and an
+estimate of the memory the view holds; the messages parsed again, the ``RequestReport``,
+and every digest and rendering are made only when a page asks. The bodies stay referenced
+(not copied) until the budget evicts the request; message text is shown only with
+``--inspect-content``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import replace
+from typing import Any
+
+import orjson
 
 from proxy.identity.identify import RequestSignals
 from proxy.identity.lineage import Lineage
@@ -32,18 +38,34 @@ class _Context:
 
 
 class KeptTrail:
-    """A finished trail's references without its context: what ``report_of`` reads."""
+    """A finished trail's references without its context: what ``report_of`` reads.
 
-    __slots__ = ("after", "at", "attempts", "chat", "client_gone", "client_traceparent",
-                 "ctx", "decision", "finish_reason", "outgoing", "proxy_seconds",
-                 "request_id", "response_model", "seconds", "started", "status", "steps",
-                 "stream", "trace", "usage", "verdict")
+    Its parsed messages are not kept: each is a dict or two and their strings, objects the
+    garbage collector walks in every full collection for as long as the inspector keeps the
+    request (minutes, under load), while the bytes they were parsed from are one object it
+    never walks. They are parsed again from those bytes when a page asks."""
+
+    __slots__ = ("_reparse_body", "_reparse_messages", "after", "at", "attempts", "chat",
+                 "client_gone", "client_traceparent", "ctx", "decision", "finish_reason",
+                 "outgoing", "proxy_seconds", "request_id", "response_model", "seconds",
+                 "started", "status", "steps", "stream", "trace", "usage", "verdict")
 
     def __init__(self, trail: Trail, seconds: float) -> None:
         ctx = trail.ctx
         self.ctx = _Context(ctx.signals, ctx.lineage, ctx.window) if ctx is not None else None
         self.request_id, self.at, self.started = trail.request_id, trail.at, trail.started
-        self.chat, self.decision, self.outgoing = trail.chat, trail.decision, trail.outgoing
+        chat, decision, outgoing = trail.chat, trail.decision, trail.outgoing
+        self._reparse_body = chat.inspected and bool(chat.body)
+        self.chat = replace(chat, body={}, translation=None) if self._reparse_body else chat
+        self._reparse_messages = False
+        if decision is not None and (decision.messages is not None or decision.added
+                                     or decision.details):
+            slim = replace(decision, messages=None, added=(), details={})
+            if outgoing is not None and outgoing.decision is decision:
+                outgoing = replace(outgoing, decision=slim)
+                self._reparse_messages = decision.messages is not None
+            decision = slim
+        self.decision, self.outgoing = decision, outgoing
         self.steps, self.attempts, self.stream = trail.steps, trail.attempts, trail.stream
         self.usage, self.finish_reason, self.after = trail.usage, trail.finish_reason, \
             trail.after
@@ -56,8 +78,27 @@ class KeptTrail:
         self.seconds = seconds
 
     def __call__(self) -> RequestReport:
-        """The report (``Entry.report``), made when a page asks."""
-        return report_of(self, self.seconds)
+        """The report (``Entry.report``), made when a page asks, with the messages parsed
+        again."""
+        view = copy.copy(self)
+        if self._reparse_body:
+            view.chat = replace(self.chat, body=_parsed(self.chat.raw))
+        outgoing = self.outgoing
+        if self._reparse_messages and outgoing is not None:
+            decision = outgoing.decision
+            found = _parsed(decision.body).get("messages")
+            again = replace(decision, messages=tuple(found) if isinstance(found, list) else ())
+            view.outgoing = replace(outgoing, decision=again)
+            view.decision = again
+        return report_of(view, self.seconds)
+
+
+def _parsed(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 _CLEAN_SLATE = f"reason={CLEAN_SLATE}"
@@ -100,7 +141,9 @@ class InspectorSink:
 def _held(trail: Trail) -> int:
     """An upper estimate of the memory a kept trail holds: the client's body, its parsed
     form (the text again, and the objects around it; at least what was estimated before
-    parsing it, which counts every JSON value), and a rewritten body beside it."""
+    parsing it, which counts every JSON value), and a rewritten body beside it. The parsed
+    form is not kept (``KeptTrail``), but a page makes it again while it renders: counting
+    it bounds that too."""
     chat, outgoing = trail.chat, trail.outgoing
     raw = len(chat.raw) + len(chat.client_raw)
     sent = outgoing.body if outgoing is not None else None
