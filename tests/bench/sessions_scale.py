@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from proxy.transcripts.catalog import Catalog
+from proxy.wire.summary import agent_summary
 from tests.bench.bench_transcripts import session_text
 from tests.bench.loadgen import measure_stream, percentile
 from tests.bench.procs import CpuMeter, rss_mb
@@ -49,6 +50,8 @@ class Session:
     rng: random.Random
     turn: int = 0
     written: int = 0  # transcript objects already on disk
+    compactions: int = 0  # since the run began
+    since_compaction: int = 0  # turns
 
     def write_new(self) -> None:
         objs = self.transcript.objs[self.written:]
@@ -59,6 +62,7 @@ class Session:
     def next_turn(self, write: bool) -> None:
         """The answer arrived: Pi records it and the user's next question, then asks."""
         self.turn += 1
+        self.since_compaction += 1
         reply = f"answer {self.turn} of {self.transcript.session_id}: " + text(self.rng, 40)
         question = f"follow-up {self.turn}: " + text(self.rng, 20)
         self.transcript.assistant(reply)
@@ -66,6 +70,32 @@ class Session:
         self.body["messages"] += [
             {"role": "assistant", "content": reply},
             {"role": "user", "content": [{"type": "text", "text": question}]}]
+        if write:
+            self.write_new()
+
+    def next_turn_compacted(self, write: bool) -> None:
+        """The answer arrived and filled Pi's context: Pi records it, compacts (a compaction
+        entry that keeps the last ``KEPT`` messages), and its next request is the summary,
+        those messages and the user's next question. An agent that never compacts sends
+        ever longer requests, which no real one does: a load of those grows for as long as
+        it runs."""
+        self.turn += 1
+        self.compactions += 1
+        t = self.transcript
+        reply = f"answer {self.turn} of {t.session_id}: " + text(self.rng, 40)
+        t.assistant(reply)
+        self.body["messages"].append({"role": "assistant", "content": reply})
+        summary = f"## Goal\nsession {t.session_id}, compaction {self.compactions}: " + \
+            text(self.rng, 200)
+        t.compaction(summary, t.message_ids()[-KEPT])
+        question = f"the question after compaction {self.compactions}: " + text(self.rng, 20)
+        t.user(question)
+        messages = self.body["messages"]
+        self.body["messages"] = [
+            messages[0], {"role": "user", "content": [{"type": "text",
+                                                       "text": agent_summary(summary)}]},
+            *messages[-KEPT:], {"role": "user", "content": [{"type": "text", "text": question}]}]
+        self.since_compaction = 0
         if write:
             self.write_new()
 

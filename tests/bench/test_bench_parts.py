@@ -19,7 +19,7 @@ from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from tests.bench import cold_floor, procs, thousand_agents
-from tests.bench.sessions_scale import RESTORED, Session, generate, session_copy
+from tests.bench.sessions_scale import KEPT, RESTORED, Session, generate, session_copy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
 from tests.transcripts.waiting import until
@@ -85,6 +85,33 @@ async def test_generated_sessions_are_identified_and_restored(tmp_path: Path) ->
             lines = s.path.read_bytes().splitlines()
             assert orjson.loads(lines[-1])["id"] == s.transcript.objs[-1]["id"]
         assert len(ids) == 3
+    finally:
+        await service.stop()
+
+
+async def test_an_agent_that_compacts_again_sends_what_its_transcript_holds(
+        tmp_path: Path) -> None:
+    """``--compact-every``: after the agent compacts again, its request is what the written
+    transcript's context renders (the summary, the kept messages, the question), and the
+    floor identifies it and restores what the compaction cut."""
+    sessions = generate(tmp_path, active=1, tracked=5)
+    service = TranscriptService([tmp_path], Metrics(), tail_limit=200)
+    await service.start()
+    try:
+        assert await until(lambda: len(service.catalog) == 5, 10)
+        s = session_copy(sessions[0])
+        sid = s.transcript.session_id
+        for _turn in range(4):
+            s.next_turn(write=True)
+        s.next_turn_compacted(write=True)
+        assert await until(functools.partial(seen_last, service, s), 10)
+        assert s.compactions == 1 and s.since_compaction == 0
+        assert len(s.body["messages"]) == 1 + 1 + KEPT + 1  # system, summary, kept, question
+        assert s.body["messages"][1:] == service.catalog.context(sid)
+        floor = FloorHarness(Holder(builtin_rules()), TokenCounter(), service.catalog)
+        decision = floor.decide(chat(s.body), {})
+        assert decision.verdict.startswith(RESTORED), decision.verdict
+        assert decision.session_id == sid
     finally:
         await service.stop()
 

@@ -172,9 +172,10 @@ def after_burst(timeline: list[tuple[float, float, str]], skip: float
 
 
 async def load(port: int, sessions: list[Session], interval: float, seconds: float,
-               write: bool) -> dict[str, Any]:
+               write: bool, *, compact_every: int = 0) -> dict[str, Any]:
     """Every session asks after an exponential pause of mean ``interval`` until ``seconds``
-    have passed; what each answer took and how it was decided."""
+    have passed; what each answer took and how it was decided. ``compact_every``: turns
+    after which an agent compacts (0: never)."""
     firsts: list[float] = []
     timeline: list[tuple[float, float, str]] = []  # (seconds from the start, first chunk, verdict)
     failures: dict[str, int] = {}
@@ -207,7 +208,10 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
                 window = int(at // 10)
                 busy[window] = busy.get(window, 0) + 1
             verdicts[key] = verdicts.get(key, 0) + 1
-            s.next_turn(write)
+            if compact_every and s.since_compaction + 1 >= compact_every:
+                s.next_turn_compacted(write)
+            else:
+                s.next_turn(write)
             # The last pause is cut at the end, so idle tails do not dilute the CPU share.
             await asyncio.sleep(min(rng.expovariate(1 / interval),
                                     max(0.0, ends - time.monotonic())))
@@ -243,7 +247,8 @@ def cache_fill(admin: int) -> dict[str, list[float]]:
 
 
 async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Session], *,
-                            interval: float, seconds: float) -> dict[str, Any]:
+                            interval: float, seconds: float, compact_every: int = 0
+                            ) -> dict[str, Any]:
     samples: list[tuple[float, float]] = []
     caches: list[dict[str, list[float]]] = []
     began = time.monotonic()
@@ -263,7 +268,8 @@ async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Sess
     sampler = asyncio.create_task(sample())
     meter = CpuMeter(pid)
     meter.start()
-    out = await load(port, sessions, interval, seconds, write=True)
+    out = await load(port, sessions, interval, seconds, write=True,
+                     compact_every=compact_every)
     cpu = meter.stop()
     sampler.cancel()
     samples.append((time.monotonic() - began, rss_mb(pid)))
@@ -327,6 +333,10 @@ def main() -> None:
                         help="user turns in each agent's transcript before its compaction; "
                         "from ~95 its window starts at the tail limit (200 raw messages), "
                         "so the run sees the steady state from its first minute")
+    parser.add_argument("--compact-every", type=int, default=0,
+                        help="turns after which an agent compacts again, as Pi does when its "
+                        "context fills (0: never; its requests then grow by two messages a "
+                        "turn for as long as the run lasts)")
     args = parser.parse_args()
     rate = args.active / args.interval
     with fake_upstream("tailfloor-thousand-") as (work, upstream):
@@ -341,7 +351,8 @@ def main() -> None:
         script_replies(upstream, int(rate * args.baseline_minutes * 60 * 1.2) + len(active),
                        args.events, args.gap)
         direct = asyncio.run(load(upstream, [session_copy(s) for s in active], args.interval,
-                                  args.baseline_minutes * 60, write=False))
+                                  args.baseline_minutes * 60, write=False,
+                                  compact_every=args.compact_every))
         started = time.monotonic()
         with serving(work / "root" / "pi", upstream, "--sessions", str(work / "root" / "openclaw"),
                      "--tailfloor-header", "detailed") as (proc, port, admin):
@@ -353,8 +364,10 @@ def main() -> None:
                            args.events, args.gap)
             through = asyncio.run(through_tailfloor(port, admin, proc.pid, active,
                                                     interval=args.interval,
-                                                    seconds=args.minutes * 60))
+                                                    seconds=args.minutes * 60,
+                                                    compact_every=args.compact_every))
         result = {"census": census, "active": len(active), "interval_s": args.interval,
+                  "compact_every": args.compact_every,
                   "ready_s": round(ready_from_start, 1), "ready_wait_s": round(ready, 1),
                   "warm_up_verdict": warm_up.headers.get("x-tailfloor", ""),
                   "direct": direct, "tailfloor": through,
