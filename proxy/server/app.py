@@ -47,6 +47,7 @@ from proxy.server.allocator import give_back_large_blocks, trim_after_work
 from proxy.server.cache_fill import cache_fills
 from proxy.server.connections import CappedSite, default_cap
 from proxy.server.floor_lane import FloorLane
+from proxy.server.full_collections import freeze_survivors, unfreeze_now_and_then
 from proxy.server.guard import last_guard
 from proxy.server.inspector_sink import InspectorSink
 from proxy.server.listen_errors import cannot_listen
@@ -304,8 +305,9 @@ def serve(settings: Settings) -> int:
     # A full garbage collection holds the GIL for as long as it walks every live object: a
     # large request's parse would trigger one every few hundred thousand allocations. Full
     # collections ten times rarer; what start-up made (rules, tables, the catalog read at
-    # start) is frozen out of them (see _serve).
+    # start) is frozen out of them (see _serve), and so is what survived each one.
     gc.set_threshold(700, 10, 100)
+    freeze_survivors()
     give_back_large_blocks()
     try:
         import uvloop
@@ -364,9 +366,10 @@ async def _serve(settings: Settings) -> int:
                     "admin": _bound(admin, settings.admin_listen)})
     frozen = asyncio.create_task(_freeze_when_indexed(state))
     trimming = asyncio.create_task(trim_after_work(), name="malloc-trim")
+    unfreezing = asyncio.create_task(unfreeze_now_and_then(), name="gc-unfreeze")
     await stop.wait()
-    frozen.cancel()
-    trimming.cancel()
+    for task in (frozen, trimming, unfreezing):
+        task.cancel()
     state.draining = True
     state.body_reads.drain(settings.shutdown_grace)
     log.info("draining: in-flight requests have %.0f s to finish", settings.shutdown_grace)
