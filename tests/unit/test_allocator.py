@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import pytest
 
 from proxy.server import allocator
 from proxy.server.allocator import trim_after_work
+from tests.unit.served_with import served_with_a_marked_task
 
 # In a process of its own, so its resident memory is this heap's alone: 200 blocks of
 # 256 KiB, each written (resident), from the heap (under the 1 MiB threshold the server
@@ -99,45 +99,11 @@ def test_a_trim_follows_a_minute_of_work_and_never_an_idle_one() -> None:
     assert on_loop_thread == [False, False]  # the heaps' walk is off the event loop
 
 
-# The served process with its trim task swapped for one that says when it starts and
-# stops: whether ``tailfloor serve`` runs the task for as long as it serves.
-_SERVED_WITH_A_MARKED_TRIM = textwrap.dedent("""
-    import asyncio, sys
-    from proxy.cli.main import main
-    from proxy.server import app
-
-    async def marked_trim():
-        print("trim started", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            print("trim stopped", flush=True)
-
-    app.trim_after_work = marked_trim
-    sys.exit(main(sys.argv[1:]))
-""")
-
-
 def test_the_server_runs_the_trim_while_it_serves_and_ends_it_at_sigterm(
         tmp_path: Path) -> None:
-    served = subprocess.Popen(
-        [sys.executable, "-c", _SERVED_WITH_A_MARKED_TRIM, "serve", "--listen", "127.0.0.1:0",
-         "--admin-listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9",
-         "--sessions", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # a server that never starts the task prints nothing: the timer ends the wait
-    deadline = threading.Timer(30, served.kill)
-    deadline.start()
-    try:
-        assert served.stdout is not None
-        assert served.stdout.readline().strip() == "trim started"
-        served.send_signal(signal.SIGTERM)
-        out, err = served.communicate(timeout=30)
-    finally:
-        deadline.cancel()
-        served.kill()
-    assert served.returncode == 0, err
-    assert out.strip() == "trim stopped", (out, err)
+    first, out, status, err = served_with_a_marked_task(
+        "trim_after_work", 'print("trim started", flush=True)', tmp_path)
+    assert (first, out, status) == ("trim started", "stopped", 0), err
 
 
 def test_where_the_c_library_cannot_trim_the_task_ends_at_once(

@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import signal
-import subprocess
-import sys
-import textwrap
-import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from proxy.server.full_collections import freeze_survivors, unfreeze_now_and_then
+from tests.unit.served_with import served_with_a_marked_task
 
 
 class Node:
@@ -97,46 +93,13 @@ def test_undo_stops_the_freezing() -> None:
         gc.unfreeze()
 
 
-# The served process with its unfreeze task swapped for one that says whether a full
-# collection froze what survived it, and when the task stops: how ``tailfloor serve`` sets
-# the collector up.
-_SERVED = textwrap.dedent("""
-    import asyncio, gc, sys
-    from proxy.cli.main import main
-    from proxy.server import app
-
-    async def marked_unfreeze():
-        gc.unfreeze()  # what start-up froze itself
-        gc.collect()
-        print("frozen by a full collection:", gc.get_freeze_count() > 0, flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            print("unfreeze stopped", flush=True)
-
-    app.unfreeze_now_and_then = marked_unfreeze
-    sys.exit(main(sys.argv[1:]))
-""")
-
-
 def test_the_server_freezes_survivors_and_runs_the_unfreeze_while_it_serves(
         tmp_path: Path) -> None:
-    served = subprocess.Popen(
-        [sys.executable, "-c", _SERVED, "serve", "--listen", "127.0.0.1:0",
-         "--admin-listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9",
-         "--sessions", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # a server that never starts the task prints nothing: the timer ends the wait
-    deadline = threading.Timer(30, served.kill)
-    deadline.start()
-    try:
-        assert served.stdout is not None
-        first = served.stdout.readline().strip()
-        served.send_signal(signal.SIGTERM)
-        out, err = served.communicate(timeout=30)
-    finally:
-        deadline.cancel()
-        served.kill()
-    assert first == "frozen by a full collection: True", (first, err)
-    assert served.returncode == 0, err
-    assert out.strip() == "unfreeze stopped", (out, err)
+    # the served process's unfreeze task swapped for one that first says whether a full
+    # collection froze what survived it (what start-up froze itself unfrozen before)
+    first, out, status, err = served_with_a_marked_task("unfreeze_now_and_then", """
+        gc.unfreeze()
+        gc.collect()
+        print("frozen by a full collection:", gc.get_freeze_count() > 0, flush=True)
+    """, tmp_path)
+    assert (first, out, status) == ("frozen by a full collection: True", "stopped", 0), err
