@@ -21,6 +21,7 @@ from proxy.identity.identify import RequestSignals
 from proxy.identity.lineage import Lineage
 from proxy.inspector.store import CLEAN_SLATE, UNIDENTIFIED, Entry, InspectorStore
 from proxy.report import RequestReport
+from proxy.server.parsing import without_collections
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.values import frozen_value
@@ -63,7 +64,9 @@ class KeptTrail:
             slim = replace(decision, messages=None, added=(), details={})
             if outgoing is not None and outgoing.decision is decision:
                 outgoing = replace(outgoing, decision=slim)
-                self._reparse_messages = decision.messages is not None
+                # with a compaction, what was sent is its messages, kept as they are
+                self._reparse_messages = decision.messages is not None and \
+                    outgoing.compaction is None
             decision = slim
         self.decision, self.outgoing = decision, outgoing
         self.steps, self.attempts, self.stream = trail.steps, trail.attempts, trail.stream
@@ -94,8 +97,11 @@ class KeptTrail:
 
 
 def _parsed(raw: bytes) -> dict[str, Any]:
+    """``raw`` parsed again, with the collector paused as for the request's own parse (it
+    makes as many objects, in the page's worker thread)."""
     try:
-        body = orjson.loads(raw)
+        with without_collections():
+            body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return {}
     return body if isinstance(body, dict) else {}

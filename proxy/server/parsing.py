@@ -21,7 +21,7 @@ import asyncio
 import gc
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ from proxy.server.held_bodies import Hold
 from proxy.server.state import ProxyState
 from proxy.wire.dialect import Dialect
 
-__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed", "parses_running"]
+__all__ = ["BUDGET_WAIT", "in_thread", "parse", "parsed", "parses_running", "without_collections"]
 
 T = TypeVar("T")
 
@@ -66,6 +66,12 @@ class _Collections:
 
 
 _COLLECTIONS = _Collections()
+
+
+def without_collections() -> AbstractContextManager[None]:
+    """The collector paused for a parse made elsewhere (the inspector's, when a page asks),
+    with the same count as the request path's parses."""
+    return _COLLECTIONS.paused()
 
 
 def parses_running() -> int:

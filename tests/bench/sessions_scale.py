@@ -87,7 +87,8 @@ class Session:
         self.body["messages"].append({"role": "assistant", "content": reply})
         summary = f"## Goal\nsession {t.session_id}, compaction {self.compactions}: " + \
             text(self.rng, 200)
-        t.compaction(summary, t.message_ids()[-KEPT])
+        ids = t.message_ids()
+        t.compaction(summary, ids[max(0, len(ids) - KEPT)])
         question = f"the question after compaction {self.compactions}: " + text(self.rng, 20)
         t.user(question)
         messages = self.body["messages"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from proxy.server import full_collections
 from proxy.server.full_collections import freeze_survivors, unfreeze_now_and_then
 from tests.unit.served_with import served_with_a_marked_task
 
@@ -30,6 +32,7 @@ def collector() -> Iterator[None]:
     finally:
         undo()
         gc.unfreeze()
+        full_collections._Thaw.pending, full_collections._Thaw.found = False, None
 
 
 def _walked(obj: object) -> bool:
@@ -60,7 +63,8 @@ def test_frozen_objects_still_go_with_their_last_reference() -> None:
 
 
 @pytest.mark.usefixtures("collector")
-def test_a_frozen_cycle_is_found_once_unfrozen() -> None:
+def test_a_frozen_cycle_is_found_once_unfrozen_and_the_next_thaw_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
     first, second = Node(), Node()
     first.other, second.other = second, first
     gone = weakref.ref(first)
@@ -68,17 +72,26 @@ def test_a_frozen_cycle_is_found_once_unfrozen() -> None:
     del first, second
     gc.collect()
     assert gone() is not None  # unreachable, but frozen: no collection walks it
-    asyncio.run(_one_unfreeze())
-    gc.collect()
-    assert gone() is None
+
+    async def thaw_collect_thaw() -> None:
+        task = asyncio.create_task(unfreeze_now_and_then(every=0))
+        await _turns(3)  # the task's sleep and its thaw, a turn of the loop each
+        assert gc.get_freeze_count() == 0
+        gc.collect()  # the full collection after the thaw
+        assert gone() is None
+        await _turns(3)  # the next thaw, which logs what that collection found
+        task.cancel()
+
+    with caplog.at_level(logging.INFO, logger="tailfloor"):
+        asyncio.run(thaw_collect_thaw())
+    found = [r.getMessage() for r in caplog.records if "after the last thaw" in r.getMessage()]
+    assert len(found) == 1
+    assert int(found[0].split("freed ")[1].split()[0]) >= 2  # the two nodes, at least
 
 
-async def _one_unfreeze() -> None:
-    task = asyncio.create_task(unfreeze_now_and_then(every=0))
-    for _turn in range(3):  # the task's sleep and its unfreeze, a turn of the loop each
+async def _turns(count: int) -> None:
+    for _turn in range(count):
         await asyncio.sleep(0)
-    task.cancel()
-    assert gc.get_freeze_count() == 0
 
 
 def test_undo_stops_the_freezing() -> None:

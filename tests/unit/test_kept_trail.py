@@ -11,6 +11,7 @@ import orjson
 
 from proxy.chat import ChatRequest
 from proxy.floor.decision import Decision, pass_through
+from proxy.recovery.outcome import Compaction
 from proxy.report import AGENT, Origin
 from proxy.server.inspector_sink import KeptTrail
 from proxy.server.outgoing import Outgoing
@@ -86,6 +87,35 @@ def test_a_floor_rewrite_keeps_no_parsed_message_and_reports_the_same() -> None:
     assert report.messages == (CLIENT[0], *RESTORED, CLIENT[1])
     assert report.origins == (AGENT, RESTORED_FROM, RESTORED_FROM, AGENT)
     assert (report.floor_kind, report.restored, report.session_id) == ("floor", 2, "s1")
+
+
+def test_a_compacted_rewrite_and_a_shadow_decision_report_the_same() -> None:
+    trail, _parsed = _floor_trail()
+    decision = trail.decision
+    assert decision is not None
+    summary = {"role": "user", "content": "summary of the start"}
+    compacted = (summary, *RESTORED[1:], CLIENT[1])
+    compaction = Compaction(
+        orjson.dumps({**trail.chat.body, "messages": compacted}), compacted, "preflight",
+        "compacted:preflight", "over the window", "s1", replaced=2, kept=2,
+        tokens_removed=900, window=64_000)
+    trail.outgoing = Outgoing(decision, compaction=compaction)
+    kept = KeptTrail(trail, 0.3)
+    report = kept()
+    assert report == report_of(trail, 0.3)
+    assert report.messages == compacted and report.compaction == "compacted:preflight"
+
+    shadow_chat = _chat(CLIENT)
+    shadow = Decision("shadow", "shadow; floor; restored=2", shadow_chat.raw,
+                      session_id="s1", added=tuple(dict(m) for m in RESTORED), added_raw=2,
+                      would="floor; restored=2", details={"budget": 1000})
+    watched = Trail("r-6", shadow_chat, 10.0)
+    watched.decision, watched.outgoing, watched.status = shadow, Outgoing(shadow), 200
+    kept = KeptTrail(watched, 0.2)
+    reachable = _reachable(kept)
+    assert not [c for c in _containers(shadow.added, shadow.details, shadow_chat.body)
+                if id(c) in reachable]
+    assert kept() == report_of(watched, 0.2)
 
 
 def test_a_pass_through_reports_the_clients_messages_parsed_again() -> None:
