@@ -18,7 +18,11 @@ SDKs and agents surface a readable message instead of a parse failure.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import orjson
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class ProxyError(Exception):
@@ -126,3 +130,26 @@ def error_body(message: str, error_type: str, code: str, param: str | None = Non
 def to_response_parts(exc: ProxyError) -> tuple[int, bytes]:
     """(HTTP status, OpenAI-shaped JSON body) for a proxy error."""
     return exc.status, error_body(exc.message, exc.error_type, exc.code)
+
+
+def unlinked(exc: _E) -> _E:
+    """``exc``, and every exception chained to it, without the frames it was raised through.
+
+    A traceback holds each frame of the raise and, through them, whatever those frames hold:
+    the upstream connection that keeps its error, the trail that keeps the failure, the
+    relay's outcome. The exception held by one of them closes a cycle that only the garbage
+    collector frees, and only once it walks the generation it sits in: a request in flight
+    during a full collection has its objects frozen until the hourly thaw
+    (``server/full_collections.py``). Nothing reads these tracebacks (the errors are answers,
+    not bugs), so what keeps an exception, or chains it, keeps it without them."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        link = todo.pop()
+        if id(link) in seen:
+            continue
+        seen.add(id(link))
+        link.__traceback__ = None
+        todo.extend(chained for chained in (link.__cause__, link.__context__)
+                    if chained is not None)
+    return exc

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from proxy.answer import ErrorReply, UpstreamAnswer
 from proxy.chat import is_large_body
-from proxy.errors import AnswerTooLarge, ProxyError, Rejected
+from proxy.errors import AnswerTooLarge, ProxyError, Rejected, unlinked
 from proxy.recovery.outcome import ErrorStep
 from proxy.recovery.request import RecoveryRequest
 from proxy.report import Attempt
@@ -85,7 +85,7 @@ class UpstreamAttempts:
             except ProxyError as exc:
                 self._attempted(number, began, None, 0, outgoing=outgoing, error=exc.reason)
                 trail.rejected = isinstance(exc, Rejected)  # a header the head cannot carry
-                trail.failure, trail.failed_before_answer = exc, True
+                trail.failure, trail.failed_before_answer = unlinked(exc), True
                 return Attempted(outgoing, failure=exc)
             decided = time.perf_counter()
             step = await self._on_error(view, outgoing, UpstreamAnswer(

@@ -16,7 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.answer import AnswerSeen
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, unlinked
 from proxy.floor.decision import public_verdict
 from proxy.server.answers import JSON, Finished, error_response, pass_large
 from proxy.server.attempts import Attempted
@@ -71,7 +71,7 @@ class AnswerDelivery:
         try:
             answer, whole = await upstream.read_up_to(PLAIN_ANSWER_LIMIT)
         except ProxyError as exc:
-            trail.failure = exc
+            trail.failure = unlinked(exc)
             return Finished(self._error(exc), verdict)
         if not whole:
             trail.large_answer = True

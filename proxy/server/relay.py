@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 
-from proxy.errors import ProxyError, UpstreamTimeout
+from proxy.errors import ProxyError, UpstreamTimeout, unlinked
 from proxy.server.sse import StreamScanner
 from proxy.upstream.pool import UpstreamResponse
 
@@ -72,7 +72,7 @@ async def relay_stream(
         if rest:
             await client.write(rest)
     except ProxyError as exc:
-        outcome.upstream_error = exc
+        outcome.upstream_error = unlinked(exc)
     except ConnectionError:
         outcome.client_gone = True
     finally:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable, unlinked
 from proxy.upstream.headers import build_head
 from proxy.upstream.http1 import ConnectionClosed, Http1Connection, ProtocolError, ReadTimeout
 
@@ -95,9 +95,9 @@ class UpstreamResponse:
         try:
             return await self._connection.next_chunk()
         except ReadTimeout as exc:
-            raise UpstreamTimeout("the upstream went silent mid-answer") from exc
+            raise UpstreamTimeout("the upstream went silent mid-answer") from unlinked(exc)
         except (ConnectionClosed, ProtocolError, OSError) as exc:
-            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from exc
+            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from unlinked(exc)
 
     async def pipe(self, sink: Callable[[bytes], bool],
                    drain: Callable[[], Awaitable[None]]) -> None:
@@ -110,9 +110,9 @@ class UpstreamResponse:
                 await drain()
                 connection.resume_relay()
         except ReadTimeout as exc:
-            raise UpstreamTimeout("the upstream went silent mid-answer") from exc
+            raise UpstreamTimeout("the upstream went silent mid-answer") from unlinked(exc)
         except (ConnectionClosed, ProtocolError, OSError) as exc:
-            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from exc
+            raise UpstreamUnavailable(f"the upstream connection broke: {exc}") from unlinked(exc)
 
     def close(self) -> None:
         """Drop the connection: used when the answer was not read to its end."""
@@ -235,13 +235,15 @@ class Upstream:
                 # A kept-alive connection the upstream closed while idle: try once on a new one.
                 if reused and attempt == 0 and not streamed and not connection.response_started:
                     continue
-                raise UpstreamUnavailable(f"the upstream closed the connection: {exc}") from exc
+                raise UpstreamUnavailable(
+                    f"the upstream closed the connection: {exc}") from unlinked(exc)
             except ReadTimeout as exc:
                 connection.close()
-                raise UpstreamTimeout("the upstream did not answer in time") from exc
+                raise UpstreamTimeout("the upstream did not answer in time") from unlinked(exc)
             except (ProtocolError, OSError) as exc:
                 connection.close()
-                raise UpstreamUnavailable(f"the upstream answer was not HTTP: {exc}") from exc
+                raise UpstreamUnavailable(
+                    f"the upstream answer was not HTTP: {exc}") from unlinked(exc)
             except BaseException:
                 connection.close()
                 raise
@@ -262,15 +264,15 @@ class Upstream:
             protocol = await asyncio.wait_for(
                 self._open(lambda: Http1Connection(self._read_timeout)), self._connect_timeout)
         except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"connecting to the upstream took over {self._connect_timeout:g} s") from exc
+            raise UpstreamTimeout(f"connecting to the upstream took over "
+                                  f"{self._connect_timeout:g} s") from unlinked(exc)
         except ssl.SSLError as exc:
             raise UpstreamUnavailable(
                 f"TLS with the upstream failed ({exc.reason or exc}); if it uses a private "
-                "CA, pass --upstream-ca FILE") from exc
+                "CA, pass --upstream-ca FILE") from unlinked(exc)
         except OSError as exc:
             raise UpstreamUnavailable(
-                f"cannot connect to the upstream: {exc.strerror or exc}") from exc
+                f"cannot connect to the upstream: {exc.strerror or exc}") from unlinked(exc)
         return protocol, False
 
     async def _open_tcp(self, protocol: Callable[[], Http1Connection]) -> Http1Connection:
