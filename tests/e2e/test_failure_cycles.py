@@ -56,13 +56,17 @@ def _post(port: int, body: bytes) -> int:
         connection.close()
 
 
-def _leave_mid_stream(port: int, body: bytes) -> int:
-    """Send a streamed request, read the head and a first event, and hang up."""
+def _leave(port: int, body: bytes, *, after_the_head: bool) -> int:
+    """Send a request and hang up: once the head and a first event came, or while the
+    upstream still thinks."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
         client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
                        b"Content-Type: application/json\r\n"
                        + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        assert client.recv(200).startswith(b"HTTP/1.1 200")
+        if after_the_head:
+            assert client.recv(200).startswith(b"HTTP/1.1 200")
+        else:
+            time.sleep(0.2)
     return 0
 
 
@@ -101,61 +105,31 @@ def _our_frames_left(proxy: InProcessProxy, send: Callable[[], int]) -> list[str
     return found
 
 
-def test_an_upstream_that_does_not_answer_in_time(failing_proxy: InProcessProxy,
-                                                  clean_fake: FakeUpstream) -> None:
-    def send() -> int:
-        clean_fake.script.append(Reply(delay_before_headers=1.5))
-        status = _post(failing_proxy.port, _body(True))
-        assert status == 504
-        return status
-
-    assert _our_frames_left(failing_proxy, send) == []
-
-
-def test_an_upstream_that_breaks_the_stream(failing_proxy: InProcessProxy,
-                                            clean_fake: FakeUpstream) -> None:
-    def send() -> int:
-        clean_fake.script.append(Reply(close_after_chunks=2))
-        return _post(failing_proxy.port, _body(True))
-
-    assert _our_frames_left(failing_proxy, send) == []
+# What the upstream does, whether the client hangs up (after the head, before it), and the
+# status the client gets when it stays.
+FAILURES = {
+    "an upstream that does not answer in time": (Reply(delay_before_headers=1.5), None, 504),
+    "an upstream that breaks the stream": (Reply(close_after_chunks=2), None, 200),
+    "a client that leaves mid-stream": (Reply(delay_between_chunks=0.1, pieces=10), True, 0),
+    "a client that leaves before the answer": (Reply(delay_before_headers=0.4), False, 0),
+    "an upstream that cannot be reached": (None, None, 502),
+}
 
 
-def test_a_client_that_leaves_mid_stream(failing_proxy: InProcessProxy,
-                                         clean_fake: FakeUpstream) -> None:
-    def send() -> int:
-        clean_fake.script.append(Reply(delay_between_chunks=0.2, pieces=10))
-        return _leave_mid_stream(failing_proxy.port, _body(True))
-
-    assert _our_frames_left(failing_proxy, send) == []
-
-
-def test_an_upstream_that_cannot_be_reached(failing_proxy: InProcessProxy,
-                                            clean_fake: FakeUpstream) -> None:
-    failing_proxy._unix = clean_fake.unix_path + ".gone"  # the transport seam's socket
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_a_failed_request_leaves_no_frame_behind(failure: str, failing_proxy: InProcessProxy,
+                                                 clean_fake: FakeUpstream) -> None:
+    reply, leaves_after_the_head, status = FAILURES[failure]
+    if reply is None:
+        failing_proxy._unix = clean_fake.unix_path + ".gone"  # the transport seam's socket
 
     def send() -> int:
-        status = _post(failing_proxy.port, _body(False))
-        assert status == 502
-        return status
-
-    assert _our_frames_left(failing_proxy, send) == []
-
-
-def _leave_before_the_head(port: int, body: bytes) -> int:
-    """Send a request and hang up while the upstream still thinks."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
-        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
-                       b"Content-Type: application/json\r\n"
-                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        time.sleep(0.2)
-    return 0
-
-
-def test_a_client_that_leaves_before_the_answer(failing_proxy: InProcessProxy,
-                                                clean_fake: FakeUpstream) -> None:
-    def send() -> int:
-        clean_fake.script.append(Reply(delay_before_headers=0.4))
-        return _leave_before_the_head(failing_proxy.port, _body(True))
+        if reply is not None:
+            clean_fake.script.append(reply)
+        if leaves_after_the_head is not None:
+            return _leave(failing_proxy.port, _body(True), after_the_head=leaves_after_the_head)
+        got = _post(failing_proxy.port, _body(reply is not None))
+        assert got == status
+        return got
 
     assert _our_frames_left(failing_proxy, send) == []
