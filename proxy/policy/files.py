@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from proxy.errors import unlinked
 from proxy.policy.parse import RulesError, parse_rules
 from proxy.policy.records import RuleSet, builtin_rules
 from proxy.transcripts.watch import watch_batches
@@ -83,7 +84,7 @@ class RulesHolder:
                 return None
             rules = parse_rules(sources)
         except RulesError as exc:
-            self.last_error = exc
+            self.last_error = unlinked(exc)
             for problem in exc.problems:
                 log.error("rules reload rejected, keeping the previous rules: %s", problem)
             self._count("error")

@@ -78,7 +78,7 @@ class AnswerDelivery:
             finished, broke = await pass_large(
                 self.request, upstream, answer, headers=self._headers(upstream, verdict),
                 verdict=verdict)
-            trail.failure = broke
+            trail.failure = unlinked(broke) if broke is not None else None
             return finished
         return self._plain(upstream, answer, attempted)
 

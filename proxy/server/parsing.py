@@ -120,6 +120,9 @@ async def in_thread(state: ProxyState, hold: Hold, work: Callable[..., T], *args
         raise
     except BaseException:
         state.parsing.release()
+        # The future keeps what the work raised, whose traceback keeps this frame: a cycle
+        # that would hold the body until a full collection walks it.
+        del running
         raise
     state.parsing.release()
     return result

@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy import __version__
+from proxy.errors import unlinked
 from proxy.telemetry.framing import Answer, request_head
 from proxy.telemetry.watchdog import Watchdog
 
@@ -204,12 +205,15 @@ class Endpoint:
                     sock.do_handshake()
             except (OSError, ValueError) as exc:  # ValueError: a name ssl refuses
                 sock.close()
-                failure = exc if isinstance(exc, OSError) else OSError(str(exc))
+                failure = unlinked(exc) if isinstance(exc, OSError) else OSError(str(exc))
                 continue
             self._sock, self._poll = sock, select.poll()
             self._poll.register(sock, select.POLLIN)
             return sock
-        raise failure
+        try:
+            raise failure
+        finally:
+            del failure  # raised from this frame, it would keep the frame that keeps it
 
     def _resolve(self, deadline: float) -> list[tuple[Any, ...]]:
         """The host's addresses, waited for until ``deadline`` at most."""

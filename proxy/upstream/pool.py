@@ -232,11 +232,11 @@ class Upstream:
                 status, response_headers = await connection.read_head()
             except ConnectionClosed as exc:
                 connection.close()
+                unlinked(exc)  # the closed connection keeps it: its frames would keep the body
                 # A kept-alive connection the upstream closed while idle: try once on a new one.
                 if reused and attempt == 0 and not streamed and not connection.response_started:
                     continue
-                raise UpstreamUnavailable(
-                    f"the upstream closed the connection: {exc}") from unlinked(exc)
+                raise UpstreamUnavailable(f"the upstream closed the connection: {exc}") from exc
             except ReadTimeout as exc:
                 connection.close()
                 raise UpstreamTimeout("the upstream did not answer in time") from unlinked(exc)

@@ -17,9 +17,12 @@ import gc
 import http.client
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
+from typing import TypeGuard
 
 import orjson
 import pytest
@@ -70,6 +73,10 @@ def _leave(port: int, body: bytes, *, after_the_head: bool) -> int:
     return 0
 
 
+def _ours(item: object) -> TypeGuard[FrameType]:
+    return isinstance(item, FrameType) and "/proxy/" in item.f_code.co_filename
+
+
 def _running_frames() -> set[int]:
     """The frames on some thread's stack now (each thread's code that is running)."""
     running: set[int] = set()
@@ -88,16 +95,18 @@ def _our_frames_left(proxy: InProcessProxy, send: Callable[[], int]) -> list[str
     before = proxy.sample("tailfloor_requests_total")
     gc.collect()
     gc.garbage.clear()
+    # Those of earlier requests (another case's) are not this one's: held, so that no new
+    # frame takes the id of one.
+    earlier = [item for item in gc.get_objects() if _ours(item)]
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         statuses = [send() for _ in range(REQUESTS)]
         wait_for_sample(proxy, "tailfloor_requests_total", before + REQUESTS)
         gc.collect()
-        running = _running_frames()
+        known = _running_frames() | {id(item) for item in earlier}
         found = [f"{item.f_code.co_filename}:{item.f_code.co_name}"
                  for item in (*gc.garbage, *gc.get_objects())
-                 if isinstance(item, FrameType) and "/proxy/" in item.f_code.co_filename
-                 and id(item) not in running]
+                 if _ours(item) and id(item) not in known]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -106,7 +115,8 @@ def _our_frames_left(proxy: InProcessProxy, send: Callable[[], int]) -> list[str
 
 
 # What the upstream does, whether the client hangs up (after the head, before it), and the
-# status the client gets when it stays.
+# status the client gets when it stays. The two clients that leave made no cycle of ours
+# before ``errors.unlinked`` either: they guard the cancellation paths.
 FAILURES = {
     "an upstream that does not answer in time": (Reply(delay_before_headers=1.5), None, 504),
     "an upstream that breaks the stream": (Reply(close_after_chunks=2), None, 200),
@@ -133,3 +143,67 @@ def test_a_failed_request_leaves_no_frame_behind(failure: str, failing_proxy: In
         return got
 
     assert _our_frames_left(failing_proxy, send) == []
+
+
+def test_a_large_body_that_is_not_json(failing_proxy: InProcessProxy) -> None:
+    """Parsed in a worker thread (over 256 KiB): the future that brings its error back."""
+    body = b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 12_000
+
+    def send() -> int:
+        status = _post(failing_proxy.port, body + b"nope")
+        assert status == 400
+        return status
+
+    assert _our_frames_left(failing_proxy, send) == []
+
+
+def _closes_kept_connections(path: str) -> socket.socket:
+    """An upstream on a UNIX socket that answers the first request of a connection, keeps it
+    open, and closes it when the next one comes: every request after the first finds its
+    kept-alive connection closed and is sent again on a new one."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    answer = orjson.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"},
+         "finish_reason": "stop"}]})
+
+    def serve(connection: socket.socket) -> None:
+        with connection:
+            received = b""
+            while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+                piece = connection.recv(65536)
+                if not piece:
+                    return
+                received += piece
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                               + f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer)
+            connection.recv(65536)  # the next request: closed instead of answered
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def test_a_kept_alive_connection_the_upstream_closed(failing_proxy: InProcessProxy,
+                                                     tmp_path: Path) -> None:
+    path = str(tmp_path / "upstream.sock")
+    listener = _closes_kept_connections(path)
+    failing_proxy._unix = path  # the transport seam's socket
+    try:
+        def send() -> int:
+            status = _post(failing_proxy.port, _body(False))
+            assert status == 200
+            return status
+
+        assert _our_frames_left(failing_proxy, send) == []
+        assert failing_proxy.sample("tailfloor_upstream_errors_total") == 0  # retried, not lost
+    finally:
+        listener.close()
