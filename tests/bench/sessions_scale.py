@@ -182,12 +182,17 @@ def wait_tracked(admin_port: int, expected: int, seconds: float = 180) -> float:
 
 
 def script_replies(upstream_port: int, count: int, events: int, gap: float,
-                   timeout: float = 60) -> None:
+                   timeout: float = 60, *, broken: float = 0.0) -> None:
+    """``count`` streamed answers of ``events`` events; a share ``broken`` of them (every
+    ``1 / broken``-th) cut off halfway by the upstream closing the connection."""
     reply = {"text": "__TS__" * events, "pieces": events, "stamp": True,
              "delay_between_chunks": gap}
+    cut = {**reply, "close_after_chunks": max(1, events // 2)}
+    every = round(1 / broken) if broken > 0 else 0
+    replies = [cut if every and i % every == every - 1 else reply for i in range(count)]
     request = urllib.request.Request(
         f"http://127.0.0.1:{upstream_port}/_control/script?replace=1",
-        data=orjson.dumps([reply] * count), headers={"Content-Type": "application/json"})
+        data=orjson.dumps(replies), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout):
         pass
 

@@ -19,7 +19,15 @@ from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from tests.bench import cold_floor, procs, thousand_agents
-from tests.bench.sessions_scale import KEPT, RESTORED, Session, generate, session_copy
+from tests.bench.sessions_scale import (
+    KEPT,
+    RESTORED,
+    Session,
+    generate,
+    script_replies,
+    session_copy,
+)
+from tests.fake_upstream import FakeUpstream
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
 from tests.transcripts.waiting import until
@@ -168,3 +176,12 @@ def test_cold_floor_decides_every_session_cold_then_warm(
     out = capsys.readouterr().out
     assert "cold, 4 sessions (4 restored) beside a busy loop" in out
     assert "warm: CPU" in out
+
+
+def test_scripted_replies_cut_the_share_asked_for(clean_fake: FakeUpstream) -> None:
+    script_replies(clean_fake.port, 20, 6, 0.01, broken=0.25)
+    cut = [reply.close_after_chunks for reply in clean_fake.script]
+    assert len(cut) == 20 and cut.count(3) == 5 and cut.count(None) == 15
+    assert all(reply.pieces == 6 and reply.stamp for reply in clean_fake.script)
+    script_replies(clean_fake.port, 4, 6, 0.01)
+    assert [reply.close_after_chunks for reply in clean_fake.script] == [None] * 4

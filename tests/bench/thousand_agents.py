@@ -337,6 +337,9 @@ def main() -> None:
                         help="turns after which an agent compacts again, as Pi does when its "
                         "context fills (0: never; its requests then grow by two messages a "
                         "turn for as long as the run lasts)")
+    parser.add_argument("--broken-share", type=float, default=0.0,
+                        help="share of the answers through tailfloor the upstream cuts off "
+                        "halfway (it closes the connection): a load of failures")
     args = parser.parse_args()
     rate = args.active / args.interval
     with fake_upstream("tailfloor-thousand-") as (work, upstream):
@@ -361,13 +364,13 @@ def main() -> None:
             script_replies(upstream, 1, args.events, 0.0)
             warm_up = asyncio.run(measure_stream(port, orjson.dumps(warm.body)))
             script_replies(upstream, int(rate * args.minutes * 60 * 1.2) + len(active),
-                           args.events, args.gap)
+                           args.events, args.gap, broken=args.broken_share)
             through = asyncio.run(through_tailfloor(port, admin, proc.pid, active,
                                                     interval=args.interval,
                                                     seconds=args.minutes * 60,
                                                     compact_every=args.compact_every))
         result = {"census": census, "active": len(active), "interval_s": args.interval,
-                  "compact_every": args.compact_every,
+                  "compact_every": args.compact_every, "broken_share": args.broken_share,
                   "ready_s": round(ready_from_start, 1), "ready_wait_s": round(ready, 1),
                   "warm_up_verdict": warm_up.headers.get("x-tailfloor", ""),
                   "direct": direct, "tailfloor": through,
