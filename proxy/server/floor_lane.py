@@ -25,8 +25,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from proxy.errors import unlinked
-
 __all__ = ["BACKLOG", "FloorLane"]
 
 A = TypeVar("A")
@@ -74,14 +72,6 @@ class FloorLane:
             return None
         except asyncio.CancelledError:  # the client left: nobody wants this decision
             self._drop(job)
-            raise
-        except BaseException as exc:
-            # What ``fn`` raised is kept by the futures on its way here (the lane's, and
-            # wait_for's, whose frame its traceback holds): cycles that would hold the
-            # request's context until a full collection. Raised again without those frames.
-            del future, job
-            unlinked(exc)
-            del exc
             raise
 
     def _drop(self, job: _Job[A, R]) -> bool:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import threading
-from types import FrameType
 
 from proxy.server.floor_lane import FloorLane
 
@@ -88,36 +86,3 @@ def test_without_a_bound_a_request_waits_its_turn() -> None:
         assert await asyncio.gather(*waiting) == [0, 1, 2]
         lane.close()
     asyncio.run(scenario())
-
-
-def test_a_decision_that_raises_leaves_no_frame_in_a_cycle() -> None:
-    """What the decision raised reaches the caller, and neither the lane's frame nor the
-    argument it was given (a request's context) waits in a cycle for the collector."""
-    class Context:
-        pass
-
-    def fails(_: Context) -> None:
-        raise RuntimeError("a bug in the floor")
-
-    async def scenario() -> None:
-        lane = FloorLane(wait=5.0)
-        try:
-            await lane.decide(fails, Context())
-        except RuntimeError:
-            pass
-        else:
-            raise AssertionError("the error did not reach the caller")
-        lane.close()
-
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        asyncio.run(scenario())
-        gc.collect()
-        left = [type(item).__name__ for item in gc.garbage
-                if isinstance(item, Context) or (isinstance(item, FrameType)
-                                                 and item.f_code.co_name == "decide")]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert left == []
