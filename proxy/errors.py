@@ -141,7 +141,9 @@ def unlinked(exc: _E) -> _E:
     collector frees, and only once it walks the generation it sits in: a request in flight
     during a full collection has its objects frozen until the hourly thaw
     (``server/full_collections.py``). Nothing reads these tracebacks (the errors are answers,
-    not bugs), so what keeps an exception, or chains it, keeps it without them."""
+    not bugs), so what keeps an expected failure, or chains it, keeps it without them; a
+    bug's exception keeps its frames for the log. The context is walked too: an exception
+    that an enclosing ``except`` still handles would lose its frames, so none may be there."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
     while todo:

@@ -19,7 +19,6 @@ from typing import cast
 
 from multidict import CIMultiDict
 
-from proxy.errors import unlinked
 from proxy.upstream.chunked import ChunkedDecoder, ChunkedError
 from proxy.upstream.head import ProtocolError, framing, header_fields, status_line
 
@@ -382,7 +381,7 @@ class Http1Connection(asyncio.Protocol):
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
-        self._error = unlinked(exc)  # its frames hold this connection
+        self._error = exc
         self.reusable = False
         if self._head is not None and not self._head.done():
             self._head.set_exception(exc)

@@ -105,10 +105,15 @@ class UpstreamResponse:
         piece as it arrives; when ``sink`` returns False, reading waits for ``drain``."""
         connection = self._connection
         connection.relay_to(sink)
+        while not await self._relayed():
+            # The client's: a client gone raises its own error here, not the upstream's.
+            await drain()
+            connection.resume_relay()
+
+    async def _relayed(self) -> bool:
+        """``wait_relay`` with the upstream's failures as the answers they become."""
         try:
-            while not await connection.wait_relay():
-                await drain()
-                connection.resume_relay()
+            return await self._connection.wait_relay()
         except ReadTimeout as exc:
             raise UpstreamTimeout("the upstream went silent mid-answer") from unlinked(exc)
         except (ConnectionClosed, ProtocolError, OSError) as exc:

@@ -338,8 +338,8 @@ def main() -> None:
                         "context fills (0: never; its requests then grow by two messages a "
                         "turn for as long as the run lasts)")
     parser.add_argument("--broken-share", type=float, default=0.0,
-                        help="share of the answers through tailfloor the upstream cuts off "
-                        "halfway (it closes the connection): a load of failures")
+                        help="the upstream cuts off halfway (closing the connection) every "
+                        "round(1 / F)-th answer through tailfloor: a load of failures")
     args = parser.parse_args()
     rate = args.active / args.interval
     with fake_upstream("tailfloor-thousand-") as (work, upstream):

@@ -157,10 +157,11 @@ def test_a_large_body_that_is_not_json(failing_proxy: InProcessProxy) -> None:
     assert _our_frames_left(failing_proxy, send) == []
 
 
-def _closes_kept_connections(path: str) -> socket.socket:
+def _closes_kept_connections(path: str) -> tuple[socket.socket, list[int]]:
     """An upstream on a UNIX socket that answers the first request of a connection, keeps it
     open, and closes it when the next one comes: every request after the first finds its
-    kept-alive connection closed and is sent again on a new one."""
+    kept-alive connection closed and is sent again on a new one. Also: a count of the
+    requests the closed connections were sent (one a connection but the last)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
@@ -171,14 +172,25 @@ def _closes_kept_connections(path: str) -> socket.socket:
     def serve(connection: socket.socket) -> None:
         with connection:
             received = b""
-            while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+            while b"\r\n\r\n" not in received:
                 piece = connection.recv(65536)
                 if not piece:
                     return
                 received += piece
+            head, _, body = received.partition(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            while len(body) < length:
+                piece = connection.recv(65536)
+                if not piece:
+                    return
+                body += piece
             connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                + f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer)
-            connection.recv(65536)  # the next request: closed instead of answered
+            if connection.recv(65536):  # the next request: closed instead of answered
+                refused.append(1)
+
+    refused: list[int] = []
 
     def accept() -> None:
         while True:
@@ -189,13 +201,13 @@ def _closes_kept_connections(path: str) -> socket.socket:
             threading.Thread(target=serve, args=(connection,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    return listener
+    return listener, refused
 
 
 def test_a_kept_alive_connection_the_upstream_closed(failing_proxy: InProcessProxy,
                                                      tmp_path: Path) -> None:
     path = str(tmp_path / "upstream.sock")
-    listener = _closes_kept_connections(path)
+    listener, refused = _closes_kept_connections(path)
     failing_proxy._unix = path  # the transport seam's socket
     try:
         def send() -> int:
@@ -205,5 +217,7 @@ def test_a_kept_alive_connection_the_upstream_closed(failing_proxy: InProcessPro
 
         assert _our_frames_left(failing_proxy, send) == []
         assert failing_proxy.sample("tailfloor_upstream_errors_total") == 0  # retried, not lost
+        assert len(refused) >= REQUESTS - 1  # each found its kept connection closed
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, which then ends
         listener.close()

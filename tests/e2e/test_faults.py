@@ -246,6 +246,8 @@ def test_clients_leaving_early_are_counted_without_error_logs(
             time.sleep(0.05)
         errors = [line for line in process.logs().splitlines() if '"level":"error"' in line]
         assert errors == []
+        # A client that left is not the upstream failing: no upstream error, no warning.
+        assert process.sample("tailfloor_upstream_errors_total") == 0
         assert process.sample("tailfloor_requests_total", code="500") == 0
         assert process.sample("tailfloor_requests_total", code="499") == process.sample(
             "tailfloor_client_disconnects_total")

@@ -9,6 +9,7 @@ starts, the settings it took, ``GOMP_SPINCOUNT`` among them."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -33,12 +34,20 @@ def openmp_settings(extra_env: dict[str, str]) -> dict[str, str]:
     assert proc.stderr is not None
     lines: list[str] = []
     deadline = time.monotonic() + 60
+    pending = b""
     try:
-        for raw in proc.stderr:
-            line = raw.decode(errors="replace")
-            lines.append(line)
-            if DISPLAY_END in line or time.monotonic() > deadline:
+        # Read as it comes, never past the deadline (a libgomp that prints nothing must
+        # fail the test, not hang it).
+        while not any(DISPLAY_END in line for line in lines):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stderr], [], [], left)[0]:
                 break
+            piece = os.read(proc.stderr.fileno(), 65536)
+            if not piece:
+                break
+            pending += piece
+            *complete, pending = pending.split(b"\n")
+            lines.extend(line.decode(errors="replace") for line in complete)
     finally:
         stop_process(proc)
     assert any(DISPLAY_END in line for line in lines), "".join(lines[-20:])

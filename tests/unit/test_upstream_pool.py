@@ -138,3 +138,36 @@ async def test_our_traceparent_goes_once_beside_the_headers_and_a_bad_one_is_ref
     finally:
         await upstream.close()
         server.close()
+
+
+async def test_a_client_gone_while_a_stream_is_relayed_is_not_an_upstream_failure() -> None:
+    """The relay waits for the client's buffer (``drain``) between pieces; when the client
+    is gone that wait raises the client's error, which must reach the relay as it is (the
+    upstream is fine: no upstream error is counted, no error event is written)."""
+    async def streams(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
+        await writer.drain()
+        await asyncio.sleep(1.0)
+        writer.write(b"0\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(streams, "127.0.0.1", 0)
+    upstream = Upstream(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 2, 2)
+    await upstream.start()
+    response = await upstream.send("POST", "/x", "", CIMultiDict(), b"{}")
+
+    async def client_gone() -> None:
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    try:
+        await response.pipe(lambda piece: False, client_gone)  # the client's buffer is full
+    except ConnectionResetError:
+        pass
+    else:
+        raise AssertionError("the client's error did not reach the relay")
+    finally:
+        response.close()
+        await upstream.close()
+        server.close()
