@@ -171,6 +171,7 @@ class StreamResult:
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     text: str = ""  # the content deltas that were not time stamps, joined
+    error_events: int = 0  # events that carry an "error" (an answer cut off says so)
 
 
 def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -232,6 +233,8 @@ async def measure_stream(port: int, body: bytes = STREAM_BODY, headers: bytes = 
             result.events += 1
             if event.startswith(b"data: {"):
                 parsed = orjson.loads(event[6:])
+                if "error" in parsed:
+                    result.error_events += 1
                 for choice in parsed.get("choices") or []:
                     stamp = (choice.get("delta") or {}).get("content")
                     if stamp:

@@ -4,6 +4,7 @@ relies on it). No timing is asserted."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import sqlite3
@@ -19,6 +20,7 @@ from proxy.policy.records import builtin_rules
 from proxy.tokens import TokenCounter
 from proxy.transcripts.service import TranscriptService
 from tests.bench import cold_floor, procs, thousand_agents
+from tests.bench.loadgen import measure_stream
 from tests.bench.sessions_scale import (
     KEPT,
     RESTORED,
@@ -27,7 +29,8 @@ from tests.bench.sessions_scale import (
     script_replies,
     session_copy,
 )
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.inprocess import InProcessProxy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
 from tests.transcripts.waiting import until
@@ -185,3 +188,15 @@ def test_scripted_replies_cut_the_share_asked_for(clean_fake: FakeUpstream) -> N
     assert all(reply.pieces == 6 and reply.stamp for reply in clean_fake.script)
     script_replies(clean_fake.port, 4, 6, 0.01)
     assert [reply.close_after_chunks for reply in clean_fake.script] == [None] * 4
+
+
+def test_a_stream_cut_off_is_seen_by_its_error_event(clean_fake: FakeUpstream) -> None:
+    proxy = InProcessProxy(clean_fake)
+    try:
+        clean_fake.script.extend([Reply(pieces=6), Reply(pieces=6, close_after_chunks=3)])
+        whole = asyncio.run(measure_stream(proxy.port))
+        cut = asyncio.run(measure_stream(proxy.port))
+    finally:
+        proxy.stop()
+    assert (whole.status, whole.error_events) == (200, 0)
+    assert (cut.status, cut.error_events) == (200, 1) and 0 < cut.events < whole.events

@@ -182,11 +182,11 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     samples: list[str] = []
     busy: dict[int, int] = {}  # 10-s window -> requests passed through for want of time
     verdicts: dict[str, int] = {}
-    errors = 0
+    errors = cut = 0
     ends = time.monotonic() + seconds
 
     async def agent(s: Session, rng: random.Random) -> None:
-        nonlocal errors
+        nonlocal errors, cut
         await asyncio.sleep(rng.uniform(0, interval))
         while time.monotonic() < ends:
             at = time.monotonic() - began
@@ -199,6 +199,8 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
                 failures[why] = failures.get(why, 0) + 1
                 if len(samples) < 5:
                     samples.append(f"{why}: {result.text[:200]}")
+            if result.error_events:  # a 200 whose stream ended with an error event
+                cut += 1
             verdict = result.headers.get("x-tailfloor", "(none)")
             key = RESTORED if verdict.startswith(RESTORED) else verdict
             if result.status == 200 and result.events:
@@ -219,7 +221,8 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
     began = time.monotonic()
     await asyncio.gather(*(agent(s, random.Random(i)) for i, s in enumerate(sessions)))
     firsts.sort()
-    return {"requests": len(firsts) + errors, "errors": errors, "failures": failures,
+    return {"requests": len(firsts) + errors, "errors": errors, "cut_off": cut,
+            "failures": failures,
             "failure_samples": samples,
             "seconds": round(time.monotonic() - began, 1),
             "ttfc_p50_ms": round(percentile(firsts, 50) * 1e3, 2),
