@@ -30,9 +30,9 @@ from tests.bench.sessions_scale import (
     session_copy,
 )
 from tests.fake_upstream import FakeUpstream, Reply
-from tests.inprocess import InProcessProxy
 from tests.floor.harness import FloorHarness
 from tests.floor.synthetic import Holder, chat
+from tests.inprocess import InProcessProxy
 from tests.transcripts.waiting import until
 
 
