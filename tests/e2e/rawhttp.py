@@ -52,3 +52,23 @@ def send_raw(port: int, head: bytes, body: bytes = b"", timeout: float = 10.0) -
     if "chunked" in headers.get("transfer-encoding", ""):
         rest = dechunk(rest)
     return RawAnswer(status, headers, rest)
+
+
+def read_request(conn: socket.socket, pending: bytes = b"") -> tuple[bytes, bytes, bytes] | None:
+    """One request with a ``Content-Length`` (or none: no body) read from a server's side of
+    ``conn``, ``pending`` being what came of it already: its head, its body and what came
+    after them (the start of the next request); None when the peer closed before all of it."""
+    while b"\r\n\r\n" not in pending:
+        got = conn.recv(65536)
+        if not got:
+            return None
+        pending += got
+    head, _, pending = pending.partition(b"\r\n\r\n")
+    length = int(next((line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), b"0"))
+    while len(pending) < length:
+        got = conn.recv(65536)
+        if not got:
+            return None
+        pending += got
+    return head, pending[:length], pending[length:]

@@ -28,6 +28,7 @@ import orjson
 import pytest
 
 from tests.conftest import wait_for_sample
+from tests.e2e.rawhttp import read_request
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.inprocess import InProcessProxy
 
@@ -171,20 +172,8 @@ def _closes_kept_connections(path: str) -> tuple[socket.socket, list[int]]:
 
     def serve(connection: socket.socket) -> None:
         with connection:
-            received = b""
-            while b"\r\n\r\n" not in received:
-                piece = connection.recv(65536)
-                if not piece:
-                    return
-                received += piece
-            head, _, body = received.partition(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            while len(body) < length:
-                piece = connection.recv(65536)
-                if not piece:
-                    return
-                body += piece
+            if read_request(connection) is None:
+                return
             connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                + f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer)
             if connection.recv(65536):  # the next request: closed instead of answered

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.telemetry.exporting import Endpoint
+from tests.e2e.rawhttp import read_request
 from tests.otlp_receiver import OtlpReceiver
 from tests.telemetry.socket_collector import SocketCollector
 
@@ -30,17 +31,10 @@ class KeptAliveCollector(SocketCollector):
         client.settimeout(10)
         pending = b""
         while True:
-            while b"\r\n\r\n" not in pending:
-                got = client.recv(65536)
-                if not got:
-                    return
-                pending += got
-            head, _, pending = pending.partition(b"\r\n\r\n")
-            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            while len(pending) < length:
-                pending += client.recv(65536)
-            pending = pending[length:]
+            request = read_request(client, pending)
+            if request is None:
+                return
+            pending = request[2]
             hold = self.holds[self._answered] if self._answered < len(self.holds) else 0.0
             self._answered += 1
             if self.stopped(hold):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from proxy.telemetry.exporting import Endpoint
+from tests.e2e.rawhttp import read_request
 from tests.telemetry.socket_collector import SocketCollector
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
@@ -43,17 +44,10 @@ class ScriptedCollector(SocketCollector):
             conn = self.wrap.wrap_socket(client, server_side=True)
         pending = b""
         while True:
-            while b"\r\n\r\n" not in pending:
-                got = conn.recv(65536)
-                if not got:
-                    return
-                pending += got
-            head, _, pending = pending.partition(b"\r\n\r\n")
-            length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:")))
-            while len(pending) < length:
-                pending += conn.recv(65536)
-            body, pending = pending[:length], pending[length:]
+            request = read_request(conn, pending)
+            if request is None:
+                return
+            head, body, pending = request
             index = len(self.requests)
             self.requests.append((self.connections, head, body))
             pieces = self.script[index] if index < len(self.script) else [OK]
