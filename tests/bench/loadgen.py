@@ -232,7 +232,10 @@ async def measure_stream(port: int, body: bytes = STREAM_BODY, headers: bytes = 
             events_in_read += 1
             result.events += 1
             if event.startswith(b"data: {"):
-                parsed = orjson.loads(event[6:])
+                try:
+                    parsed = orjson.loads(event[6:])
+                except orjson.JSONDecodeError:  # an event cut off by the upstream, then ended
+                    continue
                 if "error" in parsed:
                     result.error_events += 1
                 for choice in parsed.get("choices") or []:
