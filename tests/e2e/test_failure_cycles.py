@@ -14,7 +14,6 @@ finds unreachable stays in ``gc.garbage``, and ``gc.get_objects`` lists what is 
 from __future__ import annotations
 
 import gc
-import http.client
 import socket
 import sys
 import threading
@@ -29,12 +28,14 @@ import pytest
 
 from tests.conftest import wait_for_sample
 from tests.e2e.rawhttp import read_request
+from tests.e2e.test_faults import post
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.inprocess import InProcessProxy
 
 MESSAGES = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 40}
             for i in range(40)]
 REQUESTS = 6
+CHAT = "/v1/chat/completions"
 
 
 @pytest.fixture
@@ -46,18 +47,6 @@ def failing_proxy(clean_fake: FakeUpstream) -> Iterator[InProcessProxy]:
 
 def _body(stream: bool) -> bytes:
     return orjson.dumps({"model": "m", "stream": stream, "messages": MESSAGES})
-
-
-def _post(port: int, body: bytes) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("POST", "/v1/chat/completions", body,
-                           {"Content-Type": "application/json"})
-        answer = connection.getresponse()
-        answer.read()
-        return answer.status
-    finally:
-        connection.close()
 
 
 def _leave(port: int, body: bytes, *, after_the_head: bool) -> int:
@@ -139,7 +128,7 @@ def test_a_failed_request_leaves_no_frame_behind(failure: str, failing_proxy: In
             clean_fake.script.append(reply)
         if leaves_after_the_head is not None:
             return _leave(failing_proxy.port, _body(True), after_the_head=leaves_after_the_head)
-        got = _post(failing_proxy.port, _body(reply is not None))
+        got = post(failing_proxy.url + CHAT, _body(reply is not None))[0]
         assert got == status
         return got
 
@@ -151,7 +140,7 @@ def test_a_large_body_that_is_not_json(failing_proxy: InProcessProxy) -> None:
     body = b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 12_000
 
     def send() -> int:
-        status = _post(failing_proxy.port, body + b"nope")
+        status = post(failing_proxy.url + CHAT, body + b"nope")[0]
         assert status == 400
         return status
 
@@ -200,7 +189,7 @@ def test_a_kept_alive_connection_the_upstream_closed(failing_proxy: InProcessPro
     failing_proxy._unix = path  # the transport seam's socket
     try:
         def send() -> int:
-            status = _post(failing_proxy.port, _body(False))
+            status = post(failing_proxy.url + CHAT, _body(False))[0]
             assert status == 200
             return status
 
