@@ -67,6 +67,9 @@ class Attempt(NamedTuple):
     body_bytes: int = 0
     compacted: bool = False  # this attempt sent a compaction tailfloor made or reused
     traceparent: str | None = None  # the W3C trace context this attempt sent upstream
+    # The last attempt's streamed answer ended short of whole (``StreamOutcome.broke``:
+    # timeout, mid_stream, error_event): ``error`` is None, since it ran to the end.
+    broke: str | None = None
 
 
 @frozen_value

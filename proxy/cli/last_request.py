@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from proxy.inspector.facts import floor_text, recovery_text
+from proxy.inspector.facts import broke_text, floor_text, recovery_text
 
 __all__ = ["run_last_request"]
 
@@ -72,6 +72,9 @@ def _show(r: dict[str, Any], facts: dict[str, Any], out: TextIO) -> None:
         first = "" if a["first_chunk"] is None else f", first chunk {a['first_chunk']:.3f} s"
         out.write(f"attempt {a['number']}: {a['status'] or a['error']} in "
                   f"{a['latency']:.3f} s{first}\n")
+    broke = broke_text(r["attempts"])
+    if broke:
+        out.write(f"answer broke off: {broke}\n")
     tokens = r["tokens"]
     parts = ", ".join(f"{k} {v}" for k, v in tokens["by_provenance"].items() if v)
     out.write(f"about {tokens['estimated']} tokens of window {r['window'] or '?'}: {parts}\n")

@@ -16,11 +16,18 @@ from proxy.inspector.digest import MessageDigest, clean, digest_of
 from proxy.inspector.store import CLEAN_SLATE, SessionRecord
 from proxy.report import AGENT, Origin, RequestReport
 
-__all__ = ["CLEAN_SLATE_TEXT", "PROVENANCES", "floor_text", "recovery_text", "request_facts",
-           "session_facts", "session_row"]
+__all__ = ["CLEAN_SLATE_TEXT", "PROVENANCES", "broke_text", "floor_text", "recovery_text",
+           "request_facts", "session_facts", "session_row"]
 
 CLEAN_SLATE_TEXT = ("the user began this session with the clean-slate marker: nothing of "
                     "the previous session was carried in, and none of its pins")
+_BROKE = {
+    "mid_stream": "the upstream broke off its stream; the client got an error event in place "
+                  "of the rest of the answer",
+    "timeout": "the upstream went silent mid-stream (timeout); the client got an error event "
+               "in place of the rest of the answer",
+    "error_event": "the upstream ended its stream with an error event",
+}
 PROVENANCES = ("agent", "restored", "carried", "summary", "inserted", "pinned")
 _CHARS_PER_TOKEN = 4  # the estimate tailfloor uses when it has no tokenizer for a model
 
@@ -76,6 +83,7 @@ def request_facts(report: RequestReport, content: bool,
                 "completion_tokens": report.summary.completion_tokens,
                 "failure": report.summary.failure}},
         "attempts": [{"number": a.number, "status": a.status, "error": a.error,
+                      "broke": a.broke,
                       "started": a.started, "latency": a.latency,
                       "first_chunk": a.first_chunk, "compacted": a.compacted}
                      for a in report.attempts],
@@ -105,6 +113,12 @@ def floor_text(floor: dict[str, Any]) -> str:
     if floor["reason"] == CLEAN_SLATE:
         parts.append(CLEAN_SLATE_TEXT)
     return ", ".join(parts)
+
+
+def broke_text(attempts: Sequence[dict[str, Any]]) -> str | None:
+    """How the answer ended short of whole, in a line; None when it did not."""
+    broke = attempts[-1]["broke"] if attempts else None
+    return None if broke is None else _BROKE.get(broke, broke)
 
 
 def recovery_text(recovery: dict[str, Any]) -> str | None:

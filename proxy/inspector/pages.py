@@ -15,7 +15,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from proxy.inspector.facts import CLEAN_SLATE_TEXT, PROVENANCES, floor_text, recovery_text
+from proxy.inspector.facts import (
+    CLEAN_SLATE_TEXT,
+    PROVENANCES,
+    broke_text,
+    floor_text,
+    recovery_text,
+)
 
 __all__ = ["UI", "not_found_page", "session_page", "sessions_page"]
 
@@ -126,7 +132,7 @@ def _request(r: dict[str, Any], open_: bool) -> str:
         ("floor", floor_text(floor)), ("recovery", recovery_text(recovery)),
         ("window", r["window"]), ("estimated tokens", r["tokens"]["estimated"]),
         ("usage the upstream reported", _usage_line(r["usage"])),
-        ("finish", r["finish_reason"]),
+        ("finish", r["finish_reason"]), ("answer broke off", broke_text(r["attempts"])),
         ("time", f"{r['seconds']:.3f} s, {r['proxy_seconds'] * 1000:.1f} ms of it tailfloor's"),
     ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts if v not in (None, ""))
@@ -190,7 +196,7 @@ def _attempts(attempts: Sequence[dict[str, Any]]) -> str:
         return "<p>No upstream attempt.</p>"
     rows = "".join(
         f"<tr data-attempt=\"{a['number']}\"><td>{a['number']}</td><td>{_e(a['status'])}</td>"
-        f"<td>{_e(a['error'] or '')}</td><td>{a['latency'] * 1000:.0f} ms</td>"
+        f"<td>{_e(a['error'] or a['broke'] or '')}</td><td>{a['latency'] * 1000:.0f} ms</td>"
         f"<td>{_ms(a['first_chunk'])}</td>"
         f"<td>{'yes' if a['compacted'] else ''}</td></tr>" for a in attempts)
     return ("<div class=\"scroll\"><table class=\"attempts\"><thead><tr><th>attempt</th>"

@@ -132,6 +132,7 @@ class AnswerDelivery:
             upstream.close()
             self._stream_seen(scanner, complete=False)
             raise
+        outcome.error_event = scanner.error is not None
         trail.stream = outcome
         if outcome.upstream_error is not None or outcome.client_gone:
             upstream.close()

@@ -22,6 +22,7 @@ from proxy.policy.prices import PriceList
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
+from proxy.server.relay import broken_kind
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.server.upstream_episodes import UpstreamEpisodes
@@ -166,8 +167,7 @@ class Recorder:
                 m.ttft_by(m.model_label(chat.model)).observe(stream.first_chunk_at
                                                              - trail.started)
         if stream is not None and stream.upstream_error is not None:
-            kind = "timeout" if stream.upstream_error.reason == "timeout" else "mid_stream"
-            self.upstream_error(kind, stream.upstream_error)
+            self.upstream_error(broken_kind(stream.upstream_error), stream.upstream_error)
         if trail.usage_read:
             self.usage(trail.usage, chat.model, chat.agent_id, chat.route)
 

@@ -34,6 +34,22 @@ class StreamOutcome:
     keepalives: int = 0
     upstream_error: ProxyError | None = None
     client_gone: bool = False  # a write found the client gone: nothing more was sent
+    error_event: bool = False  # the upstream itself ended its stream with an error event
+
+    @property
+    def broke(self) -> str | None:
+        """How the answer ended short of whole, as telemetry and the inspector name it:
+        ``timeout`` or ``mid_stream`` (the upstream went silent or broke off; the client
+        got tailfloor's error event), ``error_event`` (the upstream sent one); None when
+        the stream ended as it should."""
+        if self.upstream_error is not None:
+            return broken_kind(self.upstream_error)
+        return "error_event" if self.error_event else None
+
+
+def broken_kind(exc: ProxyError) -> str:
+    """A stream the upstream broke: ``timeout`` (it went silent) or ``mid_stream``."""
+    return "timeout" if isinstance(exc, UpstreamTimeout) else "mid_stream"
 
 
 async def relay_stream(
@@ -94,7 +110,7 @@ async def relay_stream(
 
 def _broken(exc: ProxyError, scanner: StreamScanner) -> bytes:
     """The error event that ends a stream the upstream broke, in the client's dialect."""
-    kind = "timeout" if isinstance(exc, UpstreamTimeout) else "mid_stream"
+    kind = broken_kind(exc)
     message = f"{exc.message}; the response is incomplete"
     event = {"error": {"message": message, "type": "upstream_error", "param": None,
                        "code": f"upstream_{kind}"}}

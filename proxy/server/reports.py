@@ -140,7 +140,12 @@ def report_of(trail: TrailFacts, seconds: float | None = None, *,
 def _attempts(trail: TrailFacts) -> tuple[Attempt, ...]:
     attempts = trail.attempts  # a tuple already (the trail's and the inspector's)
     stream = trail.stream
-    if attempts and stream is not None and stream.first_chunk_at is not None:
-        attempts = (*attempts[:-1], attempts[-1]._replace(
-            first_chunk=stream.first_chunk_at - trail.started))
+    if not attempts or stream is None:
+        return attempts
+    broke = stream.broke
+    if stream.first_chunk_at is not None or broke is not None:
+        last = attempts[-1]
+        attempts = (*attempts[:-1], last._replace(
+            first_chunk=last.first_chunk if stream.first_chunk_at is None
+            else stream.first_chunk_at - trail.started, broke=broke))
     return attempts

@@ -151,15 +151,16 @@ def conversation_id(claimed: str | None) -> str | None:
 
 def server_key(report: RequestReport, agent: str) -> Key:
     """``agent``: the report's, labelled."""
+    attempts = report.attempts
     return (report.route, report.status, report.verdict.split(";", 1)[0], report.floor_kind,
             agent, report.floor_reason, report.method,
             report.carried_from, report.compaction, report.overflow,
-            conversation_id(report.named_session))
+            conversation_id(report.named_session), attempts[-1].broke if attempts else None)
 
 
 def server_fixed(key: Key) -> Fixed:
     (route, status, verdict, floor_kind, agent, floor_reason, method, carried_from,
-     compaction, overflow, session) = key
+     compaction, overflow, session, broke) = key
     path: str = ROUTES.get(route) or route
     attributes: dict[str, Value] = {
         "http.request.method": "POST", "http.route": path,
@@ -175,7 +176,9 @@ def server_fixed(key: Key) -> Fixed:
         "gen_ai.conversation.id": session,
     }
     attributes.update({k: v for k, v in optional.items() if v is not None})
-    error = f"{status}" if status >= 500 else None
+    # A streamed answer that broke off is the client's failure too, whatever its status
+    # said (the HTTP conventions: an error reading the body sets the span's status).
+    error = f"{status}" if status >= 500 else broke
     if error is not None:
         attributes["error.type"] = error
     return Fixed(f"POST {path}", attributes, error)
@@ -205,7 +208,8 @@ def attempt_key(report: RequestReport, attempt: Attempt, last: bool, model: str,
     response = response_label(report.response_model) if ended and response_label \
         is not None and report.response_model is not None else None
     return (model, report.route, report.stream, attempt.number, attempt.status,
-            attempt.compacted, conversation_id(report.named_session), attempt.error,
+            attempt.compacted, conversation_id(report.named_session),
+            attempt.error or attempt.broke,
             report.finish_reason if ended else None, response,
             ended and report.usage is not None and report.status < 400)
 

@@ -183,7 +183,7 @@ class Instruments:
                     cell = shape.cached = _cell(self._cached, shape.tokens)
                 cell[0] += count
         attempts = report.attempts
-        if len(attempts) == 1 and attempts[0].error is None \
+        if len(attempts) == 1 and attempts[0].error is None and attempts[0].broke is None \
                 and (attempts[0].status or 0) < 400:  # most requests: one attempt, answered
             # _observed's, without its lookups: the histograms every request adds to.
             attempt = attempts[0]
@@ -250,8 +250,8 @@ class Instruments:
             seconds = report.seconds - attempt.started if index == last \
                 and attempt.error is None else attempt.latency
             status = attempt.status
-            error = attempt.error or (str(status) if status is not None and status >= 400
-                                      else None)
+            error = attempt.error or attempt.broke or (
+                str(status) if status is not None and status >= 400 else None)
             self._observed((*base, ("error.type", error)) if error else base, seconds,
                            attempt, base)
 

@@ -189,7 +189,8 @@ class SpanEncoder:
         key = (report.route, report.status, report.verdict, report.floor_kind, agent,
                report.floor_reason, report.method, report.carried_from, report.compaction,
                report.overflow, report.named_session, model, report.stream, attempt.number,
-               attempt.status, attempt.compacted, attempt.error, report.finish_reason,
+               attempt.status, attempt.compacted, attempt.error, attempt.broke,
+               report.finish_reason,
                report.response_model, usage is not None)
         server_pack, server_pre, server_fixed_part, server_tail, server_size, \
             client_pack, client_fixed_part, client_tail, client_size, counted = \

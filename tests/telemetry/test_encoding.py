@@ -63,6 +63,9 @@ SHAPES: dict[str, dict[str, Any]] = {
             CLIENT_TRACE, None, "01").traceparent(new_span_id()))),
     "summary failed": dict(summary=SummaryMade("claude-x", 0.2, 0.1, failure="timeout")),
     "no attempt": dict(status=400, attempts=(), usage=None, finish_reason=None),
+    "broken stream": dict(attempts=(Attempt(0, 200, 0.01, 0.5, first_chunk=0.75,
+                                            broke="mid_stream"),),
+                          usage=None, finish_reason=None),
 }
 
 
@@ -101,7 +104,8 @@ def test_the_encoded_spans_are_the_planned_ones(shape: str) -> None:
             assert not server.parent_span_id and server.flags == 0x101
 
 
-@pytest.mark.parametrize("shape", ["plain", "floored", "carried", "failed", "small counts"])
+@pytest.mark.parametrize("shape", ["plain", "floored", "carried", "failed", "broken stream",
+                                   "small counts"])
 def test_the_one_attempt_way_makes_the_same_bytes_as_the_general_way(
         shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     changes = SHAPES.get(shape, dict(stream=False, usage=Usage(11, 7, 18, 3, 2),

@@ -104,6 +104,17 @@ def test_attempts_times_usage_provider_and_an_unvetted_model() -> None:
     assert server.attributes["tailfloor.verdict"] == "floor"
 
 
+def test_a_compacted_retry_whose_stream_broke_marks_the_retry_and_the_server() -> None:
+    r = report(stream=True, usage=None, finish_reason=None,
+               attempts=(Attempt(0, 400, 0.01, 0.2),
+                         Attempt(1, 200, 0.5, 0.3, compacted=True, broke="timeout")))
+    server, first, retry = plan(r)
+    assert server.error == retry.error == "timeout"
+    assert server.attributes["error.type"] == retry.attributes["error.type"] == "timeout"
+    assert first.attributes["error.type"] == "400"  # the overflow, not the break
+    assert retry.end == pytest.approx(1002.0)  # relayed until it broke: the request's end
+
+
 def test_traceparent_parsing() -> None:
     good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     parsed = parse_traceparent(good)

@@ -6,7 +6,11 @@ from __future__ import annotations
 from types import SimpleNamespace as Ns
 from typing import Any
 
+import pytest
+
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.report import Attempt, RequestReport, SummaryMade
+from proxy.server.relay import StreamOutcome
 from proxy.server.reports import report_of
 from proxy.wire.usage import Usage
 
@@ -53,7 +57,7 @@ def test_every_field_a_full_trail_sets_lands_where_its_name_says() -> None:
                   clamp=Ns(requested=8192, limit=4096))
     full = trail(ctx=ctx, decision=decision, outgoing=outgoing,
                  steps=(Ns(overflow=None), Ns(overflow="recovered"), Ns(overflow=None)),
-                 stream=Ns(first_chunk_at=50.9), client_gone=True, status=200,
+                 stream=StreamOutcome(first_chunk_at=50.9), client_gone=True, status=200,
                  client_traceparent="00-client", trace=Ns(trace_id="ab" * 16))
     expected = dict(
         request_id="req-1", at=1_700_000_000.5, route="messages", model="claude-x",
@@ -87,3 +91,20 @@ def test_a_carry_and_an_overflow_seen_after_the_answer() -> None:
         "carry", 3, "s-old", 700, 0, None, "s-new", "clamped")
     # The client's messages, when tailfloor sent them as they came.
     assert made.messages == [{"role": "user", "content": "client's"}] and made.body == b"b"
+
+
+@pytest.mark.parametrize(("outcome", "broke"), [
+    (StreamOutcome(first_chunk_at=50.9, upstream_error=UpstreamUnavailable("closed")),
+     "mid_stream"),
+    (StreamOutcome(first_chunk_at=50.9, upstream_error=UpstreamTimeout("silent")), "timeout"),
+    (StreamOutcome(first_chunk_at=50.9, error_event=True), "error_event"),
+    (StreamOutcome(upstream_error=UpstreamUnavailable("closed")), "mid_stream"),
+])
+def test_a_stream_that_broke_marks_the_last_attempt_only(outcome: StreamOutcome,
+                                                         broke: str) -> None:
+    made = report_of(trail(stream=outcome), 1.0)  # type: ignore[arg-type]
+    first, last = made.attempts
+    assert first == ATTEMPTS[0]
+    assert (last.broke, last.error) == (broke, None)
+    assert last.first_chunk == (None if outcome.first_chunk_at is None else 50.9 - 50.0)
+    assert last._replace(broke=None, first_chunk=None) == ATTEMPTS[1]
