@@ -29,6 +29,7 @@ UI = "/tailfloor/ui"
 LONG_CHARS = 2000  # a message longer than this is folded behind its first PREVIEW_CHARS
 PREVIEW_CHARS = 400
 MIN_UNCHANGED_RUN = 2
+_BROKE_MARK = " <span class=\"broke\">answer broke off</span>"
 _CONTENT_OFF = ("Message text is not kept. Start tailfloor with <code>--inspect-content</code> "
                 "(or <code>TAILFLOOR_INSPECT_CONTENT=true</code>) to see it; until then "
                 "each message shows its role, where it came from, its size, tool names and "
@@ -124,7 +125,9 @@ def _request(r: dict[str, Any], open_: bool) -> str:
     floor, recovery = r["floor"], r["recovery"]
     summary = (f"<summary><span class=\"when\">{_when(r['at'])}</span> "
                f"<span class=\"status\">{r['status']}</span> {_e(r['route'])} "
-               f"{_e(r['model'])} <span class=\"verdict\">{_e(r['verdict'])}</span></summary>")
+               f"{_e(r['model'])} <span class=\"verdict\">{_e(r['verdict'])}</span>"
+               f"{_BROKE_MARK if r['attempts'] and r['attempts'][-1]['broke'] else ''}"
+               "</summary>")
     facts = [
         ("request", r["request_id"]), ("route", r["route"]),
         ("stream", "yes" if r["stream"] else "no"), ("session identified by", r["method"]),

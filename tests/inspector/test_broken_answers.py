@@ -44,6 +44,9 @@ def test_a_stream_the_upstream_broke_off_says_so_and_a_whole_one_does_not(
         assert b"<dt>answer broke off</dt><dd>the upstream broke off its stream; the client " \
                b"got an error event" in page
         assert b"<td>mid_stream</td>" in page
+        # said in the request's one-line summary too, seen before it is unfolded
+        summary = page.split(b"<summary>", 1)[1].split(b"</summary>", 1)[0]
+        assert b'<span class="broke">answer broke off</span>' in summary
         status, shown = last_request("s-broken", "--admin", proxy.admin_url)
         assert status == 0 and "answer broke off: the upstream broke off its stream" in shown
 

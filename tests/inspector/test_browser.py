@@ -16,10 +16,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from proxy.report import RequestReport
 from tests.evidence import artifacts_root
 from tests.fake_behaviour import AgentBehaviour
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Reply
 from tests.floor.test_floor_e2e import setup as floor_setup
 from tests.inprocess import InProcessProxy, inproc  # noqa: F401  (a fixture)
 from tests.inspector.browser import chrome
+from tests.inspector.test_broken_answers import last_event
 from tests.inspector.client import chat, session_url
 
 Make = Callable[..., InProcessProxy]
@@ -213,4 +214,26 @@ def test_a_floor_s_restored_messages_in_the_browser(fake: FakeUpstream,
             driver.save_screenshot(str(artifacts() / "inspector-floor.png"))
     finally:
         fake.behaviour = None
+        proxy.stop()
+
+
+def test_a_stream_that_broke_off_reads_as_broken_in_the_browser(
+        clean_fake: FakeUpstream) -> None:
+    proxy = InProcessProxy(clean_fake)
+    try:
+        clean_fake.script.append(Reply(close_after_chunks=2))
+        assert b"upstream_mid_stream" in last_event(proxy, "s-broken")
+        with chrome() as driver:
+            driver.get(session_url(proxy, "s-broken"))
+            newest = driver.find_element(By.CSS_SELECTOR, "details.request[open]")
+            facts = dict(zip([t.text for t in newest.find_elements(By.TAG_NAME, "dt")],
+                             [d.text for d in newest.find_elements(By.TAG_NAME, "dd")],
+                             strict=True))
+            assert facts["answer broke off"].startswith("the upstream broke off its stream")
+            mark = newest.find_element(By.CSS_SELECTOR, "summary .broke")
+            assert mark.is_displayed() and mark.text == "answer broke off"
+            cells = newest.find_elements(By.CSS_SELECTOR, "table.attempts td")
+            assert "mid_stream" in [c.text for c in cells]
+            driver.save_screenshot(str(artifacts() / "inspector-broken-stream.png"))
+    finally:
         proxy.stop()
