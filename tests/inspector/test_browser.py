@@ -20,8 +20,8 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.floor.test_floor_e2e import setup as floor_setup
 from tests.inprocess import InProcessProxy, inproc  # noqa: F401  (a fixture)
 from tests.inspector.browser import chrome
-from tests.inspector.test_broken_answers import last_event
 from tests.inspector.client import chat, session_url
+from tests.inspector.test_broken_answers import last_event
 
 Make = Callable[..., InProcessProxy]
 PWN = "window.__pwned=1"
