@@ -120,7 +120,8 @@ class Metrics:
             "tailfloor_in_flight_requests", "Requests currently being proxied.", registry=r)
         self.upstream_errors = Counter(
             "tailfloor_upstream_errors_total",
-            "Upstream failures (kind: connect|timeout|mid_stream|stream_options_rejected).",
+            "Upstream failures (kind: connect|timeout|mid_stream|error_event|"
+            "stream_options_rejected).",
             ["kind"], registry=r)
         self.client_disconnects = Counter(
             "tailfloor_client_disconnects_total",

@@ -22,7 +22,6 @@ from proxy.policy.prices import PriceList
 from proxy.recovery.outcome import AfterCheck, Compaction, ErrorStep, Prepared, SummaryAttempt
 from proxy.recovery.output import OutputClamp
 from proxy.report import RequestReport
-from proxy.server.relay import broken_kind
 from proxy.server.reports import report_of
 from proxy.server.trail import Trail
 from proxy.server.upstream_episodes import UpstreamEpisodes
@@ -166,8 +165,14 @@ class Recorder:
             if stream.first_chunk_at is not None:
                 m.ttft_by(m.model_label(chat.model)).observe(stream.first_chunk_at
                                                              - trail.started)
-        if stream is not None and stream.upstream_error is not None:
-            self.upstream_error(broken_kind(stream.upstream_error), stream.upstream_error)
+        if stream is not None:
+            # A stream broken after its head is ``mid_stream`` however it broke, as a
+            # pass-through's is (``timeout``: no answer head in time, a 504); one the upstream
+            # ended with its own error event is ``error_event``.
+            if stream.upstream_error is not None:
+                self.upstream_error("mid_stream", stream.upstream_error)
+            elif stream.error_event:
+                self.upstream_error("error_event")
         if trail.usage_read:
             self.usage(trail.usage, chat.model, chat.agent_id, chat.route)
 

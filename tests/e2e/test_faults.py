@@ -132,10 +132,34 @@ def test_upstream_closing_mid_stream_ends_the_stream_with_an_error_event(
 
 def test_silent_stream_times_out_between_chunks(
         small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    def counted() -> tuple[float, float]:
+        name = "tailfloor_upstream_errors_total"
+        return (small_proxy.sample(name, kind="mid_stream"),
+                small_proxy.sample(name, kind="timeout"))
+
+    broken, timeouts = counted()
     clean_fake.script.append(Reply(delay_between_chunks=1.0))
     status, answer = post(small_proxy.url + "/v1/chat/completions", STREAM_CHAT)
     assert status == 200
     assert b'"code":"upstream_timeout"' in answer
+    # A stream broken after its head, as the alert on broken streams counts it; "timeout"
+    # is for answers that never began (a 504, counted among the 5xx already).
+    assert counted() == (broken + 1, timeouts)
+
+
+def test_an_error_event_of_the_upstream_is_counted(
+        small_proxy: ProxyProcess, clean_fake: FakeUpstream) -> None:
+    before = small_proxy.sample("tailfloor_upstream_errors_total", kind="error_event")
+    clean_fake.script.append(Reply(stream_error={"message": "boom", "code": "server_error"}))
+    status, answer = post(small_proxy.url + "/v1/responses",
+                          b'{"model":"fake-model","stream":true,"input":"hi"}')
+    assert status == 200 and b"response.failed" in answer
+    clean_fake.script.append(Reply())  # a whole stream: not counted
+    status, answer = post(small_proxy.url + "/v1/responses",
+                          b'{"model":"fake-model","stream":true,"input":"hi"}')
+    assert status == 200 and b"response.completed" in answer
+    after = small_proxy.sample("tailfloor_upstream_errors_total", kind="error_event")
+    assert after == before + 1
 
 
 def test_idle_stream_gets_keepalive_comments_between_events(
