@@ -152,13 +152,16 @@ class Recorder:
 
     def _answer(self, trail: Trail) -> None:
         m, chat = self.metrics, trail.chat
-        if trail.attempts and trail.attempts[-1].status is not None:
+        stream = trail.stream
+        # A stream that broke after its head answered nothing whole: its failure (below)
+        # goes on the episode, not its 200.
+        if trail.attempts and trail.attempts[-1].status is not None and (
+                stream is None or (stream.upstream_error is None and not stream.error_event)):
             self.episodes.answered(trail.attempts[-1].status)
         if trail.failure is not None and not trail.failed_before_answer:
             self._failure(trail)
         if trail.large_answer:
             m.large_answers.inc()
-        stream = trail.stream
         if stream is not None and not stream.client_gone:
             if stream.keepalives:
                 m.keepalives.inc(stream.keepalives)

@@ -104,3 +104,28 @@ def test_an_error_event_the_upstream_sent_is_an_error_on_both_spans(
         assert attributes(server.attributes)["http.route"] == "/v1/responses"
     finally:
         proxy.stop()
+
+
+def test_streams_cut_off_in_a_row_are_one_warning_however_often(
+        clean_fake: FakeUpstream) -> None:
+    """Each cut-off stream had its 200 head first: that ended the episode, so every one of
+    them was logged again."""
+    proxy = InProcessProxy(clean_fake)
+    try:
+        for _ in range(4):
+            clean_fake.script.append(Reply(close_after_chunks=2))
+            streamed(proxy, "/v1/chat/completions", chat(stream=True))
+        clean_fake.script.append(Reply())
+        streamed(proxy, "/v1/chat/completions", chat(stream=True))
+        for _ in range(3):  # cut off again, soon after: counted, not logged
+            clean_fake.script.append(Reply(close_after_chunks=2))
+            streamed(proxy, "/v1/chat/completions", chat(stream=True))
+        assert proxy.sample("tailfloor_upstream_errors_total", kind="mid_stream") == 7
+        logged = [record for record in map(orjson.loads, proxy.logs().splitlines())
+                  if record["logger"] == "tailfloor.upstream"]
+        assert [(r["level"], r["msg"].split(": ", 1)[0]) for r in logged] == [
+            ("warning", f"the upstream {clean_fake.url} failed (mid_stream)"),
+            ("info", f"the upstream {clean_fake.url} answers again (3 more mid_stream "
+                     "failures were only counted)")]
+    finally:
+        proxy.stop()

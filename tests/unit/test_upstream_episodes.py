@@ -1,0 +1,80 @@
+"""What the operator reads of upstream failures: one warning an episode, none for the
+episodes of a kind warned about lately (an upstream that fails one answer in ten), and the
+count of what went unlogged in the next warning. The oracle is the log records."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from proxy.server.upstream_episodes import QUIET, UpstreamEpisodes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    found = [(r.levelno, r.getMessage()) for r in caplog.records
+             if r.name == "tailfloor.upstream"]
+    caplog.clear()
+    return found
+
+
+def test_a_run_of_failures_is_one_warning_and_one_line_when_it_answers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    episodes = UpstreamEpisodes("http://up", clock=Clock())
+    for _ in range(5):
+        episodes.failed("connect", "refused")
+    episodes.answered(200)
+    [(level, warned), (info, again)] = lines(caplog)
+    assert level == logging.WARNING and "failed (connect): refused" in warned
+    assert info == logging.INFO and "answers again (4 more connect failures" in again
+
+
+def test_failures_now_and_then_are_one_warning_per_quiet_period(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    clock = Clock()
+    episodes = UpstreamEpisodes("http://up", clock=clock)
+    for _ in range(50):  # one answer in ten cut off, ten a second
+        for _ in range(9):
+            episodes.answered(200)
+            clock.now += 0.1
+        episodes.failed("mid_stream", "cut")
+        clock.now += 0.1
+    found = lines(caplog)
+    assert [level for level, _ in found] == [logging.WARNING, logging.INFO]
+    clock.now += QUIET
+    episodes.answered(200)
+    episodes.failed("mid_stream", "cut")
+    [(level, warned)] = lines(caplog)
+    assert level == logging.WARNING
+    assert warned.endswith("(49 more since the last warning were only counted)")
+
+
+def test_another_kind_is_warned_at_once_and_a_quiet_episode_adds_its_failures(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    clock = Clock()
+    episodes = UpstreamEpisodes("http://up", clock=clock)
+    episodes.failed("mid_stream", "cut")
+    episodes.answered(200)
+    episodes.failed("mid_stream", "cut")  # quiet: warned a moment ago
+    episodes.failed("mid_stream", "cut")
+    episodes.failed("connect", "refused")  # another kind: warned, and not "answers again"
+    found = lines(caplog)
+    assert [m.split(": ", 1)[0] for _, m in found] == [
+        "the upstream http://up failed (mid_stream)", "the upstream http://up answers again "
+        "(0 more mid_stream failures were only counted)", "the upstream http://up failed "
+        "(connect)"]
+    clock.now += QUIET + 1
+    episodes.failed("mid_stream", "cut")
+    [(_, warned)] = lines(caplog)
+    assert warned.endswith("(2 more since the last warning were only counted)")
