@@ -117,7 +117,8 @@ def floor_text(floor: dict[str, Any]) -> str:
 
 def broke_text(attempts: Sequence[dict[str, Any]]) -> str | None:
     """How the answer ended short of whole, in a line; None when it did not."""
-    broke = attempts[-1]["broke"] if attempts else None
+    # .get: the CLI may read the JSON of a tailfloor older than this field
+    broke = attempts[-1].get("broke") if attempts else None
     return None if broke is None else _BROKE.get(broke, broke)
 
 

@@ -142,24 +142,32 @@ class Recorder:
             trail.after_recorded = True
             self.after(trail.after, trail.chat.model)
 
-    def _failure(self, trail: Trail) -> None:
+    def _failure(self, trail: Trail, *, after_head: bool = False) -> None:
+        """``after_head``: the client had the answer's head already (a large answer passed
+        through, then broken): ``mid_stream``, whatever broke it."""
         failure = trail.failure
         assert failure is not None
         if trail.rejected:
             self.rejected(failure.reason)
         else:
-            self.upstream_error(failure.reason, failure)
+            self.upstream_error("mid_stream" if after_head else failure.reason, failure)
 
     def _answer(self, trail: Trail) -> None:
         m, chat = self.metrics, trail.chat
         stream = trail.stream
-        # A stream that broke after its head answered nothing whole: its failure (below)
-        # goes on the episode, not its 200.
-        if trail.attempts and trail.attempts[-1].status is not None and (
-                stream is None or (stream.upstream_error is None and not stream.error_event)):
+        # An overflow the upstream told in an error event is the request's, not the
+        # upstream's failing (counted as an overflow, outcome mid_stream).
+        error_event = stream is not None and stream.error_event and not (
+            trail.after is not None and trail.after.overflow == "mid_stream")
+        failed_after_head = trail.failure is not None and not trail.failed_before_answer
+        # An answer that failed after its head answered nothing whole: its failure (below)
+        # goes on the episode, not its status.
+        if trail.attempts and trail.attempts[-1].status is not None and not (
+                failed_after_head or error_event
+                or (stream is not None and stream.upstream_error is not None)):
             self.episodes.answered(trail.attempts[-1].status)
-        if trail.failure is not None and not trail.failed_before_answer:
-            self._failure(trail)
+        if failed_after_head:
+            self._failure(trail, after_head=trail.large_answer)
         if trail.large_answer:
             m.large_answers.inc()
         if stream is not None and not stream.client_gone:
@@ -174,8 +182,10 @@ class Recorder:
             # ended with its own error event is ``error_event``.
             if stream.upstream_error is not None:
                 self.upstream_error("mid_stream", stream.upstream_error)
-            elif stream.error_event:
+            elif error_event:
                 self.upstream_error("error_event")
+                self.episodes.failed("error_event", "a stream ended with the upstream's own "
+                                     "error event")
         if trail.usage_read:
             self.usage(trail.usage, chat.model, chat.agent_id, chat.route)
 
@@ -190,7 +200,7 @@ class Recorder:
     def upstream_error(self, kind: str, exc: ProxyError | None = None) -> None:
         self.metrics.upstream_errors.labels(kind=kind).inc()
         if exc is not None:
-            self.episodes.failed(kind, exc.message)
+            self.episodes.failed(kind, exc.message, exc.reason)
 
     def floor(self, decision: Decision, agent: str | None = None) -> None:
         m = self.metrics

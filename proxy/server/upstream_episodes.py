@@ -4,9 +4,10 @@ failure, and what to do), the rest only counted, and one line when it answers ag
 An episode is a run of failures of one kind (cannot connect, TLS, timeout, the answer
 broke) or of refused credentials (401/403 answers, which the client gets as they came:
 tailfloor passes the agent's key on as the agent sent it). An upstream that fails now and
-then (one answer in ten cut off) makes an episode of each failure: a kind already warned
-about in the last ``QUIET`` seconds starts its next episodes without a line, and the next
-warning after that says how many failures went unlogged meanwhile.
+then (one answer in ten cut off) makes an episode of each failure: a kind warned about in
+the last ``QUIET`` seconds is only counted, and warned about again once that time is past,
+if it still fails. Every failure no line told is told by the next one: the kind's next
+warning, or the line saying the upstream answers again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 __all__ = ["QUIET", "UpstreamEpisodes"]
 
 log = logging.getLogger("tailfloor.upstream")
-QUIET = 300.0  # seconds after a warning during which a new episode of its kind is only counted
+QUIET = 300.0  # seconds after a warning during which failures of its kind are only counted
 _HINTS = {
     "connect": "is the model server running, and is --upstream (TAILFLOOR_UPSTREAM) its "
                "address?",
@@ -33,32 +34,32 @@ class UpstreamEpisodes:
         self.upstream = upstream
         self._clock = clock
         self._failing: str | None = None  # the kind of the episode going on
-        self._left_out = 0
         self._logged = False  # whether the episode going on was warned about
-        # kind -> (when last warned, failures of that kind not logged since)
-        self._warned: dict[str, tuple[float, int]] = {}
+        self._warned_at: dict[str, float] = {}  # kind -> when it was last warned about
+        self._untold: dict[str, int] = {}  # kind -> failures no line has told yet
+        self._open = False  # a warning was logged, and no "answers again" since
         self._refused = False
 
-    def failed(self, kind: str, message: str) -> None:
-        if self._failing == kind:
-            self._left_out += 1
-            return
-        self._end_episode(answering=False)
-        self._failing, self._left_out = kind, 0
+    def failed(self, kind: str, message: str, cause: str | None = None) -> None:
+        """``cause``: what the hint is chosen by (the failure's own reason), when it is not
+        ``kind`` (a stream that went silent mid-way is a ``mid_stream`` failure, and a
+        timeout)."""
+        if self._failing != kind:
+            self._failing, self._logged = kind, False
+        last = self._warned_at.get(kind)
         now = self._clock()
-        last, unlogged = self._warned.get(kind, (None, 0))
-        if last is not None and now - last < QUIET:
-            self._warned[kind] = (last, unlogged + 1)
-            self._logged = False
+        if self._logged or (last is not None and now - last < QUIET):
+            self._untold[kind] = self._untold.get(kind, 0) + 1
             return
-        self._warned[kind] = (now, 0)
-        self._logged = True
-        since = f" ({unlogged} more since the last warning were only counted)" \
-            if unlogged else ""
-        hint = _HINTS.get(kind, "")
+        self._warned_at[kind] = now
+        self._logged = self._open = True
+        untold = self._untold.pop(kind, 0)
+        hint = _HINTS.get(cause or kind, "")
         log.warning("the upstream %s failed (%s): %s%s; the client got an error, further "
                     "failures like this are only counted (tailfloor_upstream_errors_total)%s",
-                    self.upstream, kind, message, f"; {hint}" if hint else "", since)
+                    self.upstream, kind, message, f"; {hint}" if hint else "",
+                    f" ({untold} more since the last warning were only counted)"
+                    if untold else "")
 
     def answered(self, status: int) -> None:
         if status in (401, 403):
@@ -69,21 +70,18 @@ class UpstreamEpisodes:
                             "the agent sent it); further refusals are only counted",
                             self.upstream, status)
             return
-        if status < 400:
-            self._refused = False
-            self._end_episode(answering=True)
-
-    def _end_episode(self, *, answering: bool) -> None:
-        """The episode going on is over: the upstream answers (``answering``), or failed
-        in another way."""
-        kind = self._failing
-        if kind is None:
+        if status >= 400:
             return
-        if self._logged:
-            if answering:
-                log.info("the upstream %s answers again (%d more %s failures were only "
-                         "counted)", self.upstream, self._left_out, kind)
-        else:  # a quiet episode: its failures are told with the kind's next warning
-            last, unlogged = self._warned[kind]
-            self._warned[kind] = (last, unlogged + self._left_out)
-        self._failing, self._left_out, self._logged = None, 0, False
+        self._refused = False
+        self._failing, self._logged = None, False
+        if not self._open:
+            return  # nothing warned about is going on: what was counted waits for a warning
+        self._open = False
+        untold, self._untold = self._untold, {}
+        total = sum(untold.values())
+        if len(untold) == 1:
+            detail = f"{total} more {next(iter(untold))} failures were only counted"
+        else:
+            detail = f"{total} more failures were only counted" + (": " + ", ".join(
+                f"{count} {kind}" for kind, count in sorted(untold.items())) if untold else "")
+        log.info("the upstream %s answers again (%s)", self.upstream, detail)

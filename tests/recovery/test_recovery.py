@@ -225,6 +225,8 @@ def test_overflow_inside_a_stream_is_passed_on_and_counted(clean_fake: FakeUpstr
                 received.extend(c.delta.content or "" for c in chunk.choices)
         assert "par" in received
         assert proxy.sample("tailfloor_overflow_total", outcome="mid_stream") == 1
+        # the request's own overflow, not the upstream failing: no upstream error alert
+        assert proxy.sample("tailfloor_upstream_errors_total", kind="error_event") == 0
         assert len(clean_fake.chat_requests()) == 1  # never retried once bytes went out
         # the session's next request is compacted before it is sent
         messages += [{"role": "user", "content": "again"}]

@@ -72,9 +72,63 @@ def test_another_kind_is_warned_at_once_and_a_quiet_episode_adds_its_failures(
     found = lines(caplog)
     assert [m.split(": ", 1)[0] for _, m in found] == [
         "the upstream http://up failed (mid_stream)", "the upstream http://up answers again "
-        "(0 more mid_stream failures were only counted)", "the upstream http://up failed "
-        "(connect)"]
+        "(0 more failures were only counted)", "the upstream http://up failed (connect)"]
     clock.now += QUIET + 1
     episodes.failed("mid_stream", "cut")
     [(_, warned)] = lines(caplog)
     assert warned.endswith("(2 more since the last warning were only counted)")
+
+
+def test_an_outage_that_begins_inside_the_quiet_time_is_warned_when_it_is_over(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    clock = Clock()
+    episodes = UpstreamEpisodes("http://up", clock=clock)
+    episodes.failed("connect", "refused")
+    episodes.answered(200)
+    lines(caplog)
+    clock.now += 60
+    for _ in range(3600):  # down for an hour, a failure a second
+        episodes.failed("connect", "refused")
+        clock.now += 1
+    warned = [m for level, m in lines(caplog) if level == logging.WARNING]
+    # once, when the quiet time after the last warning is over: one episode, one warning
+    assert len(warned) == 1
+    assert warned[0].endswith(f"({int(QUIET) - 60} more since the last warning were "
+                              "only counted)")
+    episodes.answered(200)
+    [(level, again)] = lines(caplog)
+    assert level == logging.INFO
+    assert again.endswith(f"answers again ({3600 - int(QUIET) + 60 - 1} more connect "
+                          "failures were only counted)")
+
+
+def test_what_a_warned_episode_counted_is_told_when_another_kind_ends_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    clock = Clock()
+    episodes = UpstreamEpisodes("http://up", clock=clock)
+    episodes.failed("timeout", "slow")  # warned
+    clock.now += 10
+    for _ in range(3):
+        episodes.failed("connect", "refused")  # warned, then two counted
+    clock.now += 1
+    episodes.failed("timeout", "slow")  # quiet: warned 11 s ago
+    episodes.answered(200)
+    found = lines(caplog)
+    assert [level for level, _ in found] == [logging.WARNING, logging.WARNING, logging.INFO]
+    assert found[-1][1].endswith("answers again (3 more failures were only counted: "
+                                 "2 connect, 1 timeout)")
+
+
+def test_a_hint_follows_the_cause_and_refusals_are_their_own_episode(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    episodes = UpstreamEpisodes("http://up", clock=Clock())
+    episodes.failed("mid_stream", "went silent", "timeout")
+    episodes.answered(401)
+    episodes.answered(403)
+    found = lines(caplog)
+    assert "--read-timeout" in found[0][1]
+    assert [level for level, _ in found] == [logging.WARNING, logging.WARNING]
+    assert "refused a request's credentials (401)" in found[1][1]

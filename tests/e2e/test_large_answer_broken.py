@@ -1,0 +1,65 @@
+"""A plain answer too large to hold (over 8 MiB) passes through as it arrives; when the
+upstream breaks it after its head, the client already has the 200: the failure is counted
+as a stream broken mid-way (what the upstream error alert adds to the 5xx answers), not as
+a connect failure or a timeout (which were 5xx answers already). The oracle is what the
+client read: a 200 and fewer bytes than the head promised."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import ProxyProcess
+from tests.e2e.rawhttp import read_request, send_raw
+
+PROMISED = 20 * 1024 * 1024
+SENT = 10 * 1024 * 1024  # past the 8 MiB a plain answer is held up to
+
+
+@pytest.fixture
+def breaking_upstream() -> Iterator[str]:
+    """Answers every request with a 200 whose JSON body stops at ``SENT`` of ``PROMISED``
+    bytes, then closes."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                read_request(connection)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: %d\r\n\r\n" % PROMISED)
+                connection.sendall(b'{"id":"x","choices":[{"message":{"content":"'
+                                   + b"y" * (SENT - 40))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_a_large_plain_answer_broken_after_its_head_is_mid_stream(
+        breaking_upstream: str) -> None:
+    proxy = ProxyProcess(breaking_upstream)
+    try:
+        body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+        answer = send_raw(proxy.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: %d" % len(body),
+                          body, timeout=30)
+        assert answer.status == 200 and SENT - 40 < len(answer.body) < PROMISED
+        name = "tailfloor_upstream_errors_total"
+        assert proxy.sample("tailfloor_large_answers_total") == 1
+        assert proxy.sample(name, kind="mid_stream") == 1
+        assert proxy.sample(name, kind="connect") == proxy.sample(name, kind="timeout") == 0
+    finally:
+        proxy.stop()
