@@ -6,7 +6,8 @@ removes or rewrites its target). With the default markers only the user messages
 ``!`` or a 📌 can pin or unpin, so only those are read (the entries say which,
 ``Entry.may_pin``), with the ones an edit replaces and each segment's first few (for the
 clean-slate marker): a cold session's pins cost a read of a few lines, not of every user
-message and its rendering. Afterwards only the messages added since, unless an edit
+message and its rendering. Afterwards only the messages added since (with the default
+markers, only the new user messages that may pin), unless an edit
 appended since targets a pin or an ``!unpin`` read earlier: then the transcript is read
 again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
 text. A lineage's pins are its own and, when the policy carries its reset kind, its
@@ -160,6 +161,15 @@ class PinIndex:
                         self._scanned.move_to_end(session_id)
                 return known
             grown = count - known.count
+            marked = all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
+            if 0 < grown <= _INCREMENTAL and marked and not policy.pin_assistant:
+                # Only a new user message with a default marker can pin or unpin: those are
+                # read and rendered, not every new message (a tool's output, a reply), which
+                # the request holds anyway; it is what a burst of requests after a start
+                # spent most of its floor decisions on.
+                newest = self.catalog.tail(session_id, grown, roles=_USERS, pick=_may_pin)
+                return self._keep(session_id, self._read(newest, policy, known.pins),
+                                  record=record, read_with=read_with, clean=known.clean)
             if 0 < grown <= _INCREMENTAL:
                 # One message more than grew: a ``!pin ^`` first among the new ones points
                 # at the assistant message before it.
@@ -242,6 +252,12 @@ def _marked(leading: list[list[str]]) -> Pick:
         leading.append([e.id for e in users[:_LEADING]])
         return [e for i, e in enumerate(users) if i < _LEADING or e.may_pin or e.id in edits]
     return pick
+
+
+def _may_pin(users: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
+    """Of new user messages, those a default marker may make pins or unpins (and any an edit
+    replaces, whose new text is what counts)."""
+    return [e for e in users if e.may_pin or e.id in edits]
 
 
 def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:

@@ -213,3 +213,30 @@ def test_a_text_without_a_mark_is_no_pin_unpin_or_pointer_to_the_default_pattern
         found = pins_in([("e", "user", text)], Policy().pin_patterns, pin_assistant=True)
         assert found.pins == () and found.controls == () and found.unpins == (), text
     assert holds_mark("!pin x") and holds_mark("📌 x")
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
+    """After the first read, what a session adds is read for pins: with the default markers,
+    only its new user messages that may pin (a tool's output or a reply is never rendered for
+    pins), and the pins are still those a full read finds."""
+    rng = random.Random(seed)
+    policy = Policy()
+    for n in range(80):
+        t = _plain_session(rng, f"g{n}")
+        catalog, store = _catalog(t)
+        index = PinIndex(catalog)
+        index.own(t.session_id, policy)
+        for _round in range(3):
+            grown_from = len(t.objs)
+            for turn in range(rng.randint(1, 6)):
+                t.user(rng.choice(USER_TEXTS) if rng.random() < 0.3 else rng.choice(PLAIN))
+                if rng.random() < 0.5:
+                    _entry, ids = t.tool_calls(["bash"])
+                    t.tool_result(ids[0], "!pin in a tool's output pins nothing")
+                t.assistant(f"📌 reply {turn}")
+            catalog.append(t.session_id, store.entries()[grown_from:])
+            store.loaded.clear()
+            found = index.own(t.session_id, policy)
+            assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
+            assert all(e.role == "user" and e.may_pin for e in store.loaded), n
