@@ -38,6 +38,7 @@ class UpstreamEpisodes:
         self._warned_at: dict[str, float] = {}  # kind -> when it was last warned about
         self._untold: dict[str, int] = {}  # kind -> failures no line has told yet
         self._open = False  # a warning was logged, and no "answers again" since
+        self._last_warned = ""  # the kind of the last warning
         self._refused = False
 
     def failed(self, kind: str, message: str, cause: str | None = None) -> None:
@@ -53,8 +54,11 @@ class UpstreamEpisodes:
             return
         self._warned_at[kind] = now
         self._logged = self._open = True
+        self._last_warned = kind
         untold = self._untold.pop(kind, 0)
-        hint = _HINTS.get(cause or kind, "")
+        # A stream that went silent mid-way is a timeout too; one broken off is not a
+        # failure to connect, whatever its exception says.
+        hint = _HINTS.get(kind) or (_HINTS["timeout"] if cause == "timeout" else "")
         log.warning("the upstream %s failed (%s): %s%s; the client got an error, further "
                     "failures like this are only counted (tailfloor_upstream_errors_total)%s",
                     self.upstream, kind, message, f"; {hint}" if hint else "",
@@ -79,9 +83,10 @@ class UpstreamEpisodes:
         self._open = False
         untold, self._untold = self._untold, {}
         total = sum(untold.values())
-        if len(untold) == 1:
-            detail = f"{total} more {next(iter(untold))} failures were only counted"
+        if len(untold) <= 1:
+            kind = next(iter(untold), self._last_warned)
+            detail = f"{total} more {kind} failures were only counted"
         else:
-            detail = f"{total} more failures were only counted" + (": " + ", ".join(
-                f"{count} {kind}" for kind, count in sorted(untold.items())) if untold else "")
+            detail = f"{total} more failures were only counted: " + ", ".join(
+                f"{count} {kind}" for kind, count in sorted(untold.items()))
         log.info("the upstream %s answers again (%s)", self.upstream, detail)

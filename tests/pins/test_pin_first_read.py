@@ -229,14 +229,22 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
         index.own(t.session_id, policy)
         for _round in range(3):
             grown_from = len(t.objs)
+            new_users = []
             for turn in range(rng.randint(1, 6)):
-                t.user(rng.choice(USER_TEXTS) if rng.random() < 0.3 else rng.choice(PLAIN))
+                new_users.append(t.user(rng.choice(USER_TEXTS) if rng.random() < 0.3
+                                        else rng.choice(PLAIN)))
                 if rng.random() < 0.5:
                     _entry, ids = t.tool_calls(["bash"])
                     t.tool_result(ids[0], "!pin in a tool's output pins nothing")
                 t.assistant(f"📌 reply {turn}")
+            if rng.random() < 0.4:  # an edit makes a new plain message a pin, or ends one
+                t._add("context_edit", targetId=rng.choice(new_users),
+                       replacement=rng.choice([{"content": "!pin edited in"},
+                                               {"content": "edited out"}]))
             catalog.append(t.session_id, store.entries()[grown_from:])
             store.loaded.clear()
             found = index.own(t.session_id, policy)
             assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
-            assert all(e.role == "user" and e.may_pin for e in store.loaded), n
+            edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
+            assert all(e.role == "user" and e.may_pin or e.id in edited
+                       or e.kind == "context_edit" for e in store.loaded), n

@@ -72,7 +72,8 @@ def test_another_kind_is_warned_at_once_and_a_quiet_episode_adds_its_failures(
     found = lines(caplog)
     assert [m.split(": ", 1)[0] for _, m in found] == [
         "the upstream http://up failed (mid_stream)", "the upstream http://up answers again "
-        "(0 more failures were only counted)", "the upstream http://up failed (connect)"]
+        "(0 more mid_stream failures were only counted)",
+        "the upstream http://up failed (connect)"]
     clock.now += QUIET + 1
     episodes.failed("mid_stream", "cut")
     [(_, warned)] = lines(caplog)
@@ -132,3 +133,8 @@ def test_a_hint_follows_the_cause_and_refusals_are_their_own_episode(
     assert "--read-timeout" in found[0][1]
     assert [level for level, _ in found] == [logging.WARNING, logging.WARNING]
     assert "refused a request's credentials (401)" in found[1][1]
+    # broken off (its exception is the connection's): the server answered, so no hint
+    other = UpstreamEpisodes("http://up", clock=Clock())
+    other.failed("mid_stream", "the connection broke", "connect")
+    [(_, warned)] = lines(caplog)
+    assert "--upstream" not in warned and "--read-timeout" not in warned
