@@ -246,5 +246,5 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
             found = index.own(t.session_id, policy)
             assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
             edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
-            assert all(e.role == "user" and e.may_pin or e.id in edited
+            assert all((e.role == "user" and e.may_pin) or e.id in edited
                        or e.kind == "context_edit" for e in store.loaded), n
