@@ -19,6 +19,14 @@ class Clock:
         return self.now
 
 
+@pytest.fixture
+def watched(caplog: pytest.LogCaptureFixture) -> tuple[UpstreamEpisodes, Clock]:
+    """Episodes on a clock of the test's, their lines captured."""
+    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
+    clock = Clock()
+    return UpstreamEpisodes("http://up", clock=clock), clock
+
+
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     found = [(r.levelno, r.getMessage()) for r in caplog.records
              if r.name == "tailfloor.upstream"]
@@ -27,9 +35,8 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
 
 
 def test_a_run_of_failures_is_one_warning_and_one_line_when_it_answers(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    episodes = UpstreamEpisodes("http://up", clock=Clock())
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, _clock = watched
     for _ in range(5):
         episodes.failed("connect", "refused")
     episodes.answered(200)
@@ -39,10 +46,8 @@ def test_a_run_of_failures_is_one_warning_and_one_line_when_it_answers(
 
 
 def test_failures_now_and_then_are_one_warning_per_quiet_period(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    clock = Clock()
-    episodes = UpstreamEpisodes("http://up", clock=clock)
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, clock = watched
     for _ in range(50):  # one answer in ten cut off, ten a second
         for _ in range(9):
             episodes.answered(200)
@@ -60,10 +65,8 @@ def test_failures_now_and_then_are_one_warning_per_quiet_period(
 
 
 def test_another_kind_is_warned_at_once_and_a_quiet_episode_adds_its_failures(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    clock = Clock()
-    episodes = UpstreamEpisodes("http://up", clock=clock)
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, clock = watched
     episodes.failed("mid_stream", "cut")
     episodes.answered(200)
     episodes.failed("mid_stream", "cut")  # quiet: warned a moment ago
@@ -81,10 +84,8 @@ def test_another_kind_is_warned_at_once_and_a_quiet_episode_adds_its_failures(
 
 
 def test_an_outage_that_begins_inside_the_quiet_time_is_warned_when_it_is_over(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    clock = Clock()
-    episodes = UpstreamEpisodes("http://up", clock=clock)
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, clock = watched
     episodes.failed("connect", "refused")
     episodes.answered(200)
     lines(caplog)
@@ -105,10 +106,8 @@ def test_an_outage_that_begins_inside_the_quiet_time_is_warned_when_it_is_over(
 
 
 def test_what_a_warned_episode_counted_is_told_when_another_kind_ends_it(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    clock = Clock()
-    episodes = UpstreamEpisodes("http://up", clock=clock)
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, clock = watched
     episodes.failed("timeout", "slow")  # warned
     clock.now += 10
     for _ in range(3):
@@ -123,9 +122,8 @@ def test_what_a_warned_episode_counted_is_told_when_another_kind_ends_it(
 
 
 def test_a_hint_follows_the_cause_and_refusals_are_their_own_episode(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tailfloor.upstream")
-    episodes = UpstreamEpisodes("http://up", clock=Clock())
+        caplog: pytest.LogCaptureFixture, watched: tuple[UpstreamEpisodes, Clock]) -> None:
+    episodes, _clock = watched
     episodes.failed("mid_stream", "went silent", "timeout")
     episodes.answered(401)
     episodes.answered(403)
