@@ -65,9 +65,16 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
     pins: list[Pin] = list(start.pins)
     unpins: list[str] = list(start.unpins)
     controls: list[str] = list(start.controls)
+    # A pin or control ``start`` holds, met again: a tail of what was appended that reached
+    # back past it (a message an edit removed still counted as appended) must neither pin
+    # it twice nor unpin once more.
+    read = {p.entry_id for p in start.pins}.union(controls) if start is not NO_PINS else ()
     previous_assistant: tuple[str, str] | None = None
     dropped = start.dropped
     for entry_id, role, written in messages:
+        if role == "user" and entry_id in read:
+            previous_assistant = None
+            continue
         text = ENVELOPE.sub("", written, count=1)
         if role == "assistant":
             previous_assistant = (entry_id, text)

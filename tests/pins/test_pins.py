@@ -55,6 +55,16 @@ def test_markers_unpin_and_pointing_back() -> None:
     assert [p.entry_id for p in after.pins] == ["2"]  # "tabs" by text, then the newest
 
 
+def test_a_pin_or_an_unpin_read_again_changes_nothing() -> None:
+    first = pins_in([("1", "user", PIN), ("2", "user", "📌 use tabs"),
+                     ("3", "user", "!unpin")], DEFAULT_PINS)
+    assert [p.entry_id for p in first.pins] == ["1"]
+    # what was appended since, read with the last message read before it
+    again = pins_in([("1", "user", PIN), ("3", "user", "!unpin"), ("4", "user", "thanks")],
+                    DEFAULT_PINS, start=first)
+    assert again == first
+
+
 def test_the_cap_drops_the_oldest_and_a_huge_pin_is_kept_truncated() -> None:
     many = pins_in(((str(i), "user", f"!pin rule {i}") for i in range(10_000)), DEFAULT_PINS,
                    max_pinned=16)
