@@ -4,8 +4,6 @@ The oracle is what the client itself read at the end of its stream."""
 
 from __future__ import annotations
 
-import urllib.request
-
 import orjson
 
 from tests.conftest import settled_metrics
@@ -13,17 +11,15 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.inprocess import InProcessProxy
 from tests.inspector.client import fetch, session_json, session_url
 from tests.inspector.test_http import last_request
+from tests.telemetry.test_otlp_broken_streams import streamed
 
 
 def last_event(proxy: InProcessProxy, session: str) -> bytes:
     """A streamed chat request of ``session``, read to its end: its last event."""
-    body = orjson.dumps({"model": "fake-model", "stream": True,
-                         "messages": [{"role": "user", "content": "hello"}]})
-    request = urllib.request.Request(
-        proxy.url + "/v1/chat/completions", data=body,
-        headers={"Content-Type": "application/json", "x-tailfloor-session": session})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        events = [e for e in response.read().split(b"\n\n") if e.strip()]
+    events = streamed(proxy, "/v1/chat/completions",
+                      {"model": "fake-model", "stream": True,
+                       "messages": [{"role": "user", "content": "hello"}]},
+                      {"x-tailfloor-session": session})
     settled_metrics(proxy)  # the inspector has it once the request is recorded
     return events[-1]
 

@@ -25,10 +25,12 @@ def receiver() -> Iterator[OtlpReceiver]:
     found.stop()
 
 
-def streamed(proxy: InProcessProxy, path: str, body: dict[str, Any]) -> list[bytes]:
+def streamed(proxy: InProcessProxy, path: str, body: dict[str, Any],
+             headers: dict[str, str] | None = None) -> list[bytes]:
     """The client's stream, event by event, read to its end."""
     request = urllib.request.Request(proxy.url + path, data=orjson.dumps(body),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              **(headers or {})})
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
         return [event for event in response.read().split(b"\n\n") if event.strip()]
