@@ -342,12 +342,12 @@ class Recovery:
             return None
         async with self._locks.hold(request.key) as contended, \
                 self._held_across(request) as elsewhere:
-            # a concurrent request of the session (here or in another process sharing the
-            # store) may have summarized this prefix meanwhile
-            if contended or elsewhere:
-                found = await self._find(request, ask=True)
-                if found is not None and found.message_count >= cut.keep:
-                    return await self._reuse(request, found, f"reused:{trigger}")
+            # A concurrent request of the session (here or in another process sharing the
+            # store) may have summarized this prefix meanwhile: while this one waited for
+            # the lock, or before it took a free one (it planned its cut first).
+            found = await self._find(request, ask=contended or elsewhere)
+            if found is not None and found.message_count >= cut.keep:
+                return await self._reuse(request, found, f"reused:{trigger}")
             material = request.material(prior.covered, cut.keep)
             name = request.policy.summary_model or request.chat.model
             model = request.ctx.model if name == request.chat.model else \
