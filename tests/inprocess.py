@@ -15,6 +15,7 @@ import io
 import itertools
 import logging
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -64,7 +65,7 @@ class InProcessProxy:
         self._wait_indexed = wait_indexed
         parser = argparse.ArgumentParser()
         add_arguments(parser)
-        work = Path(tempfile.mkdtemp(prefix="tailfloor-inproc-"))
+        work = self._work = Path(tempfile.mkdtemp(prefix="tailfloor-inproc-"))
         if "--sessions" not in extra:
             (work / "no-sessions").mkdir()
             extra = (*extra, "--sessions", str(work / "no-sessions"))
@@ -158,6 +159,7 @@ class InProcessProxy:
             self._thread.join(10)
         for name in _OURS:
             logging.getLogger(name).removeHandler(self._log)
+        shutil.rmtree(self._work, ignore_errors=True)
 
 
 @pytest.fixture
