@@ -72,7 +72,7 @@ def _show(r: dict[str, Any], facts: dict[str, Any], out: TextIO) -> None:
         first = "" if a["first_chunk"] is None else f", first chunk {a['first_chunk']:.3f} s"
         out.write(f"attempt {a['number']}: {a['status'] or a['error']} in "
                   f"{a['latency']:.3f} s{first}\n")
-    broke = broke_text(r["attempts"])
+    broke = broke_text(r["attempts"], r.get("stream", True))
     if broke:
         out.write(f"answer broke off: {broke}\n")
     tokens = r["tokens"]

@@ -28,6 +28,11 @@ _BROKE = {
                "in place of the rest of the answer",
     "error_event": "the upstream ended its stream with an error event",
 }
+_BROKE_PLAIN = {  # an answer too large to hold, passed on as it came (not a stream)
+    "mid_stream": "the upstream broke off its answer after its head; the client got it cut "
+                  "short",
+    "timeout": "the upstream went silent mid-answer (timeout); the client got it cut short",
+}
 PROVENANCES = ("agent", "restored", "carried", "summary", "inserted", "pinned")
 _CHARS_PER_TOKEN = 4  # the estimate tailfloor uses when it has no tokenizer for a model
 
@@ -115,11 +120,14 @@ def floor_text(floor: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def broke_text(attempts: Sequence[dict[str, Any]]) -> str | None:
-    """How the answer ended short of whole, in a line; None when it did not."""
+def broke_text(attempts: Sequence[dict[str, Any]], streamed: bool = True) -> str | None:
+    """How the answer ended short of whole, in a line; None when it did not. ``streamed``:
+    the request asked for a stream (else only an answer too large to hold can break)."""
     # .get: the CLI may read the JSON of a tailfloor older than this field
-    broke = attempts[-1].get("broke") if attempts else None
-    return None if broke is None else _BROKE.get(broke, broke)
+    broke: str | None = attempts[-1].get("broke") if attempts else None
+    if broke is None:
+        return None
+    return (_BROKE if streamed else _BROKE_PLAIN).get(broke, broke)
 
 
 def recovery_text(recovery: dict[str, Any]) -> str | None:

@@ -135,7 +135,8 @@ def _request(r: dict[str, Any], open_: bool) -> str:
         ("floor", floor_text(floor)), ("recovery", recovery_text(recovery)),
         ("window", r["window"]), ("estimated tokens", r["tokens"]["estimated"]),
         ("usage the upstream reported", _usage_line(r["usage"])),
-        ("finish", r["finish_reason"]), ("answer broke off", broke_text(r["attempts"])),
+        ("finish", r["finish_reason"]),
+        ("answer broke off", broke_text(r["attempts"], r["stream"])),
         ("time", f"{r['seconds']:.3f} s, {r['proxy_seconds'] * 1000:.1f} ms of it tailfloor's"),
     ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts if v not in (None, ""))

@@ -21,7 +21,7 @@ from proxy.floor.decision import public_verdict
 from proxy.server.answers import JSON, Finished, error_response, pass_large
 from proxy.server.attempts import Attempted
 from proxy.server.guard import start_answer
-from proxy.server.relay import relay_stream
+from proxy.server.relay import broken_kind, relay_stream
 from proxy.server.sse import StreamScanner, read_body_facts
 from proxy.server.state import ProxyState
 from proxy.server.trail import Trail
@@ -78,7 +78,12 @@ class AnswerDelivery:
             finished, broke = await pass_large(
                 self.request, upstream, answer, headers=self._headers(upstream, verdict),
                 verdict=verdict)
-            trail.failure = unlinked(broke) if broke is not None else None
+            if broke is not None:
+                trail.failure = unlinked(broke)
+                if trail.attempts:  # the report, the spans and the inspector say it broke
+                    last = trail.attempts[-1]
+                    trail.attempts = (*trail.attempts[:-1],
+                                      last._replace(broke=broken_kind(broke)))
             return finished
         return self._plain(upstream, answer, attempted)
 

@@ -1,8 +1,9 @@
 """A plain answer too large to hold (over 8 MiB) passes through as it arrives; when the
 upstream breaks it after its head, the client already has the 200: the failure is counted
 as a stream broken mid-way (what the upstream error alert adds to the 5xx answers), not as
-a connect failure or a timeout (which were 5xx answers already). The oracle is what the
-client read: a 200 and fewer bytes than the head promised."""
+a connect failure or a timeout (which were 5xx answers already), and the inspector says the
+answer broke off. The oracle is what the client read: a 200 and fewer bytes than the head
+promised."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.conftest import ProxyProcess
 from tests.e2e.rawhttp import read_request, send_raw
+from tests.inspector.client import fetch, session_json, session_url
 
 PROMISED = 20 * 1024 * 1024
 SENT = 10 * 1024 * 1024  # past the 8 MiB a plain answer is held up to
@@ -54,6 +56,7 @@ def test_a_large_plain_answer_broken_after_its_head_is_mid_stream(
     try:
         body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
         answer = send_raw(proxy.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"x-tailfloor-session: s-large\r\n"
                           b"Content-Type: application/json\r\nContent-Length: %d" % len(body),
                           body, timeout=30)
         assert answer.status == 200 and SENT - 40 < len(answer.body) < PROMISED
@@ -61,5 +64,11 @@ def test_a_large_plain_answer_broken_after_its_head_is_mid_stream(
         assert proxy.sample("tailfloor_large_answers_total") == 1
         assert proxy.sample(name, kind="mid_stream") == 1
         assert proxy.sample(name, kind="connect") == proxy.sample(name, kind="timeout") == 0
+        shown = session_json(proxy, "s-large")["session"]["requests"][0]
+        assert shown["status"] == 200 and [a["broke"] for a in shown["attempts"]] == [
+            "mid_stream"]
+        page = fetch(session_url(proxy, "s-large"))[2]
+        assert b"<dt>answer broke off</dt><dd>the upstream broke off its answer after its " \
+               b"head; the client got it cut short</dd>" in page
     finally:
         proxy.stop()
