@@ -11,8 +11,8 @@ OpenAI models only; for other models the caller passes a ``margin`` and the coun
 
 Per-message counts are cached by a hash of the message's JSON bytes, so the growing
 conversation of one session costs one tokenization per new message, not per request. A
-caller that only asks whether a request fits can have a bound instead (``request_at_most``):
-the new messages' JSON sizes, no tokenization at all.
+caller that only asks whether a request fits can have a bound instead (``request_within``):
+the new messages' JSON sizes, no tokenization at all while that bound fits.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ ENCODINGS: tuple[str, ...] = (*TABLES, ESTIMATE)
 # Pi's estimator counts an image as 4800 characters (1200 tokens); base64 data must never be
 # tokenized as text, it would count a screenshot as a novel.
 IMAGE_CHARS = 4800
+_IMAGE_PARTS = ("image_url", "input_image", "image")
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 3  # OpenAI: <|start|>{role/name}\n{content}<|end|>\n
 TOKENS_PER_NAME = 1
@@ -174,7 +175,7 @@ def _content_parts(content: object) -> tuple[list[str], int]:
             if not isinstance(part, dict):
                 continue
             kind = part.get("type")
-            if kind in ("image_url", "input_image", "image"):
+            if kind in _IMAGE_PARTS:
                 other_chars += IMAGE_CHARS
             elif isinstance(part.get("text"), str):
                 texts.append(part["text"])
@@ -239,37 +240,43 @@ class TokenCounter:
         """The most counts remembered at once (both generations full)."""
         return 2 * self._generation
 
-    def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int],
-                bounded: bool = False) -> int:
-        """``compute()``, remembered by ``value``'s JSON bytes. ``bounded``: a count not
-        remembered is not computed: the size of those bytes stands for it (negative), which
-        is never less than the count of a message without images (a text token holds at
-        least one byte, and the JSON holds every text, key and framing besides)."""
-        try:
-            blob = orjson.dumps(value)
-        except TypeError:  # not JSON (a caller bug or exotic input): count, don't cache
+    def _cached(self, tokenizer: Tokenizer, value: object, compute: Callable[[], int]) -> int:
+        """``compute()``, remembered by ``value``'s JSON bytes."""
+        key = self._key(tokenizer, value)
+        if key is None:  # not JSON (a caller bug or exotic input): count, don't cache
             return compute()
-        # Python's own 64-bit bytes hash plus the length: 3x cheaper than a digest, and a
-        # collision (practically impossible at this cache size) only skews one count.
-        key = (tokenizer.name, len(blob), hash(blob))
-        if bounded and key not in self._young and key not in self._old \
-                and b'"type":"image' not in blob and b'"type":"input_image' not in blob:
-            return -len(blob)
-        found = self._young.get(key)
-        if found is not None:
-            self.hits += 1
-            return found
-        found = self._old.get(key)
-        if found is not None:
-            self.hits += 1
-        else:
+        found = self._recalled(key)
+        if found is None:
             self.misses += 1
             found = compute()
+        self._remember(key, found)
+        return found
+
+    @staticmethod
+    def _key(tokenizer: Tokenizer, value: object) -> tuple[str, int, int] | None:
+        try:
+            blob = orjson.dumps(value)
+        except TypeError:
+            return None
+        # Python's own 64-bit bytes hash plus the length: 3x cheaper than a digest, and a
+        # collision (practically impossible at this cache size) only skews one count.
+        return (tokenizer.name, len(blob), hash(blob))
+
+    def _recalled(self, key: tuple[str, int, int]) -> int | None:
+        found = self._young.get(key)
+        if found is None:
+            found = self._old.get(key)
+        if found is not None:
+            self.hits += 1
+        return found
+
+    def _remember(self, key: tuple[str, int, int], count: int) -> None:
+        if key in self._young:
+            return
         if len(self._young) >= self._generation:
             self._old = self._young
             self._young = {}
-        self._young[key] = found
-        return found
+        self._young[key] = count
 
     def message(self, message: Mapping[str, Any], encoding: str) -> int:
         """Tokens of one message (content and framing), without margin."""
@@ -288,20 +295,44 @@ class TokenCounter:
                 out.append(0)
         return out
 
-    def request_at_most(self, body: Mapping[str, Any], encoding: str, margin: float = 0.0
-                        ) -> tuple[int, bool]:
-        """``request(...).total``, or a bound above it, and whether it is the count: a
-        message whose count is not remembered is not tokenized (its JSON size bounds it,
-        ``_cached``), so a request that fits by the bound costs no tokenization."""
+    def request_within(self, body: Mapping[str, Any], encoding: str, margin: float,
+                       fits: Callable[[int], bool]) -> tuple[int, bool]:
+        """``request(...).total`` when it decides something, else a bound above it; and
+        whether it is the count. A message whose count is not remembered is bounded by its
+        JSON size (a text token holds at least one byte, and the JSON holds every text,
+        key and framing besides; images are counted, their estimate is not their size).
+        When ``fits`` takes the bound, nothing is tokenized; otherwise those messages are
+        counted (and remembered) and the count returned."""
         messages = body.get("messages")
         tokenizer = self.encodings.get(encoding)
-        counts = [self._cached(tokenizer, m, partial(_raw_message_tokens, m, tokenizer), True)
-                  if isinstance(m, dict) else 0
-                  for m in (messages if isinstance(messages, list) else [])]
-        total = with_margin(REPLY_PRIMING + sum(abs(c) for c in counts), margin) \
-            + with_margin(self.tools(body.get("tools"), encoding), margin) \
+        counts: list[int] = []
+        unknown: list[tuple[int, dict[str, Any], tuple[str, int, int] | None]] = []
+        for m in messages if isinstance(messages, list) else ():
+            if not isinstance(m, dict):
+                counts.append(0)
+                continue
+            key = self._key(tokenizer, m)
+            found = self._recalled(key) if key is not None else None
+            if found is not None and key is not None:
+                self._remember(key, found)  # an old generation's count stays
+            elif found is None:
+                if key is not None and not _pictured(m):
+                    unknown.append((len(counts), m, key))
+                    counts.append(key[1])  # the JSON's size
+                    continue
+                found = self._cached(tokenizer, m, partial(_raw_message_tokens, m, tokenizer))
+            counts.append(found)
+        fixed = with_margin(self.tools(body.get("tools"), encoding), margin) \
             + requested_output(body)
-        return total, all(c >= 0 for c in counts)
+        bound = with_margin(REPLY_PRIMING + sum(counts), margin) + fixed
+        if not unknown or fits(bound):
+            return bound, not unknown
+        for at, m, key in unknown:
+            self.misses += 1
+            counts[at] = _raw_message_tokens(m, tokenizer)
+            if key is not None:
+                self._remember(key, counts[at])
+        return with_margin(REPLY_PRIMING + sum(counts), margin) + fixed, True
 
     def tools(self, tools: object, encoding: str) -> int:
         if not tools:
@@ -322,6 +353,14 @@ class TokenCounter:
             max_output=requested_output(body),
             exact=self.encodings.get(encoding).exact and margin == 0.0,
         )
+
+
+def _pictured(message: Mapping[str, Any]) -> bool:
+    """Whether a message has an image part (counted as Pi estimates an image, which may
+    exceed the part's JSON size)."""
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") in _IMAGE_PARTS for p in content)
 
 
 def with_margin(tokens: int, margin: float) -> int:

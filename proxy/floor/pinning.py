@@ -149,8 +149,12 @@ class LineagePins:
             pins = self.of(ctx, ctx.lineage.predecessor, decision.source_session)
         if not pins:
             return decision
-        own = self.tokens.request(ctx.chat.body, ctx.spec.encoding, ctx.spec.margin).total
-        room = ctx.policy.token_budget(ctx.window) - own - decision.added_tokens
+        limit, most = ctx.policy.token_budget(ctx.window) - decision.added_tokens, \
+            ctx.policy.pinned_token_budget
+        # Room for the pins' whole budget by a bound (floor/stage.py): nothing is tokenized.
+        own, _exact = self.tokens.request_within(ctx.chat.body, ctx.spec.encoding,
+                                                 ctx.spec.margin, lambda b: limit - b >= most)
+        room = limit - own
         summary = ctx.signals.summary_index
         return with_pins(decision, ctx.chat, ctx.policy, pins, room=room,
                          count=lambda text: self._text_tokens(text, ctx),

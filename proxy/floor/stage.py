@@ -344,14 +344,12 @@ class Floor:
         if not block.units:
             return pass_through(chat, "nothing_to_add", lineage.method, sid)
         costs = [self._tokens(unit, ctx) for unit in block.units]
+        budget, wanted = policy.token_budget(ctx.window) - extra - plan.reserve, sum(costs)
         # The request's new messages (an answer, a tool's output) are not tokenized when
         # a bound shows everything fits; they are counted only when it decides something.
-        own, exact = self.tokens.request_at_most(chat.body, spec.encoding, spec.margin)
-        room = policy.token_budget(ctx.window) - own - extra - plan.reserve
-        if not exact and sum(costs) > room:
-            own = self.tokens.request(chat.body, spec.encoding, spec.margin).total
-            room = policy.token_budget(ctx.window) - own - extra - plan.reserve
-            exact = True
+        own, exact = self.tokens.request_within(chat.body, spec.encoding, spec.margin,
+                                                lambda bound: wanted <= budget - bound)
+        room = budget - own
         kept_from = len(costs)
         total = 0
         while kept_from > 0 and total + costs[kept_from - 1] <= room:

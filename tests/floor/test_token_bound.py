@@ -1,6 +1,6 @@
 """A restore that fits by a bound does not tokenize the request's new messages.
 
-``TokenCounter.request_at_most`` stands a message's JSON size for a count it does not
+``TokenCounter.request_within`` stands a message's JSON size for a count it does not
 remember. The floor counts exactly only when that bound leaves something out. Oracles: the
 exact count (the bound is never below it), a spy on what the tokenizer is given, and the
 decision a warm counter (every count exact) makes for the same request.
@@ -44,9 +44,11 @@ class SpyEncodings(Encodings):
         return self._spy
 
 
-def compacted(turns: int = 30) -> tuple[Catalog, dict[str, Any]]:
+def compacted(turns: int = 30, pin: bool = False) -> tuple[Catalog, dict[str, Any]]:
     catalog = Catalog()
     t = Transcript("cafe1234-bound")
+    if pin:
+        t.user("!pin always indent with tabs")
     conversation(t, turns)
     t.compaction("## Goal\nbuild the thing", t.message_ids()[-5])
     t.user("after compaction")
@@ -76,6 +78,17 @@ def test_a_restore_that_fits_tokenizes_none_of_the_requests_new_messages() -> No
     assert bounded.details["request_tokens_at_most"] >= exact.details["request_tokens"]
 
 
+def test_pins_added_by_a_bound_tokenize_none_of_the_requests_new_messages() -> None:
+    catalog, body = compacted(pin=True)
+    spy = SpyEncodings()
+    bounded = decide(catalog, body, TokenCounter(spy))
+    assert bounded.verdict.endswith("; pinned=1")
+    assert not any(MARK in text for text in spy.texts)
+    warm = TokenCounter()
+    warm.request(body, ESTIMATE)
+    assert decide(catalog, body, warm).messages == bounded.messages
+
+
 def test_a_bound_that_leaves_something_out_is_counted_before_anything_is_dropped() -> None:
     catalog, body = compacted()
     unlimited = decide(catalog, body, TokenCounter())
@@ -83,7 +96,8 @@ def test_a_bound_that_leaves_something_out_is_counted_before_anything_is_dropped
     # Room for the request and all it restores by the count, not by the bound (the JSON
     # size of the request's messages is about four times their estimate).
     window = exact + unlimited.added_tokens + 1
-    assert TokenCounter().request_at_most(body, ESTIMATE)[0] > exact + unlimited.added_tokens
+    bound, counted = TokenCounter().request_within(body, ESTIMATE, 0.0, lambda _bound: True)
+    assert bound > exact + unlimited.added_tokens and not counted
     fitted = decide(catalog, body, TokenCounter(), window=window)
     assert not fitted.capped and fitted.added == unlimited.added
     assert fitted.details["request_tokens"] == exact
@@ -114,10 +128,13 @@ def test_the_bound_is_never_below_the_count(messages: list[dict[str, Any]], enco
     body = {"messages": messages, "max_tokens": 100}
     exact = TokenCounter(BOUNDED.encodings).request(body, encoding, margin).total
     fresh = TokenCounter(BOUNDED.encodings)
-    bound, counted = fresh.request_at_most(body, encoding, margin)
+    bound, counted = fresh.request_within(body, encoding, margin, lambda _bound: True)
     assert bound >= exact
+    # a bound that does not fit is counted: the very count, remembered
+    assert TokenCounter(BOUNDED.encodings).request_within(
+        body, encoding, margin, lambda _bound: False) == (exact, True)
     # exact only where every message has an image (counted: its estimate is not its size)
     assert counted == all(b'"type":"image' in orjson.dumps(m)
                           or b'"type":"input_image' in orjson.dumps(m) for m in messages)
     fresh.request(body, encoding)  # remembered now: the bound is the count
-    assert fresh.request_at_most(body, encoding, margin) == (exact, True)
+    assert fresh.request_within(body, encoding, margin, lambda _bound: True) == (exact, True)
