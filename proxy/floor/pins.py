@@ -52,6 +52,8 @@ class PinSet:
     # The ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as of a
     # pin, changes what the transcript pins.
     controls: tuple[str, ...] = ()
+    # The pins read that an ``!unpin`` or the cap ended since: met again, they pin no more.
+    ended: tuple[str, ...] = ()
 
 
 NO_PINS = PinSet()
@@ -68,7 +70,9 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
     # A pin or control ``start`` holds, met again: a tail of what was appended that reached
     # back past it (a message an edit removed still counted as appended) must neither pin
     # it twice nor unpin once more.
-    read = {p.entry_id for p in start.pins}.union(controls) if start is not NO_PINS else ()
+    ended: list[str] = list(start.ended)
+    read = {p.entry_id for p in start.pins}.union(controls, ended) \
+        if start is not NO_PINS else ()
     previous_assistant: tuple[str, str] | None = None
     dropped = start.dropped
     for entry_id, role, written in messages:
@@ -86,7 +90,9 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
         if unpin is not None:
             unpins.append(unpin.group(1).strip())
             controls.append(entry_id)
-            pins = _unpinned(pins, unpins[-1])
+            kept = _unpinned(pins, unpins[-1])
+            ended += [p.entry_id for p in pins if p not in kept]
+            pins = kept
         elif _POINT_BACK.match(head):
             controls.append(entry_id)
             if pin_assistant and previous_assistant is not None:
@@ -98,8 +104,9 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
         previous_assistant = None
         if len(pins) > max_pinned:
             dropped += len(pins) - max_pinned
+            ended += [p.entry_id for p in pins[:-max_pinned]]
             pins = pins[-max_pinned:]
-    return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls))
+    return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls), tuple(ended))
 
 
 def points_back(written: str) -> bool:

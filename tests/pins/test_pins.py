@@ -63,6 +63,15 @@ def test_a_pin_or_an_unpin_read_again_changes_nothing() -> None:
     again = pins_in([("1", "user", PIN), ("3", "user", "!unpin"), ("4", "user", "thanks")],
                     DEFAULT_PINS, start=first)
     assert again == first
+    # the pin that ``!unpin`` ended, met again: it stays ended
+    assert pins_in([("2", "user", "📌 use tabs"), ("4", "user", "thanks")], DEFAULT_PINS,
+                   start=first).pins == first.pins
+    # and so does one the cap pushed out
+    capped = pins_in([("a", "user", "!pin one"), ("b", "user", "!pin two")], DEFAULT_PINS,
+                     max_pinned=1)
+    assert [p.entry_id for p in capped.pins] == ["b"]
+    assert pins_in([("a", "user", "!pin one")], DEFAULT_PINS, max_pinned=1,
+                   start=capped).pins == capped.pins
 
 
 def test_the_cap_drops_the_oldest_and_a_huge_pin_is_kept_truncated() -> None:
