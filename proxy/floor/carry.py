@@ -68,7 +68,7 @@ def _overlap(carried: Sequence[Message], own: Sequence[Any]) -> int:
 def _agent_made(record: TailMessage) -> bool:
     """A turn the agent answered itself (OpenClaw's reply to a command it handles), which no
     model wrote and the agent does not send to one."""
-    inner = record.raw.get("message")
+    inner = record.framing.get("message")
     return isinstance(inner, Mapping) and inner.get("role") == "assistant" \
         and inner.get("provider") == "openclaw" and inner.get("model") == "gateway-injected"
 

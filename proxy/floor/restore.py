@@ -99,7 +99,7 @@ def wire_key(message: object) -> tuple[Any, ...]:
 
 def _time_of(record: TailMessage) -> float | None:
     # The agent stamps the prefix with the message's own time (ms), not the entry's.
-    inner = record.raw.get("message")
+    inner = record.framing.get("message")
     ts = inner.get("timestamp") if _mapping(inner) else None
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         return float(ts) / 1000.0

@@ -13,7 +13,9 @@ from proxy.transcripts.render import RenderOptions, Source, edited, render
 from proxy.transcripts.render_cache import RenderedTail
 from proxy.transcripts.view import ContextPlan
 
-__all__ = ["render_plan", "tail_records"]
+__all__ = ["framing", "render_plan", "tail_records"]
+
+_FRAMING = ("role", "timestamp", "provider", "model")
 
 
 def render_plan(store: TranscriptStore, plan: ContextPlan, opts: RenderOptions
@@ -46,12 +48,22 @@ def tail_records(store: TranscriptStore, picked: Sequence[Entry], edits: Mapping
         if obj is None:
             continue
         msgs = render([Source(entry.kind, obj, entry.timestamp)], opts, replay=False)
-        message = TailMessage(entry.id, entry.timestamp, entry.role or entry.kind, obj,
-                              tuple(msgs))
+        message = TailMessage(entry.id, entry.timestamp, entry.role or entry.kind,
+                              framing(obj), tuple(msgs))
         if kept is not None:
             kept.put(store, entry, edits.get(entry.id), opts, message)
         out.append(message)
     return out
+
+
+def framing(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Of a transcript object, its message's role, own time, provider and model: what the
+    floor reads besides the rendering (the time an agent stamps a user text's prefix with,
+    and whether the agent wrote the answer itself)."""
+    inner = obj.get("message")
+    if not isinstance(inner, Mapping):
+        return {}
+    return {"message": {k: inner[k] for k in _FRAMING if k in inner}}
 
 
 def _edited(store: TranscriptStore, entries: Sequence[Entry],

@@ -129,7 +129,9 @@ class TailMessage:
     entry_id: str
     timestamp: float | None
     role: str
-    raw: Mapping[str, Any]
+    # What readers need of the transcript's object besides its rendering
+    # (``loading.framing``): not its content, the bulk of a kept rendering otherwise.
+    framing: Mapping[str, Any]
     messages: tuple[dict[str, Any], ...]
 
 

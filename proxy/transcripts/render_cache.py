@@ -43,7 +43,7 @@ HEAT_FROM = 64
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
-# entry id, timestamp, role, JSON of [raw object, renderings], cost
+# entry id, timestamp, role, JSON of [framing, renderings], cost
 _Kept = tuple[str, float | None, str, bytes, int]
 
 
@@ -129,11 +129,11 @@ class RenderedTail:
             return  # before writing its JSON: such a line is read again every request
         try:
             # Copied to its own size: orjson's answer keeps the room it was written in, 4 KB
-            # or more for a message of a few hundred bytes. Renderings and transcript objects
+            # or more for a message of a few hundred bytes. Renderings and their framing
             # hold only what JSON has (dicts, lists, strings, numbers), so they come back equal
             # (tests/transcripts/test_rendered_tail.py); what orjson cannot write (a lone
             # surrogate, an integer past 64 bits, nesting past 255) is not kept.
-            blob = memoryview(orjson.dumps([message.raw, message.messages])).tobytes()
+            blob = memoryview(orjson.dumps([message.framing, message.messages])).tobytes()
         except orjson.JSONEncodeError:
             return
         cost = cost or len(blob) + 256  # a database row: its JSON measured
@@ -174,5 +174,5 @@ def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
 
 def _decoded(kept: _Kept) -> TailMessage:
     entry_id, timestamp, role, blob, _cost = kept
-    raw, messages = orjson.loads(blob)
-    return TailMessage(entry_id, timestamp, role, raw, tuple(messages))
+    framing, messages = orjson.loads(blob)
+    return TailMessage(entry_id, timestamp, role, framing, tuple(messages))

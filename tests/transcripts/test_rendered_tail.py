@@ -162,7 +162,7 @@ def test_a_row_nested_too_deep_to_measure_is_served_but_not_kept() -> None:
     cat, store = Catalog(), CountingStore([user("u1", None, "first"),
                                            msg("a1", "u1", "assistant",
                                                [{"type": "text", "text": "ok"}],
-                                               stopReason="stop", extra=deep)])
+                                               stopReason="stop", model=deep)])
     _put(cat, store)
     assert [t.entry_id for t in cat.tail("s", 2)] == ["u1", "a1"]
     cat.tail("s", 2)
@@ -258,7 +258,7 @@ def test_a_kept_rendering_costs_about_its_json_and_no_more() -> None:
     messages = [TailMessage(e.id, 1.0, "user", store.objs[i],
                             ({"role": "user", "content": store.objs[i]["message"]["content"]},))
                 for i, e in enumerate(entries)]
-    json_bytes = sum(len(orjson.dumps([m.raw, m.messages])) for m in messages)
+    json_bytes = sum(len(orjson.dumps([m.framing, m.messages])) for m in messages)
     kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10_000)
     tracemalloc.start()
     try:
@@ -310,3 +310,23 @@ def test_a_line_too_large_to_keep_is_not_written_as_json(
     kept.put(store, small, None, RenderOptions(),
              TailMessage("big", None, "user", store.objs[0], ()))
     assert len(written) == 1 and kept.get(store, small, None, RenderOptions()) is not None
+
+
+def test_a_kept_rendering_holds_the_framing_of_its_object_not_its_content() -> None:
+    objs = conversation(6)
+    for obj in objs:  # what a transcript's object has besides what renders: usage, content
+        obj["message"].update(usage={"input": 1234, "output": 56}, provider="anthropic",
+                              model="claude-x", api="messages")
+    cat, store = Catalog(), CountingStore(objs)
+    _put(cat, store)
+    first = cat.tail("s", 6)
+    again = cat.tail("s", 6)  # kept: not read from the store again
+    assert store.loaded == 6 and again == first
+    by_id = {obj["id"]: obj for obj in objs}
+    for tail in first:
+        inner = by_id[tail.entry_id]["message"]
+        assert tail.framing == {"message": {k: inner[k] for k in
+                                            ("role", "timestamp", "provider", "model")
+                                            if k in inner}}
+    kept = sum(len(row[3]) for row in cat.rendered._kept.values())
+    assert kept < sum(len(orjson.dumps(t.messages)) for t in first) + 6 * 120

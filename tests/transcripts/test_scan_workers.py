@@ -141,7 +141,7 @@ def test_a_transcript_a_worker_read_is_followed(root: Path) -> None:
         f.write(b'age", "id": "e5", "parentId": "e4", "message": {"role": "user", '
                 b'"content": "fifth"}}\n' + _line(_user("e6", "e5", "sixth")))
     assert tracker.changed([torn]) == {"torn"}
-    texts = [m.raw["message"]["content"] for m in catalog.tail("torn", 10)]
+    texts = [m.messages[0]["content"] for m in catalog.tail("torn", 10)]
     assert texts[-3:] == ["fourth", "fifth", "sixth"]
     # the same file written again in place, another session in it, as long as before
     newline = folder / "2026-11-30T03-00-00-000Z_new\nline.jsonl"
