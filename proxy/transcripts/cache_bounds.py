@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_CACHE_BYTES", "CacheBounds", "cache_bounds"]
 
 DEFAULT_CACHE_BYTES = 28 * 1024 * 1024  # the bounds one agent's sessions need, with room
 _RENDERED_SHARE = 0.6
-_BYTES_PER_RENDERED_BYTE = 2.15  # a kept rendering against the transcript line it came from
+_BYTES_PER_RENDERED_BYTE = 1.25  # a kept rendering against the transcript line it came from
 _BYTES_PER_RENDERED_ENTRY = 256  # the least a kept rendering costs beside its line
 _BYTES_PER_ENTRY = 300  # an unpacked window's entry object
 _ENTRIES_PER_SESSION = 32  # a served session's window, on average, to bound their number

@@ -34,8 +34,9 @@ from proxy.transcripts.render import RenderOptions
 
 __all__ = ["RenderedTail"]
 
-# Counted in transcript bytes; as JSON of the object and its rendering, a kept entry takes
-# about 2.2 times its line in memory (tests/bench/session_memory.py), so some 18 MB at most.
+# Counted in transcript bytes; as JSON of its rendering and its object's framing, a kept
+# entry takes about 1.2 times its line in memory (tests/bench/session_memory.py), so some
+# 10 MB at most.
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 HOT = 2048  # renderings of long tails decoded lately, kept as objects

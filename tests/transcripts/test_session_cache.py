@@ -51,11 +51,11 @@ def test_the_bounds_grow_with_the_memory_and_stay_within_it() -> None:
         assert lower.token_counts <= higher.token_counts
     assert default.token_counts == 65_536 < large.token_counts  # as before, unless raised
     # At the default, what one agent's sessions need: a few MiB of renderings, tens of
-    # thousands of entries (tests/bench/session_memory.py: ~2.15 bytes a rendered byte,
+    # thousands of entries (tests/bench/session_memory.py: ~1.21 bytes a rendered byte,
     # ~300 bytes an unpacked entry).
-    assert 6 * 1024 * 1024 <= default.rendered_bytes <= 10 * 1024 * 1024
+    assert 10 * 1024 * 1024 <= default.rendered_bytes <= 16 * 1024 * 1024
     assert 30_000 <= default.served_entries <= 50_000
-    memory = 2.15 * large.rendered_bytes + 300 * large.served_entries
+    memory = 1.21 * large.rendered_bytes + 300 * large.served_entries
     assert memory <= 256 * 1024 * 1024
 
 
