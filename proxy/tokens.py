@@ -318,7 +318,8 @@ class TokenCounter:
             elif found is None:
                 if key is not None and not _pictured(m):
                     unknown.append((len(counts), m, key))
-                    counts.append(key[1])  # the JSON's size
+                    # the JSON's size, and the framing (``{}`` counts more than its 2 bytes)
+                    counts.append(key[1] + TOKENS_PER_MESSAGE)
                     continue
                 found = self._cached(tokenizer, m, partial(_raw_message_tokens, m, tokenizer))
             counts.append(found)

@@ -114,8 +114,9 @@ _PART = st.one_of(
 _CALL = st.builds(lambda n, a: {"id": "c1", "type": "function",
                                 "function": {"name": n, "arguments": a}}, _TEXT, _TEXT)
 _MESSAGE = st.fixed_dictionaries(
-    {"role": st.sampled_from(["user", "assistant", "tool", "system"])},
-    optional={"content": st.one_of(_TEXT, st.lists(_PART, max_size=4)),
+    {},
+    optional={"role": st.sampled_from(["user", "assistant", "tool", "system"]),
+              "content": st.one_of(_TEXT, st.lists(_PART, max_size=4)),
               "name": _TEXT, "reasoning_content": _TEXT, "tool_call_id": _TEXT,
               "tool_calls": st.lists(_CALL, max_size=3)})
 
