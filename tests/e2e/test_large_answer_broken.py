@@ -1,9 +1,9 @@
 """A plain answer too large to hold (over 8 MiB) passes through as it arrives; when the
 upstream breaks it after its head, the client already has the 200: the failure is counted
 as a stream broken mid-way (what the upstream error alert adds to the 5xx answers), not as
-a connect failure or a timeout (which were 5xx answers already), and the inspector says the
-answer broke off. The oracle is what the client read: a 200 and fewer bytes than the head
-promised."""
+a connect failure or a timeout (which were 5xx answers already), the inspector says the
+answer broke off and both spans a real OTLP receiver gets are errors. The oracle is what the
+client read: a 200 and fewer bytes than the head promised."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from tests.conftest import ProxyProcess
 from tests.e2e.rawhttp import read_request, send_raw
 from tests.inspector.client import fetch, session_json, session_url
+from tests.otlp_receiver import OtlpReceiver, attributes
+from tests.telemetry.test_otlp_broken_streams import receiver, spans_by_kind
+from tests.telemetry.test_otlp_export import otel_env
+
+__all__ = ["receiver"]  # the fixture, shared
 
 PROMISED = 20 * 1024 * 1024
 SENT = 10 * 1024 * 1024  # past the 8 MiB a plain answer is held up to
@@ -51,8 +57,8 @@ def breaking_upstream() -> Iterator[str]:
 
 
 def test_a_large_plain_answer_broken_after_its_head_is_mid_stream(
-        breaking_upstream: str) -> None:
-    proxy = ProxyProcess(breaking_upstream)
+        breaking_upstream: str, receiver: OtlpReceiver) -> None:
+    proxy = ProxyProcess(breaking_upstream, env=otel_env(receiver))
     try:
         body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
         answer = send_raw(proxy.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -70,5 +76,8 @@ def test_a_large_plain_answer_broken_after_its_head_is_mid_stream(
         page = fetch(session_url(proxy, "s-large"))[2]
         assert b"<dt>answer broke off</dt><dd>the upstream broke off its answer after its " \
                b"head; the client got it cut short</dd>" in page
+        for span in spans_by_kind(receiver, 2):
+            assert span.status.code == Status.STATUS_CODE_ERROR
+            assert attributes(span.attributes)["error.type"] == "mid_stream"
     finally:
         proxy.stop()
