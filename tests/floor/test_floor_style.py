@@ -38,17 +38,24 @@ def shift(message: dict[str, Any], hours: int, label: str) -> dict[str, Any]:
     return {**message, "content": [{"type": "text", "text": new}]}
 
 
-def test_restored_messages_take_the_request_timezone() -> None:
+def compacted_east(session_id: str, kept: int, **turns: Any) -> tuple[Catalog, Transcript,
+                                                                    dict[str, Any]]:
+    """An OpenClaw session compacted before its last ``kept`` messages, and the request its
+    agent sends from two hours east of the proxy."""
     catalog = Catalog()
-    t = Transcript("tz-session-1")
-    conversation(t, 12)
-    t.compaction("## Goal\nsummary", t.message_ids()[-4])
+    t = Transcript(session_id)
+    conversation(t, 12, **turns)
+    t.compaction("## Goal\nsummary", t.message_ids()[-kept])
     t.user("now")
     put(catalog, t, source="openclaw-sqlite", agent_id="main", session_key="agent:main:main")
     body = request_for(catalog, t.session_id)
-    # The agent runs two hours east of the proxy.
     body["messages"] = [body["messages"][0], body["messages"][1]] + [
         shift(m, 2, "EET") if m["role"] == "user" else m for m in body["messages"][2:]]
+    return catalog, t, body
+
+
+def test_restored_messages_take_the_request_timezone() -> None:
+    catalog, t, body = compacted_east("tz-session-1", 4)
     rewriter = FloorHarness(Holder(rules(n=10)), TokenCounter(), catalog)
     decision = rewriter.decide(chat(body), {})
     assert decision.kind == "floor"
@@ -79,15 +86,8 @@ class RecordingCatalog:
 
 
 def test_the_prefix_is_learned_from_the_user_side_of_the_newest_messages_alone() -> None:
-    catalog = Catalog()
-    t = Transcript("tz-session-2")
-    conversation(t, 12, tools_every=1, parallel=2)  # the newest messages: mostly tools'
-    t.compaction("## Goal\nsummary", t.message_ids()[-6])
-    t.user("now")
-    put(catalog, t, source="openclaw-sqlite", agent_id="main", session_key="agent:main:main")
-    body = request_for(catalog, t.session_id)
-    body["messages"] = [body["messages"][0], body["messages"][1]] + [
-        shift(m, 2, "EET") if m["role"] == "user" else m for m in body["messages"][2:]]
+    # the newest messages: mostly tools'
+    catalog, _t, body = compacted_east("tz-session-2", 6, tools_every=1, parallel=2)
     recording = RecordingCatalog(catalog)
     decision = FloorHarness(Holder(rules(n=10)), TokenCounter(), recording).decide(  # type: ignore[arg-type]
         chat(body), {})

@@ -18,14 +18,7 @@ from proxy.facts.resolve import ModelFactsResolver
 from proxy.recovery.outcome import ErrorStep
 from proxy.recovery.stage import Recovery
 from tests.recovery.test_broken_store import _messages
-from tests.recovery.test_invariant import (
-    OVERFLOW,
-    TOKENS,
-    WINDOWS,
-    MemorySummarizer,
-    Rules,
-    _request,
-)
+from tests.recovery import test_invariant as invariant
 
 
 class HeldCut:
@@ -47,20 +40,21 @@ class HeldCut:
 
 def test_an_overflow_that_takes_the_lock_after_a_summary_was_stored_reuses_it(
         tmp_path: Path) -> None:
-    transport = MemorySummarizer()
+    transport = invariant.MemorySummarizer()
     offload = HeldCut()
-    recovery = Recovery(rules=Rules(), tokens=TOKENS,
-                        models=ModelFactsResolver(WINDOWS, TokenRatios(), "test"),
+    recovery = Recovery(rules=invariant.Rules(), tokens=invariant.TOKENS,
+                        models=ModelFactsResolver(invariant.WINDOWS, TokenRatios(), "test"),
                         transport=transport, offload=offload)
     recovery.open(tmp_path)
     messages = _messages("one")
 
     async def both() -> tuple[ErrorStep, ErrorStep, int]:
-        _chat, first = _request(recovery, messages)
-        _chat, second = _request(recovery, messages)
-        later = asyncio.create_task(recovery.on_error(second, None, OVERFLOW, attempt=0))
+        _chat, first = invariant._request(recovery, messages)
+        _chat, second = invariant._request(recovery, messages)
+        later = asyncio.create_task(recovery.on_error(second, None, invariant.OVERFLOW,
+                                                      attempt=0))
         await offload.held.wait()  # the later request waits inside its planning
-        done = await recovery.on_error(first, None, OVERFLOW, attempt=0)
+        done = await recovery.on_error(first, None, invariant.OVERFLOW, attempt=0)
         calls = transport.calls  # the summarizer's calls for one summary (chunks, a merge)
         offload.release.set()  # the first request let the lock go and stored its summary
         return done, await later, calls
