@@ -17,8 +17,8 @@ from proxy.facts.learned import TokenRatios
 from proxy.facts.resolve import ModelFactsResolver
 from proxy.recovery.outcome import ErrorStep
 from proxy.recovery.stage import Recovery
-from tests.recovery.test_broken_store import _messages
 from tests.recovery import test_invariant as invariant
+from tests.recovery.test_broken_store import _messages
 
 
 class HeldCut:
