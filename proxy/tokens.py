@@ -306,7 +306,7 @@ class TokenCounter:
         messages = body.get("messages")
         tokenizer = self.encodings.get(encoding)
         counts: list[int] = []
-        unknown: list[tuple[int, dict[str, Any], tuple[str, int, int] | None]] = []
+        unknown: list[tuple[int, dict[str, Any], tuple[str, int, int]]] = []
         for m in messages if isinstance(messages, list) else ():
             if not isinstance(m, dict):
                 counts.append(0)
@@ -329,10 +329,12 @@ class TokenCounter:
         if not unknown or fits(bound):
             return bound, not unknown
         for at, m, key in unknown:
-            self.misses += 1
-            counts[at] = _raw_message_tokens(m, tokenizer)
-            if key is not None:
-                self._remember(key, counts[at])
+            known = self._young.get(key)  # the same message earlier in this request
+            if known is None:
+                self.misses += 1
+                known = _raw_message_tokens(m, tokenizer)
+                self._remember(key, known)
+            counts[at] = known
         return with_margin(REPLY_PRIMING + sum(counts), margin) + fixed, True
 
     def tools(self, tools: object, encoding: str) -> int:

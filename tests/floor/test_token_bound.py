@@ -139,3 +139,12 @@ def test_the_bound_is_never_below_the_count(messages: list[dict[str, Any]], enco
                           or b'"type":"input_image' in orjson.dumps(m) for m in messages)
     fresh.request(body, encoding)  # remembered now: the bound is the count
     assert fresh.request_within(body, encoding, margin, lambda _bound: True) == (exact, True)
+
+
+def test_a_message_twice_in_a_request_is_tokenized_once_when_counted() -> None:
+    twice = {"role": "user", "content": f"{MARK} again"}
+    body = {"messages": [twice, {"role": "assistant", "content": "ok"}, dict(twice)]}
+    spy = SpyEncodings()
+    counted = TokenCounter(spy).request_within(body, ESTIMATE, 0.0, lambda _bound: False)
+    assert counted == (TokenCounter().request(body, ESTIMATE).total, True)
+    assert sum(MARK in text for text in spy.texts) == 1

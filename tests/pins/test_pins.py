@@ -74,6 +74,19 @@ def test_a_pin_or_an_unpin_read_again_changes_nothing() -> None:
                    start=capped).pins == capped.pins
 
 
+def test_a_transcript_of_endless_pins_and_unpins_is_remembered_within_bounds() -> None:
+    lines = [(str(i), "user", "!pin rule " + "x" * 500 if i % 2 else "!unpin " + "y" * 9000)
+             for i in range(20_000)]
+    read = pins_in(lines, DEFAULT_PINS, max_pinned=16)
+    assert len(read.unpins) <= 32 and all(len(u) <= 256 for u in read.unpins)
+    assert len(read.controls) <= 64 and len(read.ended) <= 64
+    assert len(read.pins) == 16 and read.dropped == 10_000 - 16
+    # an unpin's text kept to its start still ends the pin it named
+    long = "z" * 1000
+    assert pins_in([("a", "user", f"!pin {long}"), ("b", "user", f"!unpin {long}")],
+                   DEFAULT_PINS).pins == ()
+
+
 def test_the_cap_drops_the_oldest_and_a_huge_pin_is_kept_truncated() -> None:
     many = pins_in(((str(i), "user", f"!pin rule {i}") for i in range(10_000)), DEFAULT_PINS,
                    max_pinned=16)
