@@ -329,7 +329,10 @@ class TokenCounter:
         if not unknown or fits(bound):
             return bound, not unknown
         for at, m, key in unknown:
-            known = self._young.get(key)  # the same message earlier in this request
+            # the same message earlier in this request (its generation may have turned since)
+            known = self._young.get(key)
+            if known is None:
+                known = self._old.get(key)
             if known is None:
                 self.misses += 1
                 known = _raw_message_tokens(m, tokenizer)

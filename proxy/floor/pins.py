@@ -31,12 +31,9 @@ KEPT_CHARS = 8 * 1024  # of one pin's text; a longer one is kept truncated, and 
 TRUNCATED = "\n[... truncated by tailfloor: the pinned message was longer]"
 _UNPIN = re.compile(r"^\s*!unpin\b[ \t]*(.*)", re.IGNORECASE | re.DOTALL)
 _POINT_BACK = re.compile(r"^\s*!pin\s*\^\s*$", re.IGNORECASE)
-# What a session's pins remember besides the pins, each the newest so many: a transcript is
-# hostile input, and a pin index keeps thousands of sessions' pins. An unpin's text is kept
-# to its start (a longer one ends every pin holding that start).
-KEPT_UNPINS = 32
-KEPT_READ = 64
-UNPIN_CHARS = 256
+# The ended pins a session's pins remember, the newest so many: a transcript is hostile
+# input, and a pin index keeps thousands of sessions' pins.
+KEPT_ENDED = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +49,11 @@ class PinSet:
 
     pins: tuple[Pin, ...] = ()
     dropped: int = 0
-    # What this session's newest ``!unpin`` messages named (``""``: the newest pin), so that
-    # a later session's unpin also ends a pin it inherited.
+    # What this session's ``!unpin`` messages named (``""``: the newest pin), so that a
+    # later session's unpin also ends a pin it inherited.
     unpins: tuple[str, ...] = ()
-    # The newest ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as
-    # of a pin, changes what the transcript pins.
+    # The ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as of a
+    # pin, changes what the transcript pins.
     controls: tuple[str, ...] = ()
     # The newest pins an ``!unpin`` or the cap ended: met again, they pin no more.
     ended: tuple[str, ...] = ()
@@ -94,7 +91,7 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
         head = text[:MATCH_CHARS]
         unpin = _UNPIN.match(head)
         if unpin is not None:
-            unpins.append(unpin.group(1).strip()[:UNPIN_CHARS])
+            unpins.append(unpin.group(1).strip())
             controls.append(entry_id)
             kept = _unpinned(pins, unpins[-1])
             ended += [p.entry_id for p in pins if p not in kept]
@@ -112,8 +109,8 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
             dropped += len(pins) - max_pinned
             ended += [p.entry_id for p in pins[:-max_pinned]]
             pins = pins[-max_pinned:]
-    return PinSet(tuple(pins), dropped, tuple(unpins[-KEPT_UNPINS:]),
-                  tuple(controls[-KEPT_READ:]), tuple(ended[-KEPT_READ:]))
+    return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls),
+                  tuple(ended[-KEPT_ENDED:]))
 
 
 def points_back(written: str) -> bool:
