@@ -248,3 +248,52 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
             edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
             assert all((e.role == "user" and e.may_pin) or e.id in edited
                        or e.kind == "context_edit" for e in store.loaded), n
+
+
+# ------------------------------------------- what a hostile transcript's unpins may cost
+class TailCounting:
+    """The catalog, counting the tail reads asked of it."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog, self.tails = catalog, 0
+
+    def tail(self, *args: Any, **kwargs: Any) -> Any:
+        self.tails += 1
+        return self.catalog.tail(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.catalog, name)
+
+
+def test_a_session_of_thousands_of_unpins_is_read_again_not_remembered() -> None:
+    """Each ``!unpin`` is remembered (a later session's unpin ends an inherited pin), so a
+    transcript of thousands would hold memory in an index of thousands of sessions: such a
+    session is read whenever asked, and still answers as a whole read does."""
+    t = Transcript("hostile")
+    t.user("!pin keep the API stable")
+    t.assistant("ok")
+    for i in range(3_000):
+        t.user(f"!unpin {i:05d} {'x' * 20}")
+    t.user("!pin no new dependencies")
+    catalog, _store = _catalog(t)
+    reads = TailCounting(catalog)
+    index, policy = PinIndex(reads), Policy()
+    for _ in range(2):
+        before = reads.tails
+        found = index.own(t.session_id, policy)
+        assert found == _oracle(catalog, t.session_id, policy)
+        assert [p.text for p in found.pins] == ["!pin keep the API stable",
+                                                "!pin no new dependencies"]
+        assert len(found.unpins) == 3_000
+        assert reads.tails > before  # read again: nothing of it was kept
+
+    calm = Transcript("calm")
+    calm.user("!pin keep the API stable")
+    calm.user("!unpin nothing of that")
+    reads = TailCounting(_catalog(calm)[0])
+    index = PinIndex(reads)
+    index.own(calm.session_id, policy)
+    before = reads.tails
+    assert [p.text for p in index.own(calm.session_id, policy).pins] == [
+        "!pin keep the API stable"]
+    assert reads.tails == before  # a few unpins: remembered
