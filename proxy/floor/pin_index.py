@@ -13,8 +13,7 @@ again, so the pin ends (removed, or rewritten to text that pins no more) or hold
 text. A lineage's pins are its own and, when the policy carries its reset kind, its
 predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover).
 Bounded: the pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked
-first out, and none of a session whose ``!unpin`` and ``!pin ^`` messages are too many to
-keep. Blocking (transcript reads): the floor runs it in a worker thread.
+first out. Blocking (transcript reads): the floor runs it in a worker thread.
 """
 
 from __future__ import annotations
@@ -41,11 +40,6 @@ _INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is 
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
 _LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
-# What a session's pins remember besides the pins grows with each ``!unpin`` and ``!pin ^``
-# its transcript holds (hostile input, and thousands of sessions remembered). Past this many
-# characters (an entry counted as its text and 64 more), the session's pins are read again
-# whenever asked instead of kept: exact, and what it costs falls on that session's requests.
-_KEPT_CONTROL_CHARS = 32 * 1024
 
 
 class Transcripts(Protocol):
@@ -239,9 +233,6 @@ class PinIndex:
             flagged = self._expected.get(session_id)
             if flagged is not None and (pins.pins or record.message_count > flagged):
                 del self._expected[session_id]
-            if _control_chars(pins) > _KEPT_CONTROL_CHARS:
-                self._scanned.pop(session_id, None)
-                return scanned
             self._scanned[session_id] = scanned
             self._scanned.move_to_end(session_id)
             while len(self._scanned) > MAX_SESSIONS:
@@ -252,10 +243,6 @@ class PinIndex:
         """Pins held for the sessions remembered (the gauge)."""
         with self._lock:
             return sum(len(s.pins.pins) for s in self._scanned.values())
-
-
-def _control_chars(pins: PinSet) -> int:
-    return sum(len(u) + 64 for u in pins.unpins) + sum(len(c) + 64 for c in pins.controls)
 
 
 def _marked(leading: list[list[str]]) -> Pick:

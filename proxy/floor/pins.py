@@ -31,9 +31,14 @@ KEPT_CHARS = 8 * 1024  # of one pin's text; a longer one is kept truncated, and 
 TRUNCATED = "\n[... truncated by tailfloor: the pinned message was longer]"
 _UNPIN = re.compile(r"^\s*!unpin\b[ \t]*(.*)", re.IGNORECASE | re.DOTALL)
 _POINT_BACK = re.compile(r"^\s*!pin\s*\^\s*$", re.IGNORECASE)
-# The ended pins a session's pins remember, the newest so many: a transcript is hostile
-# input, and a pin index keeps thousands of sessions' pins.
+# What a session's pins remember besides the pins, bounded: a transcript is hostile input,
+# and a pin index keeps thousands of sessions' pins. The newest ended pins and controls;
+# of the unpins (exact up to these), so many and so much text, past which the session
+# ends every pin it inherited.
 KEPT_ENDED = 64
+KEPT_CONTROLS = 256
+KEPT_UNPINS = 256
+KEPT_UNPIN_CHARS = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +55,15 @@ class PinSet:
     pins: tuple[Pin, ...] = ()
     dropped: int = 0
     # What this session's ``!unpin`` messages named (``""``: the newest pin), so that a
-    # later session's unpin also ends a pin it inherited.
+    # later session's unpin also ends a pin it inherited; one implied by an earlier one is
+    # left out. ``unpins_all``: they were too many to keep, and end every inherited pin.
     unpins: tuple[str, ...] = ()
-    # The ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as of a
-    # pin, changes what the transcript pins.
+    # The newest ``!unpin`` and ``!pin ^`` messages read: a context edit of one of them, as
+    # of a pin, changes what the transcript pins.
     controls: tuple[str, ...] = ()
     # The newest pins an ``!unpin`` or the cap ended: met again, they pin no more.
     ended: tuple[str, ...] = ()
+    unpins_all: bool = False
 
 
 NO_PINS = PinSet()
@@ -77,7 +84,7 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
     read = {p.entry_id for p in start.pins}.union(controls, ended) \
         if start is not NO_PINS else ()
     previous_assistant: tuple[str, str] | None = None
-    dropped = start.dropped
+    dropped, unpins_all = start.dropped, start.unpins_all
     for entry_id, role, written in messages:
         if role == "user" and entry_id in read:
             previous_assistant = None
@@ -91,9 +98,10 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
         head = text[:MATCH_CHARS]
         unpin = _UNPIN.match(head)
         if unpin is not None:
-            unpins.append(unpin.group(1).strip())
+            what = unpin.group(1).strip()
+            unpins_all = unpins_all or _remember_unpin(unpins, what)
             controls.append(entry_id)
-            kept = _unpinned(pins, unpins[-1])
+            kept = _unpinned(pins, what)
             ended += [p.entry_id for p in pins if p not in kept]
             pins = kept
         elif _POINT_BACK.match(head):
@@ -109,8 +117,19 @@ def pins_in(messages: Iterable[tuple[str, str, str]], patterns: Sequence[re.Patt
             dropped += len(pins) - max_pinned
             ended += [p.entry_id for p in pins[:-max_pinned]]
             pins = pins[-max_pinned:]
-    return PinSet(tuple(pins), dropped, tuple(unpins), tuple(controls),
-                  tuple(ended[-KEPT_ENDED:]))
+    return PinSet(tuple(pins), dropped, () if unpins_all else tuple(unpins),
+                  tuple(controls[-KEPT_CONTROLS:]), tuple(ended[-KEPT_ENDED:]), unpins_all)
+
+
+def _remember_unpin(unpins: list[str], what: str) -> bool:
+    """Adds ``what`` to a session's unpins unless an earlier one implies it (inherited pins
+    only ever go: once none holds an earlier text, none holds a longer text that contains
+    it); True when they grow past what is kept."""
+    low = what.lower()
+    if low and any(u and u.lower() in low for u in unpins):
+        return False
+    unpins.append(what)
+    return len(unpins) > KEPT_UNPINS or sum(map(len, unpins)) > KEPT_UNPIN_CHARS
 
 
 def points_back(written: str) -> bool:
@@ -137,6 +156,8 @@ def merged(*sets: PinSet) -> PinSet:
     session's unpins end the pins it inherited too."""
     out: list[Pin] = []
     for pin_set in sets:
+        if pin_set.unpins_all:
+            out = []
         for what in pin_set.unpins:
             out = _unpinned(out, what)
         texts = {p.text for p in out}

@@ -7,6 +7,7 @@ decision sends, compared as text; the pin detection itself is checked as a pure 
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from typing import Any
@@ -80,6 +81,60 @@ def test_the_ended_pins_remembered_are_the_newest_few() -> None:
     # each pin but the last unpinned right after it
     assert [p.entry_id for p in read.pins] == ["19999"] and len(read.ended) == 64
     assert read.ended[-1] == "19997"
+
+
+def _inherited_after(unpins: list[str], inherited: list[str]) -> list[str]:
+    """The oracle: each unpin applied in turn to what a session inherited."""
+    out = list(inherited)
+    for what in unpins:
+        out = out[:-1] if not what else [t for t in out if what.lower() not in t.lower()]
+    return out
+
+
+def test_an_unpin_implied_by_an_earlier_one_is_not_kept_and_ends_the_same_pins() -> None:
+    from proxy.floor.pins import merged
+
+    rng = random.Random(5)
+    words = ["db", "DB", "the db", "tabs", "use TABS now", "", "", "x", "no x here"]
+    inherited = [f"!pin {w} {i}" for i, w in enumerate(["db", "tabs", "x", "dbx", "y"] * 3)]
+    old = pins_in([(f"o{i}", "user", t) for i, t in enumerate(inherited)], DEFAULT_PINS)
+    assert len(old.pins) == len(inherited)
+    for _ in range(300):
+        said = [rng.choice(words) for _w in range(rng.randint(0, 12))]
+        new = pins_in([(f"n{i}", "user", f"!unpin {w}") for i, w in enumerate(said)],
+                      DEFAULT_PINS)
+        assert [p.text for p in merged(old, new).pins] == _inherited_after(said, inherited), said
+    kept = pins_in([("1", "user", "!unpin db"), ("2", "user", "!unpin the DB table"),
+                    ("3", "user", "!unpin"), ("4", "user", "!unpin")], DEFAULT_PINS)
+    assert kept.unpins == ("db", "", "")
+
+
+def test_thousands_of_unpins_keep_little_and_end_every_inherited_pin() -> None:
+    from proxy.floor.pins import KEPT_CONTROLS, KEPT_UNPIN_CHARS, KEPT_UNPINS, merged
+
+    old = pins_in([("o1", "user", PIN), ("o2", "user", "📌 use tabs")], DEFAULT_PINS)
+    lines = [("p", "user", "!pin keep it short")]
+    lines += [(f"u{i}", "user", f"!unpin rule {i:05d}") for i in range(3_000)]
+    whole = pins_in(lines, DEFAULT_PINS)
+    assert [p.entry_id for p in whole.pins] == ["p"]  # its own pins: every unpin applied
+    assert whole.unpins_all and whole.unpins == ()
+    assert len(whole.controls) == KEPT_CONTROLS and whole.controls[-1] == "u2999"
+    assert [p.entry_id for p in merged(old, whole).pins] == ["p"]
+    # read in pieces, as a transcript grows: the same
+    grown = pins_in(lines[:100], DEFAULT_PINS)
+    assert not grown.unpins_all and len(grown.unpins) == 99
+    for at in range(100, len(lines), 700):
+        grown = pins_in(lines[at:at + 700], DEFAULT_PINS, start=grown)
+    assert grown == whole
+    # a few long ones pass the text budget
+    long = pins_in([(str(i), "user", f"!unpin {i} " + "z" * 3_000) for i in range(6)],
+                   DEFAULT_PINS)
+    assert KEPT_UNPIN_CHARS < 6 * 3_000 and long.unpins_all
+    assert [p.entry_id for p in merged(old, long).pins] == []
+    under = pins_in([(str(i), "user", f"!unpin rule {i:05d}") for i in range(KEPT_UNPINS)],
+                    DEFAULT_PINS)
+    assert not under.unpins_all and len(under.unpins) == KEPT_UNPINS
+    assert [p.entry_id for p in merged(old, under).pins] == ["o1", "o2"]
 
 
 def test_the_cap_drops_the_oldest_and_a_huge_pin_is_kept_truncated() -> None:
