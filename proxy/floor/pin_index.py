@@ -12,8 +12,9 @@ appended since targets a pin or an ``!unpin`` read earlier: then the transcript 
 again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
 text. A lineage's pins are its own and, when the policy carries its reset kind, its
 predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover).
-Bounded: the pins of at most ``MAX_SESSIONS`` sessions are remembered, least recently asked
-first out. Blocking (transcript reads): the floor runs it in a worker thread.
+Bounded: the pins of at most ``MAX_SESSIONS`` sessions, and ``MAX_WEIGHT`` of their texts,
+are remembered, least recently asked first out. Blocking (transcript reads): the floor runs
+it in a worker thread.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from proxy.wire.content import message_text
 __all__ = ["PinIndex"]
 
 MAX_SESSIONS = 4096
+# Of what the remembered sessions' pins hold, all together (``_weight``): 16 pins of 8 KiB
+# each in every one of 4,096 sessions would be half a gigabyte.
+MAX_WEIGHT = 16 * 1024 * 1024
 _INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is read again
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
@@ -67,6 +71,7 @@ class _Scanned:
     # The catalog's record it was read from: the catalog makes a new one whenever the
     # session's entries change, so the same one means no edit came since.
     record: SessionRecord
+    weight: int  # ``_weight(pins)``
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -81,6 +86,7 @@ class PinIndex:
         self.catalog = catalog
         self._lock = threading.Lock()
         self._scanned: OrderedDict[str, _Scanned] = OrderedDict()
+        self._weight = 0  # of the sessions in ``_scanned``
         # Whether each session's lineage pinned anything when last asked (its own pins and
         # those it inherits), and the sessions whose request showed a pin the index had not
         # read yet (-> the transcript's message count then).
@@ -228,21 +234,31 @@ class PinIndex:
         if edits is None:
             edits = self._edits(session_id, pins)
         scanned = _Scanned(record.message_count, len(record.resets), read_with, pins, clean,
-                           edits, record)
+                           edits, record, _weight(pins))
         with self._lock:
             flagged = self._expected.get(session_id)
             if flagged is not None and (pins.pins or record.message_count > flagged):
                 del self._expected[session_id]
+            before = self._scanned.pop(session_id, None)
+            self._weight += scanned.weight - (before.weight if before is not None else 0)
             self._scanned[session_id] = scanned
-            self._scanned.move_to_end(session_id)
-            while len(self._scanned) > MAX_SESSIONS:
-                self._scanned.popitem(last=False)
+            while len(self._scanned) > MAX_SESSIONS or (self._weight > MAX_WEIGHT
+                                                        and len(self._scanned) > 1):
+                self._weight -= self._scanned.popitem(last=False)[1].weight
         return scanned
 
     def active(self) -> int:
         """Pins held for the sessions remembered (the gauge)."""
         with self._lock:
             return sum(len(s.pins.pins) for s in self._scanned.values())
+
+
+def _weight(pins: PinSet) -> int:
+    """About the bytes a session's pins hold: their texts, what they remember, and a
+    little for each object."""
+    return (256 + sum(len(p.text) + 128 for p in pins.pins)
+            + sum(len(u) + 64 for u in pins.unpins)
+            + 64 * (len(pins.controls) + len(pins.ended)))
 
 
 def _marked(leading: list[list[str]]) -> Pick:

@@ -248,3 +248,48 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
             edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
             assert all((e.role == "user" and e.may_pin) or e.id in edited
                        or e.kind == "context_edit" for e in store.loaded), n
+
+
+# ------------------------------------------------ what the remembered pins may hold, in all
+class TailCounting:
+    """The catalog, counting the tail reads asked of each session."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.tails: dict[str, int] = {}
+
+    def tail(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.tails[session_id] = self.tails.get(session_id, 0) + 1
+        return self.catalog.tail(session_id, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.catalog, name)
+
+
+def test_sessions_of_many_large_pins_are_let_go_before_they_hold_too_much() -> None:
+    """Sixteen pins of 8 KiB each in every session a user can start: the index lets the
+    least recently asked go once their texts pass its budget, and reads them again when
+    asked (the same pins)."""
+    catalog = Catalog()
+    sessions = [f"big{n:03d}" for n in range(160)]  # 160 x 16 x 8 KiB: 20 MiB of pins
+    for sid in sessions:
+        t = Transcript(sid)
+        for i in range(16):
+            t.user(f"!pin {sid} rule {i} " + "p" * 8_000)
+            t.assistant("ok")
+        store = MemoryStore(t.objs)
+        info = SessionInfo(session_id=sid, source="pi", era="pi", location="mem",
+                           agent_id="pi", group="dir")
+        catalog.put(info, store, store.read_window(None))
+    reads = TailCounting(catalog)
+    index, policy = PinIndex(reads), Policy()
+    first = {sid: index.own(sid, policy) for sid in sessions}
+    assert all(len(p.pins) == 16 for p in first.values())
+    held = sum(len(p.text) for p in first[sessions[0]].pins)
+    assert 160 * held > 16 * 1024 * 1024 > 100 * held  # the newest 100 fit, not all
+    before = dict(reads.tails)
+    for sid in reversed(sessions[-100:]):  # the newest asked first: nothing let go yet
+        assert index.own(sid, policy) == first[sid]
+    assert reads.tails == before  # remembered
+    assert index.own(sessions[0], policy) == first[sessions[0]]
+    assert reads.tails[sessions[0]] > before[sessions[0]]  # let go, read again
