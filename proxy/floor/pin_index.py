@@ -2,16 +2,17 @@
 
 The first time a session's pins are asked for, every raw message of its transcript is read
 (each segment, across in-session resets, as the model is shown them: a Pi ``context_edit``
-removes or rewrites its target). With the default markers only the user messages that hold a
-``!`` or a 📌 can pin or unpin, so only those are read (the entries say which,
-``Entry.may_pin``), with the ones an edit replaces and each segment's first few (for the
-clean-slate marker): a cold session's pins cost a read of a few lines, not of every user
-message and its rendering. Afterwards only the messages added since (with the default
-markers, only the new user messages that may pin), unless an edit
-appended since targets a pin or an ``!unpin`` read earlier: then the transcript is read
-again, so the pin ends (removed, or rewritten to text that pins no more) or holds the new
-text. A lineage's pins are its own and, when the policy carries its reset kind, its
-predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and an idle rollover).
+removes or rewrites its target), however long it is. With the default markers, a search of
+the file's bytes comes first: most transcripts hold no marker at all, and then nothing is
+parsed. Otherwise only the user messages that hold a ``!`` or a 📌 can pin or unpin, so only
+those are rendered (the entries say which, ``Entry.may_pin``), with the ones an edit
+replaces and each segment's first few (for the clean-slate marker). Afterwards only the
+messages after the newest one read (with the default markers, only the new user messages
+that may pin), unless an edit appended since targets a pin or an ``!unpin`` read earlier:
+then the transcript is read again, so the pin ends (removed, or rewritten to text that pins
+no more) or holds the new text. A lineage's pins are its own and, when the policy carries
+its reset kind, its predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and
+an idle rollover).
 Bounded: the pins of at most ``MAX_SESSIONS`` sessions, and ``MAX_WEIGHT`` of their texts,
 are remembered, least recently asked first out. Blocking (transcript reads): the floor runs
 it in a worker thread.
@@ -19,6 +20,7 @@ it in a worker thread.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Container, Iterator, Mapping, Sequence
@@ -34,7 +36,7 @@ from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import Pick, SessionRecord, TailMessage
 from proxy.wire.content import message_text
 
-__all__ = ["PinIndex"]
+__all__ = ["PinIndex", "Transcripts"]
 
 MAX_SESSIONS = 4096
 # Of what the remembered sessions' pins hold, all together (``_weight``): 16 pins of 8 KiB
@@ -44,6 +46,13 @@ _INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is 
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
 _LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
+_ALL = 1 << 40  # messages: every one
+# What a JSONL line needs to hold for a default pin marker, ``!unpin`` or ``!pin ^`` in a
+# user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the JSON
+# escapes one could be written with (printable ASCII, those two, a 📌's first half).
+_MARK_BYTES: tuple[bytes | re.Pattern[bytes], ...] = (
+    b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", "\U0001f4cc".encode(),
+    re.compile(rb"\\u(?:00[2-7][0-9a-f]|013[01]|d83d)"))
 
 
 class Transcripts(Protocol):
@@ -59,10 +68,13 @@ class Transcripts(Protocol):
 
     def edits(self, session_id: str) -> dict[str, str]: ...
 
+    def holds(self, session_id: str, needles: Sequence[bytes | re.Pattern[bytes]]
+              ) -> frozenset[object] | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Scanned:
-    count: int  # the session's raw messages when it was read
+    last: str | None  # the newest raw message when it was read (of the current segment)
     resets: int
     policy: tuple[object, ...]  # what it was read with (``_pin_policy``)
     pins: PinSet
@@ -150,68 +162,113 @@ class PinIndex:
         record = self.catalog.full(session_id)
         if record is None:
             return None
-        count, resets, read_with = record.message_count, len(record.resets), _pin_policy(policy)
+        resets, read_with = len(record.resets), _pin_policy(policy)
         with self._lock:
             known = self._scanned.get(session_id)
         if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
                 and known.policy[1:] == read_with[1:] \
                 and (record is known.record
                      or self._edits(session_id, known.pins) == known.edits):
-            if known.count == count:
-                if record is not known.record:  # checked above: no edit of what it read
-                    return self._keep(session_id, known.pins, record=record,
-                                      read_with=read_with, clean=known.clean,
-                                      edits=known.edits)
+            if record is known.record:
                 with self._lock:
                     if session_id in self._scanned:
                         self._scanned.move_to_end(session_id)
                 return known
-            grown = count - known.count
-            marked = all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
-            if 0 < grown <= _INCREMENTAL and marked and not policy.pin_assistant:
+            since = self._since(session_id, known.last, policy)
+            if since is not None:
+                newest, last = since
+                if not newest:  # checked above: no edit of what it read
+                    return self._keep(session_id, known.pins, record=record, last=last,
+                                      read_with=read_with, clean=known.clean,
+                                      edits=known.edits)
+                return self._keep(session_id, self._read(newest, policy, known.pins),
+                                  record=record, last=last, read_with=read_with,
+                                  clean=known.clean)
+        return self._first_read(session_id, record, policy, read_with)
+
+    def _since(self, session_id: str, last: str | None, policy: Policy
+               ) -> tuple[list[TailMessage], str | None] | None:
+        """The messages after ``last`` that may change the pins, and the newest; None when
+        ``last`` is not among the newest ``_INCREMENTAL`` (read the transcript again). Not
+        counts: a long transcript's window slides, its count of messages with it."""
+        newest: list[str | None] = []
+        marked = _default_marks(policy) and not policy.pin_assistant
+
+        def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
+            if last is None:  # the segment was empty: all of it is new
+                at = -1 if len(entries) < _INCREMENTAL else None
+            else:
+                at = next((i for i in range(len(entries) - 1, -1, -1)
+                           if entries[i].id == last), None)
+            if at is None:
+                return []
+            newest.append(entries[-1].id if entries else None)
+            if marked:
                 # Only a new user message with a default marker can pin or unpin: those are
-                # read and rendered, not every new message (a tool's output, a reply), which
-                # the request holds anyway; it is what a burst of requests after a start
-                # spent most of its floor decisions on.
-                newest = self.catalog.tail(session_id, grown, roles=_USERS, pick=_may_pin)
-                return self._keep(session_id, self._read(newest, policy, known.pins),
-                                  record=record, read_with=read_with, clean=known.clean)
-            if 0 < grown <= _INCREMENTAL:
-                # One message more than grew: a ``!pin ^`` first among the new ones points
-                # at the assistant message before it.
-                newest = self.catalog.tail(session_id, grown + 1)[-grown - 1:]
-                if len(newest) > grown:
-                    newest = [m for m in newest[:1] if m.role == "assistant"] + newest[1:]
-                return self._keep(session_id, self._read(newest, policy, known.pins),
-                                  record=record, read_with=read_with, clean=known.clean)
+                # read and rendered, not every new message (a tool's output, a reply).
+                return [e for e in entries[at + 1:]
+                        if e.role == "user" and (e.may_pin or e.id in edits)]
+            # A ``!pin ^`` first among the new ones points at the assistant message before.
+            return [e for e in entries[max(at, 0):at + 1] if e.role == "assistant"] + \
+                [*entries[at + 1:]]
+
+        messages = self.catalog.tail(session_id, _INCREMENTAL, pick=pick)
+        return (messages, newest[0]) if newest else None
+
+    def _first_read(self, session_id: str, record: SessionRecord, policy: Policy,
+                    read_with: tuple[object, ...]) -> _Scanned:
+        marked = _default_marks(policy)
+        marker = policy.clean_slate_marker or ""
+        if marked and marker.isascii():
+            # Most transcripts hold no marker at all: a search of the file's bytes says so
+            # for a fraction of what parsing it costs (a long one is only read from its end
+            # at a start). The newest message first: what is appended during the search is
+            # read with what comes after it.
+            newest: list[str] = []
+            self.catalog.tail(session_id, 1, pick=_newest(newest))
+            found = self.catalog.holds(session_id, (*_MARK_BYTES, *(
+                (marker.lower().encode(),) if marker else ())))
+            if found is not None and not found:
+                return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
+                                  clean=False, last=newest[0] if newest else None)
+        # Every message: a long transcript's count is only of the window it keeps.
+        k = record.message_count + 8 if record.count_complete else _ALL
         leading: list[list[str]] = []
-        marked = all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
-        messages = self._whole(session_id, count + 8, record, _USERS,
-                               _marked(leading) if marked else None)
+        messages, last = self._whole(session_id, k, record, _USERS,
+                                     _marked(leading) if marked else None)
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         if marked and (first is None or not leading or first.entry_id not in leading[0]):
             # The session's first user message with a rendering may be one not read.
-            messages = self._whole(session_id, count + 8, record, _USERS)
+            messages, last = self._whole(session_id, k, record, _USERS)
             first = next((m for m in messages if m.role == "user" and m.messages), None)
         if policy.pin_assistant and any(points_back(t) for _i, _r, t in _texts(messages)):
-            messages = self._whole(session_id, count + 8, record)
+            messages, last = self._whole(session_id, k, record)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
-        return self._keep(session_id, self._read(messages, policy), record=record,
+        return self._keep(session_id, self._read(messages, policy), record=record, last=last,
                           read_with=read_with, clean=clean)
 
     def _whole(self, session_id: str, k: int, record: SessionRecord,
                roles: tuple[str, ...] | None = None, pick: Pick | None = None
-               ) -> list[TailMessage]:
+               ) -> tuple[list[TailMessage], str | None]:
         """Every segment's last ``k`` messages (``roles``: of those, these only; ``pick``:
-        of those, its picks). Pins are read from user messages; an assistant message matters
-        only to a ``!pin ^`` after it, so most first reads render the users' and leave the
-        rest to what asks for them."""
+        of those, its picks), and the newest message. Pins are read from user messages; an
+        assistant message matters only to a ``!pin ^`` after it, so most first reads render
+        the users' and leave the rest to what asks for them."""
         messages: list[TailMessage] = []
+        newest: list[str] = []
+
+        def chosen(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
+            newest[:] = [e.id for e in entries[-1:]]
+            if roles is not None:
+                entries = [e for e in entries if (e.role or e.kind) in roles]
+            return pick(entries, edits) if pick is not None else [*entries]
+
         for reset in record.resets:
-            messages += self.catalog.tail(session_id, k, before=reset.entry_id, roles=roles,
-                                          pick=pick)
-        return messages + self.catalog.tail(session_id, k, roles=roles, pick=pick)
+            messages += self.catalog.tail(session_id, k, before=reset.entry_id, pick=chosen)
+        newest.clear()
+        messages += self.catalog.tail(session_id, k, pick=chosen)
+        return messages, newest[0] if newest else None
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -229,12 +286,12 @@ class PinIndex:
                             in self.catalog.edits(session_id).items() if target in read))
 
     def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
-              read_with: tuple[object, ...], clean: bool,
+              last: str | None, read_with: tuple[object, ...], clean: bool,
               edits: tuple[tuple[str, str], ...] | None = None) -> _Scanned:
         if edits is None:
             edits = self._edits(session_id, pins)
-        scanned = _Scanned(record.message_count, len(record.resets), read_with, pins, clean,
-                           edits, record, _weight(pins))
+        scanned = _Scanned(last, len(record.resets), read_with, pins, clean, edits, record,
+                           _weight(pins))
         with self._lock:
             flagged = self._expected.get(session_id)
             if flagged is not None and (pins.pins or record.message_count > flagged):
@@ -261,6 +318,18 @@ def _weight(pins: PinSet) -> int:
             + 64 * (len(pins.controls) + len(pins.ended)))
 
 
+def _default_marks(policy: Policy) -> bool:
+    return all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
+
+
+def _newest(into: list[str]) -> Pick:
+    """A pick that renders nothing and puts the newest message's id in ``into``."""
+    def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
+        into[:] = [e.id for e in entries[-1:]]
+        return []
+    return pick
+
+
 def _marked(leading: list[list[str]]) -> Pick:
     """Of a segment's user messages, those the default markers may make pins or unpins, the
     ones an edit replaces and the first ``_LEADING`` (their ids added to ``leading``)."""
@@ -268,12 +337,6 @@ def _marked(leading: list[list[str]]) -> Pick:
         leading.append([e.id for e in users[:_LEADING]])
         return [e for i, e in enumerate(users) if i < _LEADING or e.may_pin or e.id in edits]
     return pick
-
-
-def _may_pin(users: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
-    """Of new user messages, those a default marker may make pins or unpins (and any an edit
-    replaces, whose new text is what counts)."""
-    return [e for e in users if e.may_pin or e.id in edits]
 
 
 def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:

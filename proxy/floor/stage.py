@@ -18,7 +18,7 @@ records metrics and logs from it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from proxy.context import RequestContext
 from proxy.floor.carry import CarrySource, frame, plan_carry, reset_kind
 from proxy.floor.clean_slate import cleaned, is_clean
 from proxy.floor.decision import Decision, DecisionKind, annotate, pass_through, summary_of
-from proxy.floor.pin_index import PinIndex
+from proxy.floor.pin_index import PinIndex, Transcripts
 from proxy.floor.pinning import LineagePins
 from proxy.floor.restore import USER_SIDE, Block, is_counted, plan_restore, prefix_of, wire_key
 from proxy.floor.style import Prefix
@@ -36,7 +36,6 @@ from proxy.identity.lineage import SessionIndex
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.report import AGENT, Origin
 from proxy.tokens import TokenCounter, with_margin
-from proxy.transcripts.records import Pick, SessionRecord, TailMessage
 from proxy.wire.content import message_text
 
 __all__ = ["Floor", "TailSource"]
@@ -48,16 +47,8 @@ _SLACK = 8
 _PROBE = 6  # newest transcript messages compared with the request to learn its user prefix
 
 
-class TailSource(SessionIndex, Protocol):
+class TailSource(SessionIndex, Transcripts, Protocol):
     """The catalog queries the stage needs (``proxy.transcripts.catalog.Catalog``)."""
-
-    def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None, pick: Pick | None = None
-             ) -> list[TailMessage]: ...
-
-    def full(self, session_id: str) -> SessionRecord | None: ...
-
-    def edits(self, session_id: str) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from or transcripts grew lately (``served``): at most ``SERVED_SESSIONS`` of the
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -226,9 +227,7 @@ class Catalog:
         """A parent id the active branch names but the (whole) transcript lacks."""
         with self._lock:
             st = self._states.get(session_id)
-            if st is None or not st.complete:
-                return None
-            return st.missing
+            return st.missing if st is not None and st.complete else None
 
     def find_tool_call(self, call_id: str) -> frozenset[str]:
         """Sessions whose kept tail holds this tool-call id (in any of its wire forms)."""
@@ -299,6 +298,15 @@ class Catalog:
             if st is not None:
                 self._serve(st)
         return {target: edit.id for target, edit in view.edits_of(path).items()}
+
+    def holds(self, session_id: str, needles: Sequence[bytes | re.Pattern[bytes]]
+              ) -> frozenset[object] | None:
+        """Which ``needles`` the session's transcript file holds (``file_span.file_holds``),
+        without parsing it; None when its store cannot tell (not a JSONL file)."""
+        with self._lock:
+            st = self._states.get(session_id)
+            search = getattr(st.store, "holds", None) if st is not None else None
+        return search(needles) if search is not None else None
 
     def context(self, session_id: str) -> list[dict[str, Any]] | None:
         """The messages the agent would send now, system prompt excluded (store reads)."""

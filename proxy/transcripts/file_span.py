@@ -1,4 +1,4 @@
-"""One span of a file's bytes, read with the fewest system calls.
+"""One span of a file's bytes, read with the fewest system calls; what a file's bytes hold.
 
 A worker thread reads transcripts while the event loop runs Python. Every system call lets go
 of the interpreter's lock, and getting it back from a busy loop takes up to the switch
@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+from collections.abc import Sequence
 
-__all__ = ["read_span"]
+__all__ = ["file_holds", "read_span"]
+
+_PIECE = 1 << 20  # bytes searched at a time: a transcript may be gigabytes
+_PATTERN_REACH = 16  # the longest match a pattern given to ``file_holds`` may have
 
 
 def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | None:
@@ -36,3 +41,25 @@ def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | No
     finally:
         with contextlib.suppress(OSError):  # the descriptor is released even so
             os.close(fd)
+
+
+def file_holds(path: str | os.PathLike[str], start: int,
+               needles: Sequence[bytes | re.Pattern[bytes]]) -> frozenset[object] | None:
+    """Which ``needles`` (bytes, or patterns whose matches are at most 16 bytes long) the
+    file holds from byte ``start`` on, its ASCII letters compared in lower case (a needle
+    is given so); None when it cannot be read. A piece at a time, each overlapping the
+    one before by a needle's length."""
+    found: set[object] = set()
+    overlap = max([_PATTERN_REACH, *(len(n) for n in needles if isinstance(n, bytes))]) - 1
+    at = start
+    while len(found) < len(needles):
+        piece = read_span(path, at, _PIECE)
+        if piece is None:
+            return None
+        low = piece.lower()
+        found.update(n for n in needles if n not in found and (
+            n in low if isinstance(n, bytes) else n.search(low) is not None))
+        if len(piece) < _PIECE:
+            break
+        at += len(piece) - overlap
+    return frozenset(found)

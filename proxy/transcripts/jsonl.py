@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from proxy.transcripts.entries import Entry, EntryError, Header, parse_entry, parse_header
-from proxy.transcripts.file_span import read_span
+from proxy.transcripts.file_span import file_holds, read_span
 from proxy.transcripts.records import Window
 
 __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
@@ -380,6 +380,10 @@ class JsonlTranscript:
         except OSError:
             return found
         return list({e.id: e for e in found}.values())
+
+    def holds(self, needles: Sequence[bytes | re.Pattern[bytes]]) -> frozenset[object] | None:
+        """Which ``needles`` the entries' lines hold (``file_span.file_holds``)."""
+        return file_holds(self.path, self.header_end, needles)
 
     def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
         """Re-read the raw objects of entries (one read spanning them, ``read_span``)."""
