@@ -59,8 +59,8 @@ class Transcripts(Protocol):
     """The catalog queries pins need (``proxy.transcripts.catalog.Catalog``)."""
 
     def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None, pick: Pick | None = None
-             ) -> list[TailMessage]: ...
+             roles: Container[str] | None = None, pick: Pick | None = None,
+             *, window_only: bool = False) -> list[TailMessage]: ...
 
     def full(self, session_id: str) -> SessionRecord | None: ...
 
@@ -189,8 +189,9 @@ class PinIndex:
     def _since(self, session_id: str, last: str | None, policy: Policy
                ) -> tuple[list[TailMessage], str | None] | None:
         """The messages after ``last`` that may change the pins, and the newest; None when
-        ``last`` is not among the newest ``_INCREMENTAL`` (read the transcript again). Not
-        counts: a long transcript's window slides, its count of messages with it."""
+        ``last`` is not among the newest ``_INCREMENTAL`` the catalog holds (read the
+        transcript again). Not counts: a long transcript's window slides, and its count of
+        messages with it."""
         newest: list[str | None] = []
         marked = _default_marks(policy) and not policy.pin_assistant
 
@@ -212,7 +213,8 @@ class PinIndex:
             return [e for e in entries[max(at, 0):at + 1] if e.role == "assistant"] + \
                 [*entries[at + 1:]]
 
-        messages = self.catalog.tail(session_id, _INCREMENTAL, pick=pick)
+        # What the catalog holds in memory: the newest read is among its newest messages.
+        messages = self.catalog.tail(session_id, _INCREMENTAL, pick=pick, window_only=True)
         return (messages, newest[0]) if newest else None
 
     def _first_read(self, session_id: str, record: SessionRecord, policy: Policy,

@@ -246,14 +246,15 @@ class Catalog:
             return self._index.lookup(key)
 
     def tail(self, session_id: str, k: int, before: str | None = None,
-             roles: Container[str] | None = None, pick: Pick | None = None
-             ) -> list[TailMessage]:
+             roles: Container[str] | None = None, pick: Pick | None = None,
+             *, window_only: bool = False) -> list[TailMessage]:
         """The last ``k`` raw messages (user, assistant bar failed turns, tool results,
         custom) of the active branch, oldest first (store reads): after the last reset, or
         with ``before`` = a reset entry's id the part that reset closed. Each carries its
         OpenAI rendering for this agent, on its own (no cross-message repairs). ``roles``:
         only those of the ``k`` with these roles are read and rendered; ``pick``: of those,
-        the ones it picks (given them and the context edits that replace any)."""
+        the ones it picks (given them and the context edits that replace any);
+        ``window_only``: of those the window holds (no store read but the renderings')."""
         with self._lock:
             st = self._states.get(session_id)
             if st is None or k <= 0:
@@ -261,7 +262,8 @@ class Catalog:
             path, rooted = st.path(keep=True)
             self._serve(st)
             picked = view.tail_of(path, k, before)
-            short = len(picked) < k and not view.segment_within(path, rooted, before)
+            short = len(picked) < k and not view.segment_within(path, rooted, before) \
+                and not window_only
             edits = view.replacements(path, picked)
         if short and before is None:
             # Read just enough from the end; a window up to tail_limit is kept so the next
