@@ -265,12 +265,14 @@ class Catalog:
             short = len(picked) < k and not view.segment_within(path, rooted, before) \
                 and not window_only
             edits = view.replacements(path, picked)
-        if short and before is None:
-            # Read just enough from the end; a window up to tail_limit is kept so the next
-            # request for this session is served from memory.
-            window = st.store.read_window(max(k, self.tail_limit))
+        if short and (before is None or any(e.id == before for e in path)):
+            # Read just enough from the end (``before`` in the window: as many more as the
+            # window holds); a window up to tail_limit is kept so the next request for this
+            # session is served from memory.
+            want = max(k + (st.raw if before is not None else 0), self.tail_limit)
+            window = st.store.read_window(want)
             with self._lock:
-                if k <= self.tail_limit and self._states.get(session_id) is st:
+                if want <= self.tail_limit and self._states.get(session_id) is st:
                     self._set_window(st, list(window.entries), window.complete, reread=True)
                     path, rooted = st.path(keep=True)
                     self._serve(st)

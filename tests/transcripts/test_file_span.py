@@ -112,3 +112,25 @@ def test_a_failing_close_still_gives_the_bytes(tmp_path: Path,
 
     monkeypatch.setattr(file_span.os, "close", failing)
     assert read_span(path, 2, 5) == b"23456"
+
+
+def test_what_a_file_holds_is_found_across_its_pieces(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A needle cut in two by a piece's end is still found; case is ASCII-folded; a
+    pattern is searched too; bytes before ``start`` are not looked at."""
+    import re
+
+    monkeypatch.setattr(file_span, "_PIECE", 64)
+    path = tmp_path / "f"
+    head = b"!PIN at the head\n"
+    body = bytearray(b"." * 300)
+    body[62:66] = b"!pIn"  # across the first piece's end (start at len(head))
+    body[200:206] = b"\\u0021"
+    path.write_bytes(head + bytes(body))
+    escape = re.compile(rb"\\u00[2-7][0-9a-f]")
+    start = len(head)
+    assert file_span.file_holds(path, start, (b"!pin", escape, b"absent")) == {b"!pin",
+                                                                                escape}
+    assert file_span.file_holds(path, start + 70, (b"!pin",)) == frozenset()
+    assert file_span.file_holds(path, 0, (b"at the head",)) == {b"at the head"}
+    assert file_span.file_holds(tmp_path / "missing", 0, (b"!pin",)) is None
