@@ -27,6 +27,8 @@ from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
@@ -48,11 +50,12 @@ _USERS = ("user",)
 _LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
 _ALL = 1 << 40  # messages: every one
 # What a JSONL line needs to hold for a default pin marker, ``!unpin`` or ``!pin ^`` in a
-# user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the JSON
-# escapes one could be written with (printable ASCII, those two, a 📌's first half).
+# user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the
+# JSON escapes one could be written with: of "!", "p", "i", "n", "u", those two, a 📌's
+# first half (not any escape: a tool's JSON output holds many).
 _MARK_BYTES: tuple[bytes | re.Pattern[bytes], ...] = (
     b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", "\U0001f4cc".encode(),
-    re.compile(rb"\\u(?:00[2-7][0-9a-f]|013[01]|d83d)"))
+    re.compile(rb"\\u(?:00(?:21|[57]0|[46]9|[46]e|[57]5)|013[01]|d83d)"))
 
 
 class Transcripts(Protocol):
@@ -69,7 +72,7 @@ class Transcripts(Protocol):
     def edits(self, session_id: str) -> dict[str, str]: ...
 
     def holds(self, session_id: str, needles: Sequence[bytes | re.Pattern[bytes]]
-              ) -> frozenset[object] | None: ...
+              ) -> bool | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,25 +195,24 @@ class PinIndex:
         ``last`` is not among the newest ``_INCREMENTAL`` the catalog holds (read the
         transcript again). Not counts: a long transcript's window slides, and its count of
         messages with it."""
-        newest: list[str | None] = []
+        if last is None:  # the segment was empty: nothing says the window holds all of it
+            return None
+        newest: list[str] = []
         marked = _default_marks(policy) and not policy.pin_assistant
 
         def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
-            if last is None:  # the segment was empty: all of it is new
-                at = -1 if len(entries) < _INCREMENTAL else None
-            else:
-                at = next((i for i in range(len(entries) - 1, -1, -1)
-                           if entries[i].id == last), None)
+            at = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].id == last),
+                      None)
             if at is None:
                 return []
-            newest.append(entries[-1].id if entries else None)
+            newest.append(entries[-1].id)
             if marked:
                 # Only a new user message with a default marker can pin or unpin: those are
                 # read and rendered, not every new message (a tool's output, a reply).
                 return [e for e in entries[at + 1:]
                         if e.role == "user" and (e.may_pin or e.id in edits)]
             # A ``!pin ^`` first among the new ones points at the assistant message before.
-            return [e for e in entries[max(at, 0):at + 1] if e.role == "assistant"] + \
+            return [e for e in entries[at:at + 1] if e.role == "assistant"] + \
                 [*entries[at + 1:]]
 
         # What the catalog holds in memory: the newest read is among its newest messages.
@@ -219,6 +221,9 @@ class PinIndex:
 
     def _first_read(self, session_id: str, record: SessionRecord, policy: Policy,
                     read_with: tuple[object, ...]) -> _Scanned:
+        # The edits before the read: one appended during it (a long transcript's first read
+        # takes a while) differs from them at the next request, which reads again.
+        edits = self.catalog.edits(session_id)
         marked = _default_marks(policy)
         marker = policy.clean_slate_marker or ""
         if marked and marker.isascii():
@@ -228,13 +233,10 @@ class PinIndex:
             # read with what comes after it.
             newest: list[str] = []
             self.catalog.tail(session_id, 1, pick=_newest(newest))
-            found = self.catalog.holds(session_id, (*_MARK_BYTES, *(
-                (marker.lower().encode(),) if marker else ())))
-            if found is not None and not found:
+            if self.catalog.holds(session_id, (*_MARK_BYTES, *_marker_bytes(marker))) is False:
                 return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
-                                  clean=False, last=newest[0] if newest else None)
-        # Every message: a long transcript's count is only of the window it keeps.
-        k = record.message_count + 8 if record.count_complete else _ALL
+                                  clean=False, last=newest[0] if newest else None, edits=())
+        k = _ALL  # every message: a long transcript's count is only of the window it keeps
         leading: list[list[str]] = []
         messages, last = self._whole(session_id, k, record, _USERS,
                                      _marked(leading) if marked else None)
@@ -247,8 +249,9 @@ class PinIndex:
             messages, last = self._whole(session_id, k, record)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
-        return self._keep(session_id, self._read(messages, policy), record=record, last=last,
-                          read_with=read_with, clean=clean)
+        pins = self._read(messages, policy)
+        return self._keep(session_id, pins, record=record, last=last, read_with=read_with,
+                          clean=clean, edits=_of_read(edits, pins))
 
     def _whole(self, session_id: str, k: int, record: SessionRecord,
                roles: tuple[str, ...] | None = None, pick: Pick | None = None
@@ -281,11 +284,9 @@ class PinIndex:
     def _edits(self, session_id: str, pins: PinSet) -> tuple[tuple[str, str], ...]:
         """The latest edits of the messages ``pins`` was read from. Only those: Pi 1.x
         removes every failed turn with an edit, and none of those changes a pin."""
-        read = {p.entry_id for p in pins.pins}.union(pins.controls)
-        if not read:
+        if not pins.pins and not pins.controls:
             return ()
-        return tuple(sorted((target, edit) for target, edit
-                            in self.catalog.edits(session_id).items() if target in read))
+        return _of_read(self.catalog.edits(session_id), pins)
 
     def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
               last: str | None, read_with: tuple[object, ...], clean: bool,
@@ -318,6 +319,19 @@ def _weight(pins: PinSet) -> int:
     return (256 + sum(len(p.text) + 128 for p in pins.pins)
             + sum(len(u) + 64 for u in pins.unpins)
             + 64 * (len(pins.controls) + len(pins.ended)))
+
+
+def _of_read(edits: Mapping[str, str], pins: PinSet) -> tuple[tuple[str, str], ...]:
+    read = {p.entry_id for p in pins.pins}.union(pins.controls)
+    return tuple(sorted((target, edit) for target, edit in edits.items() if target in read))
+
+
+def _marker_bytes(marker: str) -> tuple[bytes | re.Pattern[bytes], ...]:
+    """The clean-slate marker as a JSON string holds it, and the escapes of its characters."""
+    if not marker:
+        return ()
+    escapes = b"|".join(b"%04x" % ord(c) for c in set(marker.lower() + marker.upper()))
+    return orjson.dumps(marker)[1:-1].lower(), re.compile(rb"\\u(?:" + escapes + rb")")
 
 
 def _default_marks(policy: Policy) -> bool:

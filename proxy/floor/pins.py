@@ -38,7 +38,7 @@ _POINT_BACK = re.compile(r"^\s*!pin\s*\^\s*$", re.IGNORECASE)
 KEPT_ENDED = 64
 KEPT_CONTROLS = 256
 KEPT_UNPINS = 256
-KEPT_UNPIN_CHARS = 16 * 1024
+KEPT_UNPIN_CHARS = 256 * 1024  # 64 unpins as long as they come; the pin index bounds the total
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +125,10 @@ def _remember_unpin(unpins: list[str], what: str) -> bool:
     """Adds ``what`` to a session's unpins unless an earlier one implies it (inherited pins
     only ever go: once none holds an earlier text, none holds a longer text that contains
     it); True when they grow past what is kept."""
-    low = what.lower()
-    if low and any(u and u.lower() in low for u in unpins):
+    low = what.lower()  # kept so: an unpin is compared in lower case
+    if low and any(u and u in low for u in unpins):
         return False
-    unpins.append(what)
+    unpins.append(low)
     return len(unpins) > KEPT_UNPINS or sum(map(len, unpins)) > KEPT_UNPIN_CHARS
 
 

@@ -304,9 +304,9 @@ class Catalog:
         return {target: edit.id for target, edit in view.edits_of(path).items()}
 
     def holds(self, session_id: str, needles: Sequence[bytes | re.Pattern[bytes]]
-              ) -> frozenset[object] | None:
-        """Which ``needles`` the session's transcript file holds (``file_span.file_holds``),
-        without parsing it; None when its store cannot tell (not a JSONL file)."""
+              ) -> bool | None:
+        """Whether the session's transcript file holds any of ``needles`` (``file_span.
+        file_holds_any``), without parsing it; None when its store cannot tell (SQLite)."""
         with self._lock:
             st = self._states.get(session_id)
             search = getattr(st.store, "holds", None) if st is not None else None

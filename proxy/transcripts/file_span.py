@@ -13,10 +13,10 @@ import os
 import re
 from collections.abc import Sequence
 
-__all__ = ["file_holds", "read_span"]
+__all__ = ["file_holds_any", "read_span"]
 
 _PIECE = 1 << 20  # bytes searched at a time: a transcript may be gigabytes
-_PATTERN_REACH = 16  # the longest match a pattern given to ``file_holds`` may have
+_PATTERN_REACH = 16  # the longest match a pattern given to ``file_holds_any`` may have
 
 
 def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | None:
@@ -43,23 +43,22 @@ def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | No
             os.close(fd)
 
 
-def file_holds(path: str | os.PathLike[str], start: int,
-               needles: Sequence[bytes | re.Pattern[bytes]]) -> frozenset[object] | None:
-    """Which ``needles`` (bytes, or patterns whose matches are at most 16 bytes long) the
-    file holds from byte ``start`` on, its ASCII letters compared in lower case (a needle
-    is given so); None when it cannot be read. A piece at a time, each overlapping the
-    one before by a needle's length."""
-    found: set[object] = set()
+def file_holds_any(path: str | os.PathLike[str], start: int,
+                   needles: Sequence[bytes | re.Pattern[bytes]]) -> bool | None:
+    """Whether the file holds any of ``needles`` (bytes, or patterns whose matches are at
+    most 16 bytes long) from byte ``start`` on, its ASCII letters compared in lower case (a
+    needle is given so); None when it cannot be read. A piece at a time, each overlapping
+    the one before by a needle's length, up to the first piece that holds one."""
     overlap = max([_PATTERN_REACH, *(len(n) for n in needles if isinstance(n, bytes))]) - 1
     at = start
-    while len(found) < len(needles):
+    while True:
         piece = read_span(path, at, _PIECE)
         if piece is None:
             return None
         low = piece.lower()
-        found.update(n for n in needles if n not in found and (
-            n in low if isinstance(n, bytes) else n.search(low) is not None))
+        if any(n in low if isinstance(n, bytes) else n.search(low) is not None
+               for n in needles):
+            return True
         if len(piece) < _PIECE:
-            break
+            return False
         at += len(piece) - overlap
-    return frozenset(found)

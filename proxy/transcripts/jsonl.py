@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from proxy.transcripts.entries import Entry, EntryError, Header, parse_entry, parse_header
-from proxy.transcripts.file_span import file_holds, read_span
+from proxy.transcripts.file_span import file_holds_any, read_span
 from proxy.transcripts.records import Window
 
 __all__ = ["MAX_LINE", "ErrorSink", "JsonlTranscript", "TranscriptUnreadable"]
@@ -175,7 +175,7 @@ class JsonlTranscript:
             return self._whole(f, size)
         end = block_at + nl + 1
         start, step = end, CHUNK
-        found: list[Entry] = []
+        batches: list[list[Entry]] = []  # newest first: joined once (a file of thousands)
         raw = 0
         while start > self.header_end:
             new_start = max(self.header_end, start - step)
@@ -212,11 +212,12 @@ class JsonlTranscript:
                             enough = True
                             break
             batch.reverse()
-            found = batch + found
+            batches.append(batch)
             start = new_start + line_end
             if enough:
                 break
             step = CHUNK * 4
+        found = [e for batch in reversed(batches) for e in batch]
         return Window(found, start <= self.header_end, end=end)
 
     def _whole(self, f: Any, size: int) -> Window:
@@ -351,11 +352,8 @@ class JsonlTranscript:
             return []
 
     def read_marks(self, before: int) -> list[Entry]:
-        """Compaction and reset entries in the file before byte ``before``.
-
-        Bytes are searched for the entry type without parsing every line, so finding the
-        last compaction of a long transcript stays cheap.
-        """
+        """Compaction and reset entries in the file before byte ``before``: its bytes are
+        searched for the entry type, not every line parsed (a long transcript's is cheap)."""
         found: list[Entry] = []
         try:
             with open(self.path, "rb") as f:
@@ -381,9 +379,9 @@ class JsonlTranscript:
             return found
         return list({e.id: e for e in found}.values())
 
-    def holds(self, needles: Sequence[bytes | re.Pattern[bytes]]) -> frozenset[object] | None:
-        """Which ``needles`` the entries' lines hold (``file_span.file_holds``)."""
-        return file_holds(self.path, self.header_end, needles)
+    def holds(self, needles: Sequence[bytes | re.Pattern[bytes]]) -> bool | None:
+        """Whether the entries' lines hold any of ``needles`` (``file_holds_any``)."""
+        return file_holds_any(self.path, self.header_end, needles)
 
     def load(self, entries: Sequence[Entry]) -> list[Mapping[str, Any] | None]:
         """Re-read the raw objects of entries (one read spanning them, ``read_span``)."""

@@ -228,6 +228,9 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
         index = PinIndex(catalog)
         index.own(t.session_id, policy)
         for _round in range(3):
+            # A segment that was empty when read (a reset came last) is read again whole:
+            # nothing says the catalog's window holds the whole segment since.
+            emptied = t.objs[-1]["type"] == "reset"
             grown_from = len(t.objs)
             new_users = []
             for turn in range(rng.randint(1, 6)):
@@ -246,8 +249,8 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
             found = index.own(t.session_id, policy)
             assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
             edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
-            assert all((e.role == "user" and e.may_pin) or e.id in edited
-                       or e.kind == "context_edit" for e in store.loaded), n
+            assert emptied or all((e.role == "user" and e.may_pin) or e.id in edited
+                                  or e.kind == "context_edit" for e in store.loaded), n
 
 
 # ------------------------------------------------ what the remembered pins may hold, in all

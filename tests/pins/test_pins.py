@@ -127,9 +127,9 @@ def test_thousands_of_unpins_keep_little_and_end_every_inherited_pin() -> None:
         grown = pins_in(lines[at:at + 700], DEFAULT_PINS, start=grown)
     assert grown == whole
     # a few long ones pass the text budget
-    long = pins_in([(str(i), "user", f"!unpin {i} " + "z" * 3_000) for i in range(6)],
+    long = pins_in([(str(i), "user", f"!unpin {i:03d}:" + "z" * 3_000) for i in range(90)],
                    DEFAULT_PINS)
-    assert KEPT_UNPIN_CHARS < 6 * 3_000 and long.unpins_all
+    assert KEPT_UNPINS > 90 and KEPT_UNPIN_CHARS < 90 * 3_000 and long.unpins_all
     assert [p.entry_id for p in merged(old, long).pins] == []
     under = pins_in([(str(i), "user", f"!unpin rule {i:05d}") for i in range(KEPT_UNPINS)],
                     DEFAULT_PINS)
