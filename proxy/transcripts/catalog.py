@@ -266,10 +266,10 @@ class Catalog:
                 and not window_only
             edits = view.replacements(path, picked)
         if short and (before is None or any(e.id == before for e in path)):
-            # Read just enough from the end (``before`` in the window: as many more as the
-            # window holds); a window up to tail_limit is kept so the next request for this
-            # session is served from memory.
-            want = max(k + (st.raw if before is not None else 0), self.tail_limit)
+            # Read just enough from the end (``before`` in the window: and what the window
+            # holds); a window up to tail_limit is kept, what is appended joins it, so the
+            # next request for this session is served from memory.
+            want = k + (st.raw if before is not None else 0)
             window = st.store.read_window(want)
             with self._lock:
                 if want <= self.tail_limit and self._states.get(session_id) is st:
