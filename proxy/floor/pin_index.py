@@ -314,8 +314,8 @@ class PinIndex:
 
 
 def _weight(pins: PinSet) -> int:
-    """About the bytes a session's pins hold: their texts, what they remember, and a
-    little for each object."""
+    """About what a session's pins hold, in characters (a text of emoji takes four times
+    as many bytes): their texts, what they remember, and a little for each object."""
     return (256 + sum(len(p.text) + 128 for p in pins.pins)
             + sum(len(u) + 64 for u in pins.unpins)
             + 64 * (len(pins.controls) + len(pins.ended)))

@@ -246,3 +246,33 @@ def test_a_pinned_assistant_message_removed_ends_its_pin(appended: bool) -> None
         put(catalog, t)
         first = floor.decide(chat(request_for(catalog, t.session_id)), {})
     assert pins_sent(first.body) == [], first.verdict
+
+
+def test_an_edit_appended_while_the_pins_are_first_read_is_applied_next() -> None:
+    """The watcher appends an edit removing the pin while its session's first read is under
+    way (a long transcript's takes a while): the next request reads the pins again and the
+    pin is gone, rather than the read's result being kept as if it had seen the edit."""
+    from proxy.floor.pin_index import PinIndex
+    from proxy.policy.records import Policy
+    from tests.floor.synthetic import MemoryStore
+
+    catalog = Catalog()
+    t = pinned_session()
+    store: MemoryStore = put(catalog, t)
+    appended: list[str] = []
+
+    class EditDuringRead:
+        def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
+            found = catalog.tail(session_id, k, *args, **kwargs)
+            if not appended and k > 1:  # the read of every message, not a probe
+                written = len(t.objs)
+                appended.append(edit(t, pin_id(t), None))
+                catalog.append(t.session_id, store.entries()[written:])
+            return found
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(catalog, name)
+
+    index = PinIndex(EditDuringRead())  # type: ignore[arg-type]
+    assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]  # read before
+    assert appended and index.own(t.session_id, Policy()).pins == ()
