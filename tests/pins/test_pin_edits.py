@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -190,34 +192,48 @@ def _append(path: Path, t: Transcript, since: int) -> None:
         out.write(b"".join(orjson.dumps(o) + b"\n" for o in t.objs[since:]))
 
 
-def test_the_upstream_no_longer_gets_a_pin_removed_after_it_was_read(
-        fake: FakeUpstream, tmp_path: Path) -> None:
+@contextmanager
+def tailfloor_over(fake: FakeUpstream, tmp_path: Path, t: Transcript
+                   ) -> Iterator[tuple[InProcessProxy, Path]]:
+    """A real in-process tailfloor following ``t``, written as Pi's session file."""
     fake.reset()
-    t = pinned_session("01a22a55-0000-7000-8000-0000000e0d17")
-    compacted(t)
     path = write_jsonl(tmp_path / "sessions", t)
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "floor.toml").write_text(RULES)
-    mirror = Catalog()  # what the agent sends: its own context of the same transcript
     proxy = InProcessProxy(fake, "--sessions", str(tmp_path / "sessions"),
                            "--rules", str(tmp_path / "rules"))
     try:
+        yield proxy, path
+    finally:
+        proxy.stop()
+
+
+def append_and_wait(proxy: InProcessProxy, path: Path, t: Transcript, written: int,
+                    seen: float) -> None:
+    """Append what ``t`` holds past ``written`` and wait for tailfloor's watcher to read it."""
+    _append(path, t, written)
+    deadline = time.monotonic() + 10
+    while _updated(proxy, t.session_id) <= seen:
+        assert time.monotonic() < deadline, "the watcher never read what was appended"
+        time.sleep(0.02)
+
+
+def test_the_upstream_no_longer_gets_a_pin_removed_after_it_was_read(
+        fake: FakeUpstream, tmp_path: Path) -> None:
+    t = pinned_session("01a22a55-0000-7000-8000-0000000e0d17")
+    compacted(t)
+    mirror = Catalog()  # what the agent sends: its own context of the same transcript
+    with tailfloor_over(fake, tmp_path, t) as (proxy, path):
         put(mirror, t)
         _post(proxy, request_for(mirror, t.session_id))
         assert pins_sent(fake.chat_requests()[-1].body) == [PIN]
         seen, written = _updated(proxy, t.session_id), len(t.objs)
         edit(t, pin_id(t), None)
-        _append(path, t, written)
-        deadline = time.monotonic() + 10
-        while _updated(proxy, t.session_id) <= seen:
-            assert time.monotonic() < deadline, "the watcher never read the edit"
-            time.sleep(0.02)
+        append_and_wait(proxy, path, t, written, seen)
         put(mirror, t)
         _post(proxy, request_for(mirror, t.session_id))
         sent = fake.chat_requests()[-1].body
         assert pins_sent(sent) == [] and PIN.encode() not in sent
-    finally:
-        proxy.stop()
 
 
 @pytest.mark.parametrize("appended", [False, True])

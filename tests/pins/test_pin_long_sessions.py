@@ -6,7 +6,6 @@ whole, through a catalog of its own."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,14 @@ from proxy.transcripts.jsonl import JsonlTranscript
 from proxy.transcripts.records import SessionInfo
 from tests.fake_upstream import FakeUpstream
 from tests.floor.synthetic import Transcript, put, request_for, write_jsonl
-from tests.inprocess import InProcessProxy
-from tests.pins.test_pin_edits import RULES, _append, _post, _updated, compacted, pins_sent
+from tests.pins.test_pin_edits import (
+    _post,
+    _updated,
+    append_and_wait,
+    compacted,
+    pins_sent,
+    tailfloor_over,
+)
 from tests.pins.test_pin_first_read import PLAIN, USER_TEXTS, _oracle
 from tests.pins.test_pins import PIN
 
@@ -207,7 +212,6 @@ def test_through_tailfloor_a_long_session_s_old_pin_reaches_the_upstream(
     """A real tailfloor started over a long Pi transcript (its scan reads only the end):
     after the agent's compaction the upstream gets the pin written 300 turns earlier, and
     still does once the agent has written 250 turns more and pinned again."""
-    fake.reset()
     t = Transcript("01a22a55-0000-7000-8000-00000001095e")
     t.user("Hello, a first turn.")
     t.assistant("hi")
@@ -215,14 +219,9 @@ def test_through_tailfloor_a_long_session_s_old_pin_reaches_the_upstream(
     t.assistant("understood")
     _long(t, 300)
     compacted(t)
-    path = write_jsonl(tmp_path / "sessions", t)
-    assert path.stat().st_size > 256 * 1024
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / "floor.toml").write_text(RULES)
     mirror = Catalog()  # what the agent sends: its own context of the same transcript
-    proxy = InProcessProxy(fake, "--sessions", str(tmp_path / "sessions"),
-                           "--rules", str(tmp_path / "rules"))
-    try:
+    with tailfloor_over(fake, tmp_path, t) as (proxy, path):
+        assert path.stat().st_size > 256 * 1024
         put(mirror, t)
         _post(proxy, request_for(mirror, t.session_id))
         assert pins_sent(fake.chat_requests()[-1].body) == [PIN]
@@ -230,14 +229,8 @@ def test_through_tailfloor_a_long_session_s_old_pin_reaches_the_upstream(
         t.user("!pin and keep the changelog short")
         _long(t, 250)
         compacted(t)
-        _append(path, t, written)
-        deadline = time.monotonic() + 10
-        while _updated(proxy, t.session_id) <= seen:
-            assert time.monotonic() < deadline, "the watcher never read the new turns"
-            time.sleep(0.02)
+        append_and_wait(proxy, path, t, written, seen)
         put(mirror, t)
         _post(proxy, request_for(mirror, t.session_id))
         assert pins_sent(fake.chat_requests()[-1].body) == [
             PIN, "!pin and keep the changelog short"]
-    finally:
-        proxy.stop()
