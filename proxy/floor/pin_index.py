@@ -49,6 +49,7 @@ _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
 _LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
 _ALL = 1 << 40  # messages: every one
+_UNSURE = (("", ""),)  # edits no read can have seen: the next request reads again
 # What a JSONL line needs to hold for a default pin marker, ``!unpin`` or ``!pin ^`` in a
 # user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the
 # JSON escapes one could be written with: of "!", "p", "i", "n", "u", those two, a 📌's
@@ -169,24 +170,27 @@ class PinIndex:
         with self._lock:
             known = self._scanned.get(session_id)
         if known is not None and known.resets == resets and known.policy[0] is read_with[0] \
-                and known.policy[1:] == read_with[1:] \
-                and (record is known.record
-                     or self._edits(session_id, known.pins) == known.edits):
+                and known.policy[1:] == read_with[1:]:
             if record is known.record:
                 with self._lock:
                     if session_id in self._scanned:
                         self._scanned.move_to_end(session_id)
                 return known
-            since = self._since(session_id, known.last, policy)
+            # Taken before the read: an edit appended during it shows at the next request.
+            checked = self._edits(session_id, known.pins)
+            since = self._since(session_id, known.last, policy) \
+                if checked == known.edits else None  # else an edit of what it read came
             if since is not None:
                 newest, last = since
-                if not newest:  # checked above: no edit of what it read
+                if not newest:
                     return self._keep(session_id, known.pins, record=record, last=last,
                                       read_with=read_with, clean=known.clean,
                                       edits=known.edits)
-                return self._keep(session_id, self._read(newest, policy, known.pins),
-                                  record=record, last=last, read_with=read_with,
-                                  clean=known.clean)
+                pins = self._read(newest, policy, known.pins)
+                return self._keep(session_id, pins, record=record, last=last,
+                                  read_with=read_with, clean=known.clean,
+                                  edits=self._edits_after(session_id, pins, known.pins,
+                                                          checked, record))
         return self._first_read(session_id, record, policy, read_with)
 
     def _since(self, session_id: str, last: str | None, policy: Policy
@@ -287,6 +291,19 @@ class PinIndex:
         if not pins.pins and not pins.controls:
             return ()
         return _of_read(self.catalog.edits(session_id), pins)
+
+    def _edits_after(self, session_id: str, pins: PinSet, before: PinSet,
+                     checked: tuple[tuple[str, str], ...], record: SessionRecord
+                     ) -> tuple[tuple[str, str], ...]:
+        """The edits to check a grown read's pins against: those taken before the read, of
+        what it had read before; of a new pin or control, those now when nothing was
+        appended since the read began (else none can be trusted: the next request reads
+        again)."""
+        read = {p.entry_id for p in pins.pins}.union(pins.controls)
+        if read <= {p.entry_id for p in before.pins}.union(before.controls):
+            return tuple(e for e in checked if e[0] in read)
+        return self._edits(session_id, pins) if self.catalog.get(session_id) is record \
+            else _UNSURE
 
     def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
               last: str | None, read_with: tuple[object, ...], clean: bool,

@@ -292,3 +292,44 @@ def test_an_edit_appended_while_the_pins_are_first_read_is_applied_next() -> Non
     index = PinIndex(EditDuringRead())  # type: ignore[arg-type]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]  # read before
     assert appended and index.own(t.session_id, Policy()).pins == ()
+
+
+@pytest.mark.parametrize("which", ["new", "old"])
+def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str) -> None:
+    """After the first read, the user pins again; while the index reads the new messages
+    the watcher appends an edit removing a pin (the new one, or the one read before): the
+    next request no longer carries it."""
+    from proxy.floor.pin_index import PinIndex
+    from proxy.policy.records import Policy
+    from tests.floor.synthetic import MemoryStore
+
+    catalog = Catalog()
+    t = pinned_session()
+    store: MemoryStore = put(catalog, t)
+    appended: list[str] = []
+
+    class EditDuringRead:
+        def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
+            found = catalog.tail(session_id, k, *args, **kwargs)
+            if armed and not appended and kwargs.get("window_only"):
+                written = len(t.objs)
+                target = new_pin if which == "new" else pin_id(t)
+                appended.append(edit(t, target, None))
+                catalog.append(t.session_id, store.entries()[written:])
+            return found
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(catalog, name)
+
+    index, armed = PinIndex(EditDuringRead()), False  # type: ignore[arg-type]
+    assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]
+    written = len(t.objs)
+    new_pin = t.user("!pin and the changelog too")
+    t.assistant("ok")
+    catalog.append(t.session_id, store.entries()[written:])
+    armed = True
+    assert [p.text for p in index.own(t.session_id, Policy()).pins] == [
+        PIN, "!pin and the changelog too"]  # read before the edit came
+    assert appended
+    left = [PIN] if which == "new" else ["!pin and the changelog too"]
+    assert [p.text for p in index.own(t.session_id, Policy()).pins] == left
