@@ -44,7 +44,7 @@ MAX_SESSIONS = 4096
 # Of what the remembered sessions' pins hold, all together (``_weight``): 16 pins of 8 KiB
 # each in every one of 4,096 sessions would be half a gigabyte.
 MAX_WEIGHT = 16 * 1024 * 1024
-_INCREMENTAL = 200  # new messages read from the end; beyond, the transcript is read again
+_INCREMENTAL = 200  # newest messages the last one read is looked for in; beyond, read again
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
 _LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
