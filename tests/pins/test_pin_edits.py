@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -264,6 +264,29 @@ def test_a_pinned_assistant_message_removed_ends_its_pin(appended: bool) -> None
     assert pins_sent(first.body) == [], first.verdict
 
 
+class EditDuringRead:
+    """The catalog, appending an edit that removes ``target()`` (as the watcher would) to
+    the transcript right after the first tail read that ``when(k, kwargs)`` picks."""
+
+    def __init__(self, catalog: Catalog, t: Transcript, store: Any,
+                 when: Callable[[int, dict[str, Any]], bool],
+                 target: Callable[[], str]) -> None:
+        self.catalog, self.t, self.store = catalog, t, store
+        self.when, self.target = when, target
+        self.appended: list[str] = []
+
+    def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
+        found = self.catalog.tail(session_id, k, *args, **kwargs)
+        if not self.appended and self.when(k, kwargs):
+            written = len(self.t.objs)
+            self.appended.append(edit(self.t, self.target(), None))
+            self.catalog.append(self.t.session_id, self.store.entries()[written:])
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.catalog, name)
+
+
 def test_an_edit_appended_while_the_pins_are_first_read_is_applied_next() -> None:
     """The watcher appends an edit removing the pin while its session's first read is under
     way (a long transcript's takes a while): the next request reads the pins again and the
@@ -275,23 +298,11 @@ def test_an_edit_appended_while_the_pins_are_first_read_is_applied_next() -> Non
     catalog = Catalog()
     t = pinned_session()
     store: MemoryStore = put(catalog, t)
-    appended: list[str] = []
-
-    class EditDuringRead:
-        def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
-            found = catalog.tail(session_id, k, *args, **kwargs)
-            if not appended and k > 1:  # the read of every message, not a probe
-                written = len(t.objs)
-                appended.append(edit(t, pin_id(t), None))
-                catalog.append(t.session_id, store.entries()[written:])
-            return found
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(catalog, name)
-
-    index = PinIndex(EditDuringRead())  # type: ignore[arg-type]
+    # the read of every message, not a probe
+    during = EditDuringRead(catalog, t, store, lambda k, _kw: k > 1, lambda: pin_id(t))
+    index = PinIndex(during)  # type: ignore[arg-type]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]  # read before
-    assert appended and index.own(t.session_id, Policy()).pins == ()
+    assert during.appended and index.own(t.session_id, Policy()).pins == ()
 
 
 @pytest.mark.parametrize("which", ["new", "old"])
@@ -306,22 +317,10 @@ def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str
     catalog = Catalog()
     t = pinned_session()
     store: MemoryStore = put(catalog, t)
-    appended: list[str] = []
-
-    class EditDuringRead:
-        def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
-            found = catalog.tail(session_id, k, *args, **kwargs)
-            if armed and not appended and kwargs.get("window_only"):
-                written = len(t.objs)
-                target = new_pin if which == "new" else pin_id(t)
-                appended.append(edit(t, target, None))
-                catalog.append(t.session_id, store.entries()[written:])
-            return found
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(catalog, name)
-
-    index, armed = PinIndex(EditDuringRead()), False  # type: ignore[arg-type]
+    during = EditDuringRead(catalog, t, store,
+                            lambda _k, kwargs: armed and bool(kwargs.get("window_only")),
+                            lambda: new_pin if which == "new" else pin_id(t))
+    index, armed = PinIndex(during), False  # type: ignore[arg-type]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]
     written = len(t.objs)
     new_pin = t.user("!pin and the changelog too")
@@ -330,6 +329,6 @@ def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str
     armed = True
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == [
         PIN, "!pin and the changelog too"]  # read before the edit came
-    assert appended
+    assert during.appended
     left = [PIN] if which == "new" else ["!pin and the changelog too"]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == left
