@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL_LINES = 30
+PROBLEM_LINES = 40
+# Lines of a log that say something went wrong: printed first, because CI's report of a long
+# failure keeps only its start and its end, and a log's tail is often after the cause.
+_PROBLEM = re.compile(r"(?i)\b(warn(ing)?|error|fail(ed|ure|s)?|exception|traceback|refused|"
+                      r"timed? ?out|abort(ed)?)\b"
+                      r'|"ms":\s*\d{4,}')  # and tailfloor's requests that took a second or more
 # Never written out: the agents send their (fake) keys, but a habit is a habit.
 _SECRET_HEADERS = {"authorization", "x-api-key", "cookie", "x-tailfloor-agent-key"}
 
@@ -69,6 +75,7 @@ class Evidence:
         directory = artifacts_root() / re.sub(r"[^A-Za-z0-9_.-]+", "_", self.test_id)[-150:]
         directory.mkdir(parents=True, exist_ok=True)
         lines = [f"evidence written to {directory}"]
+        tails: list[str] = []
         for name, source in self.sources.items():
             try:
                 data = source()
@@ -76,10 +83,31 @@ class Evidence:
                 data = f"(could not read: {type(exc).__name__}: {exc})"
             raw = data.encode() if isinstance(data, str) else data
             (directory / name).write_bytes(raw)
-            tail = raw.decode(errors="replace").splitlines()[-TAIL_LINES:]
-            lines.append(f"--- {name} ({len(raw)} bytes), last {len(tail)} lines:")
-            lines.extend(line[:400] for line in tail)
-        return directory, lines
+            text = raw.decode(errors="replace").splitlines()
+            if not name.endswith(".json"):
+                problems = problem_lines(text)
+                if problems:
+                    lines.append(f"--- {name}: the last {len(problems)} lines that say "
+                                 "something went wrong:")
+                    lines.extend(line[:400] for line in problems)
+            tail = text[-TAIL_LINES:]
+            tails.append(f"--- {name} ({len(raw)} bytes), last {len(tail)} lines:")
+            tails.extend(line[:400] for line in tail)
+        return directory, lines + tails
+
+
+def problem_lines(lines: list[str]) -> list[str]:
+    """The last lines of a log that name an error, a failure or a warning, or a request
+    that took a second or more (colour codes off)."""
+    plain = (_ANSI.sub("", line) for line in lines)
+    return [line for line in plain
+            if _PROBLEM.search(line) and not _NOISE.search(line)][-PROBLEM_LINES:]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# OpenClaw's SQLite maintenance reports every rejected attempt as a warning, several a minute
+# in a live run: they would push out the few lines that matter.
+_NOISE = re.compile(r"slow SQLite reclamation Worker operation")
 
 
 def _json_or_text(body: bytes) -> object:

@@ -15,12 +15,21 @@ request's own work, which a lone agent always waited for (its first restore afte
 compaction is never passed through for being slow). At most ``backlog`` decisions are
 queued (a dropped one until the thread skips it): beyond that a request is passed on at
 once, so the queue and what it holds stay bounded however fast requests come.
+
+A decision that runs past ``slow`` seconds (5) holds every request behind it: a waiting
+request logs a warning with where the lane's thread is (its stack: file, line and function
+names, none of a message's text), again each minute while it runs, so a decision stuck in a
+loop or on a lock says where.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -30,25 +39,33 @@ __all__ = ["BACKLOG", "FloorLane"]
 A = TypeVar("A")
 R = TypeVar("R")
 BACKLOG = 256  # queued decisions; each holds its request's parsed context until it runs
+SLOW = 5.0  # seconds a decision runs before a request waiting on the lane reports it
+REPORT_EVERY = 60.0  # seconds between reports of the same decision
+_STACK_FRAMES = 16
 _QUEUED, _RUNNING, _DROPPED = 0, 1, 2
+log = logging.getLogger("tailfloor.floor")
 
 
 class _Job(Generic[A, R]):
-    __slots__ = ("arg", "fn", "state")
+    __slots__ = ("arg", "fn", "reported", "started", "state", "thread")
 
     def __init__(self, fn: Callable[[A], R], arg: A) -> None:
         self.fn: Callable[[A], R] | None = fn
         self.arg: A | None = arg
         self.state = _QUEUED
+        self.thread = 0  # the lane thread's ident once it runs
+        self.started = self.reported = 0.0
 
 
 class FloorLane:
     def __init__(self, wait: float | None, backlog: int = BACKLOG,
-                 name: str = "tailfloor-floor") -> None:
+                 name: str = "tailfloor-floor", slow: float = SLOW) -> None:
         """``wait``: seconds a request waits for its decision to start (None: no bound)."""
         self.wait = wait
         self.backlog = backlog
+        self.slow = slow
         self.queued = 0  # jobs in the thread's queue, dropped ones included
+        self._running: _Job[Any, Any] | None = None
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
 
@@ -63,16 +80,42 @@ class FloorLane:
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._run, job)
         future.add_done_callback(_retrieve)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.wait)
-        except TimeoutError:
-            if not self._drop(job):
-                # Started: what is left is this request's own work, as it was before the
-                # lane (the wait bounds the queue, never a decision's own cost).
-                return await future
-            return None
+            if self.wait is not None:
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), self.wait)
+                except TimeoutError:
+                    if self._drop(job):
+                        return None
+                    # Started: what is left is this request's own work, as it was before
+                    # the lane (the wait bounds the queue, never a decision's own cost).
+            return await self._watched(future)
         except asyncio.CancelledError:  # the client left: nobody wants this decision
             self._drop(job)
             raise
+
+    async def _watched(self, future: asyncio.Future[R | None]) -> R | None:
+        """The decision's result; while waiting, a decision that runs past ``slow`` seconds
+        is reported (the one running, this request's or one before it)."""
+        period = self.slow
+        while True:
+            done, _pending = await asyncio.wait((future,), timeout=period)
+            if done:
+                return future.result()
+            self._report_slow()
+            period = min(self.slow, REPORT_EVERY)
+
+    def _report_slow(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            job = self._running
+            if job is None or now - job.started < self.slow \
+                    or (job.reported and now - job.reported < REPORT_EVERY):
+                return
+            job.reported, queued = now, self.queued
+        frame = sys._current_frames().get(job.thread)
+        where = "".join(traceback.format_stack(frame)[-_STACK_FRAMES:]) if frame else ""
+        log.warning("a floor decision has run for %.1f s; %d wait behind it", now - job.started,
+                    queued, extra={"stack": where})
 
     def _drop(self, job: _Job[A, R]) -> bool:
         """Drop ``job`` if it has not started; whether it was dropped."""
@@ -89,8 +132,13 @@ class FloorLane:
             fn, arg = job.fn, job.arg
             if job.state == _DROPPED or fn is None:
                 return None
-            job.state = _RUNNING
-        return fn(arg)  # type: ignore[arg-type]  # arg is set while fn is
+            job.state, job.thread, job.started = _RUNNING, threading.get_ident(), time.monotonic()
+            self._running = job
+        try:
+            return fn(arg)  # type: ignore[arg-type]  # arg is set while fn is
+        finally:
+            with self._lock:
+                self._running = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

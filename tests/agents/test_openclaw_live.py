@@ -212,9 +212,12 @@ def main_sizes(fake: FakeUpstream, key: str) -> list[int]:
 
 
 def ask(gateway: Gateway, run: Run, text: str) -> str:
+    sent = time.monotonic()
     answer = gateway.turn(run.agent.id, run.key, text, model=run.model)
     run.last_turn = time.monotonic()
-    assert "choices" in answer, f"{run.key}: {text!r} -> {answer}"
+    # How long the turn took tells a hang (a model call that never ended) from a refusal.
+    assert "choices" in answer, \
+        f"{run.key}: {text!r} -> {answer} after {run.last_turn - sent:.1f} s"
     return str(answer["choices"][0]["message"]["content"])
 
 

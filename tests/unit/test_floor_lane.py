@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
+
+import pytest
 
 from proxy.server.floor_lane import FloorLane
 
@@ -86,3 +90,49 @@ def test_without_a_bound_a_request_waits_its_turn() -> None:
         assert await asyncio.gather(*waiting) == [0, 1, 2]
         lane.close()
     asyncio.run(scenario())
+
+
+def _stuck_in_a_loop(gate: threading.Event, started: threading.Event) -> object:
+    def decision_stuck_here(_: object) -> str:
+        started.set()
+        while not gate.wait(0.01):  # a decision that does not end (a loop, a lock)
+            pass
+        return "done at last"
+    return decision_stuck_here
+
+
+def test_a_decision_that_runs_too_long_is_reported_once_with_where_it_is(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        for wait in (None, 0.02):
+            caplog.clear()
+            lane = FloorLane(wait=wait, slow=0.1)
+            gate, started = threading.Event(), threading.Event()
+            first = asyncio.ensure_future(lane.decide(_stuck_in_a_loop(gate, started), None))
+            await asyncio.to_thread(started.wait, 5)
+            behind = [asyncio.ensure_future(lane.decide(lambda x: x, n)) for n in range(3)]
+            await asyncio.sleep(0.5)  # several waiters, several polls past ``slow``
+            assert not first.done()
+            gate.set()
+            assert await first == "done at last"
+            reports = [r for r in caplog.records if r.name == "tailfloor.floor"
+                       and r.levelno == logging.WARNING]
+            assert len(reports) == 1, [r.getMessage() for r in reports]
+            assert "decision_stuck_here" in str(getattr(reports[0], "stack", ""))
+            assert "a floor decision has run for" in reports[0].getMessage()
+            answers = await asyncio.gather(*behind)
+            assert answers == ([0, 1, 2] if wait is None else [None, None, None])
+            lane.close()
+    with caplog.at_level(logging.WARNING, logger="tailfloor.floor"):
+        asyncio.run(scenario())
+
+
+def test_decisions_that_end_in_time_are_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        lane = FloorLane(wait=None, slow=0.2)
+        for n in range(20):
+            assert await lane.decide(lambda x: (time.sleep(0.01), x)[1], n) == n
+        lane.close()
+    with caplog.at_level(logging.WARNING, logger="tailfloor.floor"):
+        asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.name == "tailfloor.floor"]
