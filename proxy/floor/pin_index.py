@@ -20,6 +20,7 @@ it in a worker thread.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import OrderedDict
@@ -54,9 +55,8 @@ _UNSURE = (("", ""),)  # edits no read can have seen: the next request reads aga
 # user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the
 # JSON escapes one could be written with: of "!", "p", "i", "n", "u", those two, a 📌's
 # first half (not any escape: a tool's JSON output holds many).
-_MARK_BYTES: tuple[bytes | re.Pattern[bytes], ...] = (
-    b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", "\U0001f4cc".encode(),
-    re.compile(rb"\\u(?:00(?:21|[57]0|[46]9|[46]e|[57]5)|013[01]|d83d)"))
+_MARK_BYTES = (b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", "\U0001f4cc".encode())
+_MARK_ESCAPES = (rb"00(?:21|[57]0|[46]9|[46]e|[57]5)", rb"013[01]", rb"d83d")
 
 
 class Transcripts(Protocol):
@@ -237,7 +237,7 @@ class PinIndex:
             # read with what comes after it.
             newest: list[str] = []
             self.catalog.tail(session_id, 1, pick=_newest(newest))
-            if self.catalog.holds(session_id, (*_MARK_BYTES, *_marker_bytes(marker))) is False:
+            if self.catalog.holds(session_id, _needles(marker)) is False:
                 return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
                                   clean=False, last=newest[0] if newest else None, edits=())
         k = _ALL  # every message: a long transcript's count is only of the window it keeps
@@ -343,12 +343,17 @@ def _of_read(edits: Mapping[str, str], pins: PinSet) -> tuple[tuple[str, str], .
     return tuple(sorted((target, edit) for target, edit in edits.items() if target in read))
 
 
-def _marker_bytes(marker: str) -> tuple[bytes | re.Pattern[bytes], ...]:
-    """The clean-slate marker as a JSON string holds it, and the escapes of its characters."""
-    if not marker:
-        return ()
-    escapes = b"|".join(b"%04x" % ord(c) for c in set(marker.lower() + marker.upper()))
-    return orjson.dumps(marker)[1:-1].lower(), re.compile(rb"\\u(?:" + escapes + rb")")
+@functools.lru_cache(maxsize=16)
+def _needles(marker: str) -> tuple[bytes | re.Pattern[bytes], ...]:
+    """The default markers' bytes, the clean-slate ``marker`` as a JSON string holds it, and
+    one pattern for the escapes of all their characters (a pattern is a pass of its own over
+    the file's bytes)."""
+    found: list[bytes | re.Pattern[bytes]] = [*_MARK_BYTES]
+    escapes = [*_MARK_ESCAPES]
+    if marker:
+        found.append(orjson.dumps(marker)[1:-1].lower())
+        escapes += sorted({b"%04x" % ord(c) for c in marker.lower() + marker.upper()})
+    return (*found, re.compile(rb"\\u(?:" + b"|".join(escapes) + rb")"))
 
 
 def _default_marks(policy: Policy) -> bool:

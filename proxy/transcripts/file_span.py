@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["file_holds_any", "read_span"]
 
 _PIECE = 1 << 20  # bytes searched at a time: a transcript may be gigabytes
 _PATTERN_REACH = 16  # the longest match a pattern given to ``file_holds_any`` may have
+_SHARED_STOPS = 1024  # places of a group's first byte looked at in a piece, at most
 
 
 def read_span(path: str | os.PathLike[str], start: int, size: int) -> bytes | None:
@@ -50,15 +51,47 @@ def file_holds_any(path: str | os.PathLike[str], start: int,
     needle is given so); None when it cannot be read. A piece at a time, each overlapping
     the one before by a needle's length, up to the first piece that holds one."""
     overlap = max([_PATTERN_REACH, *(len(n) for n in needles if isinstance(n, bytes))]) - 1
+    search = _searcher(needles)
     at = start
     while True:
         piece = read_span(path, at, _PIECE)
         if piece is None:
             return None
-        low = piece.lower()
-        if any(n in low if isinstance(n, bytes) else n.search(low) is not None
-               for n in needles):
+        if search(piece.lower()):
             return True
         if len(piece) < _PIECE:
             return False
         at += len(piece) - overlap
+
+
+def _searcher(needles: Sequence[bytes | re.Pattern[bytes]]) -> Callable[[bytes], bool]:
+    """A test of whether a piece holds any of ``needles``. Each search is a pass over the
+    piece: needles that start with the same byte (``!pin``, ``!unpin``...) share one, which
+    stops at each of that byte's places, up to ``_SHARED_STOPS`` of them (then each needle
+    of the group has a pass of its own: a piece of ``!!!!`` costs what it did before)."""
+    if any(isinstance(n, bytes) and not n for n in needles):
+        return lambda piece: True  # an empty needle is in every piece
+    groups: dict[int, list[bytes]] = {}
+    for n in needles:
+        if isinstance(n, bytes):
+            groups.setdefault(n[0], []).append(n)
+    shared = [(bytes((first,)), tuple(n[1:] for n in group), group)
+              for first, group in groups.items() if len(group) > 1]
+    alone = [group[0] for group in groups.values() if len(group) == 1]
+    patterns = [n for n in needles if not isinstance(n, bytes)]
+
+    def holds(piece: bytes) -> bool:
+        for first, rests, group in shared:
+            at, stops = piece.find(first), 0
+            while at >= 0:
+                if piece.startswith(rests, at + 1):
+                    return True
+                stops += 1
+                if stops > _SHARED_STOPS:
+                    if any(n in piece for n in group):
+                        return True
+                    break
+                at = piece.find(first, at + 1)
+        return any(n in piece for n in alone) \
+            or any(p.search(piece) is not None for p in patterns)
+    return holds

@@ -135,3 +135,49 @@ def test_what_a_file_holds_is_found_across_its_pieces(tmp_path: Path,
     assert file_span.file_holds_any(path, 0, (b"at the head",)) is True
     assert file_span.file_holds_any(path, start, (b"at the head",)) is False
     assert file_span.file_holds_any(tmp_path / "missing", 0, (b"!pin",)) is None
+
+
+@pytest.mark.parametrize("stops", [0, 2, 1024])
+def test_what_a_file_holds_is_what_each_needle_alone_finds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stops: int) -> None:
+    """Needles that share a first byte are searched in one pass (up to ``stops`` places of
+    that byte, then one pass each): the answer is always that of searching each needle on its
+    own over the whole lowered file, the test's oracle. Files of bytes that needles start
+    with, in pieces of 64 bytes."""
+    import random
+    import re
+
+    monkeypatch.setattr(file_span, "_PIECE", 64)
+    monkeypatch.setattr(file_span, "_SHARED_STOPS", stops)
+    rng = random.Random(stops)
+    alphabet = [b"!", b"-", b"\\", b"u", b"p", b"i", b"n", b"P", b"I", b"N", b"\xc4", b"\xb0",
+                b"\xf0", b"\x9f", b"0", b"2", b"1", b" ", b"\n"]
+    words = [b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", b"\xf0\x9f\x93\x8c", b"--clean",
+             b"!p", b"-x", b"n"]
+    escape = re.compile(rb"\\u(?:0021|0070)")
+    path = tmp_path / "f"
+    for case in range(400):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 400)))
+        if rng.random() < 0.5:
+            at = rng.randrange(0, len(data) + 1)
+            planted = rng.choice([*words, b"\\u0021", b"!PIN", b"!UnPiN"])
+            data = data[:at] + planted + data[at:]
+        path.write_bytes(data)
+        needles: list[bytes | re.Pattern[bytes]] = rng.sample(words, rng.randrange(1, 6))
+        if rng.random() < 0.5:
+            needles.append(escape)
+        low = data.lower()
+        expected = any(n in low if isinstance(n, bytes) else n.search(low) is not None
+                       for n in needles)
+        assert file_span.file_holds_any(path, 0, needles) is expected, (case, data, needles)
+
+
+def test_a_file_of_nothing_but_a_shared_first_byte_is_searched_in_bounded_passes(
+        tmp_path: Path) -> None:
+    """A hostile file of ``!`` (every place a group's first byte): past the stops, each
+    needle is searched on its own, and the answer holds at the file's very end."""
+    path = tmp_path / "f"
+    path.write_bytes(b"!" * 3_000_000 + b"!unpin")
+    assert file_span.file_holds_any(path, 0, (b"!pin", b"!unpin")) is True
+    path.write_bytes(b"!" * 3_000_000)
+    assert file_span.file_holds_any(path, 0, (b"!pin", b"!unpin")) is False
