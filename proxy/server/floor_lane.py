@@ -63,7 +63,7 @@ class FloorLane:
         """``wait``: seconds a request waits for its decision to start (None: no bound)."""
         self.wait = wait
         self.backlog = backlog
-        self.slow = slow
+        self.slow = max(slow, 0.01)
         self.queued = 0  # jobs in the thread's queue, dropped ones included
         self._running: _Job[Any, Any] | None = None
         self._lock = threading.Lock()
@@ -80,42 +80,44 @@ class FloorLane:
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._run, job)
         future.add_done_callback(_retrieve)
         try:
-            if self.wait is not None:
-                try:
-                    return await asyncio.wait_for(asyncio.shield(future), self.wait)
-                except TimeoutError:
-                    if self._drop(job):
-                        return None
-                    # Started: what is left is this request's own work, as it was before
-                    # the lane (the wait bounds the queue, never a decision's own cost).
-            return await self._watched(future)
+            return await self._awaited(job, future)
         except asyncio.CancelledError:  # the client left: nobody wants this decision
             self._drop(job)
             raise
 
-    async def _watched(self, future: asyncio.Future[R | None]) -> R | None:
-        """The decision's result; while waiting, a decision that runs past ``slow`` seconds
-        is reported (the one running, this request's or one before it)."""
-        period = self.slow
+    async def _awaited(self, job: _Job[A, R], future: asyncio.Future[R | None]) -> R | None:
+        """The decision's result, or None when it had not started within ``wait``. While
+        waiting, a decision that has run past ``slow`` seconds (this request's or the one
+        before it) is reported: polled every quarter of ``slow``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait if self.wait is not None else None
         while True:
+            period = self.slow / 4
+            if deadline is not None:
+                period = min(period, max(0.0, deadline - loop.time()))
             done, _pending = await asyncio.wait((future,), timeout=period)
             if done:
                 return future.result()
             self._report_slow()
-            period = min(self.slow, REPORT_EVERY)
+            if deadline is not None and loop.time() >= deadline:
+                deadline = None
+                if self._drop(job):
+                    return None
+                # Started: what is left is this request's own work, as it was before the
+                # lane (the wait bounds the queue, never a decision's own cost).
 
     def _report_slow(self) -> None:
         now = time.monotonic()
-        with self._lock:
+        with self._lock:  # the frame too: the job it names is the one running
             job = self._running
             if job is None or now - job.started < self.slow \
                     or (job.reported and now - job.reported < REPORT_EVERY):
                 return
             job.reported, queued = now, self.queued
-        frame = sys._current_frames().get(job.thread)
-        where = "".join(traceback.format_stack(frame)[-_STACK_FRAMES:]) if frame else ""
-        log.warning("a floor decision has run for %.1f s; %d wait behind it", now - job.started,
-                    queued, extra={"stack": where})
+            frame = sys._current_frames().get(job.thread)
+            stack = traceback.format_stack(frame)[-_STACK_FRAMES:] if frame else []
+        log.warning("a floor decision has run for %.1f s (%d queued behind it)",
+                    now - job.started, queued, extra={"stack": "".join(stack)})
 
     def _drop(self, job: _Job[A, R]) -> bool:
         """Drop ``job`` if it has not started; whether it was dropped."""

@@ -52,14 +52,15 @@ def file_holds_any(path: str | os.PathLike[str], start: int,
     the one before by a needle's length, up to the first piece that holds one."""
     overlap = max([_PATTERN_REACH, *(len(n) for n in needles if isinstance(n, bytes))]) - 1
     search = _searcher(needles)
+    size = max(_PIECE, 2 * overlap)  # each piece moves on, however long a needle
     at = start
     while True:
-        piece = read_span(path, at, _PIECE)
+        piece = read_span(path, at, size)
         if piece is None:
             return None
         if search(piece.lower()):
             return True
-        if len(piece) < _PIECE:
+        if len(piece) < size:
             return False
         at += len(piece) - overlap
 

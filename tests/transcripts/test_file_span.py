@@ -181,3 +181,16 @@ def test_a_file_of_nothing_but_a_shared_first_byte_is_searched_in_bounded_passes
     assert file_span.file_holds_any(path, 0, (b"!pin", b"!unpin")) is True
     path.write_bytes(b"!" * 3_000_000)
     assert file_span.file_holds_any(path, 0, (b"!pin", b"!unpin")) is False
+
+
+def test_a_needle_longer_than_a_piece_is_still_searched_to_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces overlap by a needle's length: one longer than a piece makes pieces longer,
+    never a search that stays where it is."""
+    monkeypatch.setattr(file_span, "_PIECE", 64)
+    needle = b"--" + b"x" * 198
+    path = tmp_path / "f"
+    path.write_bytes(b"." * 1000 + needle + b"." * 10)
+    assert file_span.file_holds_any(path, 0, (needle,)) is True
+    path.write_bytes(b"." * 5000)
+    assert file_span.file_holds_any(path, 0, (needle,)) is False

@@ -109,11 +109,13 @@ def test_a_decision_that_runs_too_long_is_reported_once_with_where_it_is(
             lane = FloorLane(wait=wait, slow=0.1)
             gate, started = threading.Event(), threading.Event()
             first = asyncio.ensure_future(lane.decide(_stuck_in_a_loop(gate, started), None))
-            await asyncio.to_thread(started.wait, 5)
-            behind = [asyncio.ensure_future(lane.decide(lambda x: x, n)) for n in range(3)]
-            await asyncio.sleep(0.5)  # several waiters, several polls past ``slow``
-            assert not first.done()
-            gate.set()
+            try:
+                await asyncio.to_thread(started.wait, 5)
+                behind = [asyncio.ensure_future(lane.decide(lambda x: x, n)) for n in range(3)]
+                await asyncio.sleep(0.5)  # several waiters, several polls past ``slow``
+                assert not first.done()
+            finally:
+                gate.set()  # a failed check must not leave the lane's thread looping
             assert await first == "done at last"
             reports = [r for r in caplog.records if r.name == "tailfloor.floor"
                        and r.levelno == logging.WARNING]
@@ -136,3 +138,26 @@ def test_decisions_that_end_in_time_are_not_reported(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.WARNING, logger="tailfloor.floor"):
         asyncio.run(scenario())
     assert not [r for r in caplog.records if r.name == "tailfloor.floor"]
+
+
+def test_a_slow_decision_is_reported_while_requests_wait_their_bounded_time(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """With ``--floor-wait-ms`` longer than ``slow``: the report comes within the wait, not
+    after it (a decision that ends before the wait is up was still slow)."""
+    async def scenario() -> None:
+        lane = FloorLane(wait=2.0, slow=0.1)
+        gate, started = threading.Event(), threading.Event()
+        first = asyncio.ensure_future(lane.decide(_stuck_in_a_loop(gate, started), None))
+        try:
+            await asyncio.to_thread(started.wait, 5)
+            behind = asyncio.ensure_future(lane.decide(lambda x: x, 1))
+            await asyncio.sleep(0.5)
+            reports = [r for r in caplog.records if r.name == "tailfloor.floor"]
+            assert len(reports) == 1 and "(1 queued behind it)" in reports[0].getMessage()
+        finally:
+            gate.set()
+        assert await first == "done at last"
+        assert await behind == 1
+        lane.close()
+    with caplog.at_level(logging.WARNING, logger="tailfloor.floor"):
+        asyncio.run(scenario())
