@@ -299,8 +299,8 @@ class PinIndex:
         what it had read before; of a new pin or control, those now when nothing was
         appended since the read began (else none can be trusted: the next request reads
         again)."""
-        read = {p.entry_id for p in pins.pins}.union(pins.controls)
-        if read <= {p.entry_id for p in before.pins}.union(before.controls):
+        read = _read_ids(pins)
+        if read <= _read_ids(before):
             return tuple(e for e in checked if e[0] in read)
         return self._edits(session_id, pins) if self.catalog.get(session_id) is record \
             else _UNSURE
@@ -338,8 +338,13 @@ def _weight(pins: PinSet) -> int:
             + 64 * (len(pins.controls) + len(pins.ended)))
 
 
+def _read_ids(pins: PinSet) -> set[str]:
+    """The messages ``pins`` was read from: its pins' and its controls'."""
+    return {p.entry_id for p in pins.pins}.union(pins.controls)
+
+
 def _of_read(edits: Mapping[str, str], pins: PinSet) -> tuple[tuple[str, str], ...]:
-    read = {p.entry_id for p in pins.pins}.union(pins.controls)
+    read = _read_ids(pins)
     return tuple(sorted((target, edit) for target, edit in edits.items() if target in read))
 
 
