@@ -289,8 +289,8 @@ class Metrics:
     def _cache_series(self, r: CollectorRegistry) -> None:
         self.cache_held = Gauge(
             "tailfloor_cache_held", "What the bounded memory kept between requests holds, "
-            "read at each scrape (cache: rendered_bytes = transcript bytes whose renderings "
-            "are kept, a database row's JSON for OpenClaw; rendered = kept renderings; "
+            "read at each scrape (cache: rendered_bytes = memory the kept renderings hold, "
+            "their JSON and a row each; rendered = kept renderings; "
             "served_sessions and served_entries = unpacked session windows; token_counts = "
             "remembered message counts: these by --session-cache-bytes; inspector_bytes = "
             "the inspector's kept requests, by --inspect-memory-bytes).", ["cache"],

@@ -12,14 +12,13 @@ tests/bench/session_memory.py measures."""
 
 from __future__ import annotations
 
+from proxy.transcripts.render_cache import ROW
 from proxy.values import frozen_value
 
 __all__ = ["DEFAULT_CACHE_BYTES", "CacheBounds", "cache_bounds"]
 
 DEFAULT_CACHE_BYTES = 28 * 1024 * 1024  # the bounds one agent's sessions need, with room
 _RENDERED_SHARE = 0.6
-_BYTES_PER_RENDERED_BYTE = 1.25  # a kept rendering against the transcript line it came from
-_BYTES_PER_RENDERED_ENTRY = 256  # the least a kept rendering costs beside its line
 _BYTES_PER_ENTRY = 300  # an unpacked window's entry object
 _ENTRIES_PER_SESSION = 32  # a served session's window, on average, to bound their number
 _TOKEN_COUNTS = 65_536
@@ -27,7 +26,7 @@ _TOKEN_COUNTS = 65_536
 
 @frozen_value
 class CacheBounds:
-    rendered_bytes: int  # transcript bytes whose renderings are kept
+    rendered_bytes: int  # memory the kept renderings hold (render_cache.py counts it)
     rendered_entries: int
     served_sessions: int
     served_entries: int
@@ -37,11 +36,12 @@ class CacheBounds:
 def cache_bounds(memory: int) -> CacheBounds:
     """The caches' bounds for ``memory`` bytes in all (each at least a little)."""
     rendered_memory = int(memory * _RENDERED_SHARE)
-    rendered_bytes = max(64 * 1024, int(rendered_memory / _BYTES_PER_RENDERED_BYTE))
+    rendered_bytes = max(64 * 1024, rendered_memory)
     served_entries = max(1024, (memory - rendered_memory) // _BYTES_PER_ENTRY)
     return CacheBounds(
         rendered_bytes=rendered_bytes,
-        rendered_entries=max(256, rendered_bytes // _BYTES_PER_RENDERED_ENTRY),
+        # each holds ``ROW`` bytes at least, so the bytes bound them before this does
+        rendered_entries=max(256, rendered_bytes // ROW),
         served_sessions=max(32, served_entries // _ENTRIES_PER_SESSION),
         served_entries=served_entries,
         # An agent's next request counts the same messages again: ~130 bytes a count kept,

@@ -34,24 +34,32 @@ from proxy.transcripts.render import RenderOptions
 
 __all__ = ["RenderedTail"]
 
-# Counted in transcript bytes; as JSON of its rendering and its object's framing, a kept
-# entry takes about 1.2 times its line in memory (tests/bench/session_memory.py), so some
-# 10 MB at most.
+# Counted in the memory a kept rendering holds: its JSON, and ``ROW`` bytes for its key, its
+# row, its slot in the map and the entry's id (tests/transcripts/test_rendered_tail.py
+# measures both).
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
+ROW = 424
 HOT = 2048  # renderings of long tails decoded lately, kept as objects
 HEAT_FROM = 64
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
-# entry id, timestamp, role, JSON of [framing, renderings], cost
-_Kept = tuple[str, float | None, str, bytes, int]
+# entry id, timestamp, role, JSON of [framing, renderings] (its cost is ``_held`` of it)
+_Kept = tuple[str, float | None, str, bytes]
 
 
 def _line_bytes(entry: Entry, edit: Entry | None) -> int:
     """The transcript bytes a rendering stands for: its lines (0: database rows, which have
     no line size)."""
     return entry.size + (edit.size if edit is not None else 0)
+
+
+def _held(blob: bytes) -> int:
+    """The memory a kept rendering holds: its JSON (a bytes object's 33-byte head included)
+    and its row. Counted in the transcript's bytes instead, a thousand agents' short lines
+    held half as much again as the budget said, and went on growing once it was full."""
+    return len(blob) + 33 + ROW
 
 
 class RenderedTail:
@@ -125,8 +133,7 @@ class RenderedTail:
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
         largest = min(self.max_bytes, MAX_BYTES) // 8  # one would push out everything else
-        cost = _line_bytes(entry, edit)
-        if cost > largest:
+        if _line_bytes(entry, edit) > largest:
             return  # before writing its JSON: such a line is read again every request
         try:
             # Copied to its own size: orjson's answer keeps the room it was written in, 4 KB
@@ -137,7 +144,7 @@ class RenderedTail:
             blob = memoryview(orjson.dumps([message.framing, message.messages])).tobytes()
         except orjson.JSONEncodeError:
             return
-        cost = cost or len(blob) + 256  # a database row: its JSON measured
+        cost = _held(blob)
         if cost > largest:
             return
         with self._lock:
@@ -146,16 +153,16 @@ class RenderedTail:
             old = self._kept.pop(key, None)
             self._hot.pop(key, None)
             if old is not None:
-                self.bytes -= old[4]
+                self.bytes -= _held(old[3])
             else:
                 self._held[key[0]] += 1
-            self._kept[key] = (message.entry_id, message.timestamp, message.role, blob, cost)
+            self._kept[key] = (message.entry_id, message.timestamp, message.role, blob)
             self.bytes += cost
             while self._kept and (self.bytes > self.max_bytes
                                   or len(self._kept) > self.max_entries):
                 gone, dropped = self._kept.popitem(last=False)
                 self._hot.pop(gone, None)
-                self.bytes -= dropped[4]
+                self.bytes -= _held(dropped[3])
                 self._let_go(gone[0])
 
     def _let_go(self, store_id: int) -> None:
@@ -174,6 +181,6 @@ def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
 
 
 def _decoded(kept: _Kept) -> TailMessage:
-    entry_id, timestamp, role, blob, _cost = kept
+    entry_id, timestamp, role, blob = kept
     framing, messages = orjson.loads(blob)
     return TailMessage(entry_id, timestamp, role, framing, tuple(messages))

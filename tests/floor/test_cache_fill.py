@@ -16,7 +16,7 @@ from tests.inprocess import InProcessProxy
 
 CACHES = ("rendered_bytes", "rendered", "served_sessions", "served_entries", "token_counts",
           "inspector_bytes")
-INSPECTOR_BUDGET = 3 * 1024 * 1024
+INSPECTOR_BUDGET = 3 * 1024 * 1024 + 4096
 CACHE_BYTES = 5 * 1024 * 1024
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import random
 import threading
 import tracemalloc
 import weakref
@@ -269,6 +270,43 @@ def test_a_kept_rendering_costs_about_its_json_and_no_more() -> None:
     finally:
         tracemalloc.stop()
     assert grown < json_bytes + 2000 * 400  # the JSON, and a key and a row for each
+
+
+@pytest.mark.parametrize("texts", [[2] * 5000, [400] * 3000, [3000] * 1000,
+                                   [1, 30, 200, 900, 2500] * 800])
+def test_the_bytes_counted_are_the_memory_the_renderings_hold(texts: list[int]) -> None:
+    # Counted in their transcript lines' bytes, an agent's short lines held half as much
+    # again as the budget said. The oracle: what the process gets back when the cache goes.
+    rng = random.Random(len(texts) + texts[0])
+    # The interpreter keeps up to 2,000 freed tuples of each size for reuse; made before the
+    # trace starts, a row's tuples taken from them would go uncounted (an earlier test that
+    # freed its rows made this one read 20% low). Taken here, and held until the end.
+    drained = [(tuple([i] * 4), tuple([i] * 7)) for i in range(2100)]
+    tracemalloc.start()
+    try:
+        store = MemStore([user(f"{rng.getrandbits(128):032x}"[:rng.choice((8, 32))], None,
+                               "x" * n) for n in texts])
+        kept = RenderedTail(max_bytes=1 << 30, max_entries=1 << 20)
+        for i, parsed in enumerate(store.entries()):
+            line = len(orjson.dumps(store.objs[i])) + 1
+            # The id a fresh object, as an unpacked window's entry has: the cache keeps it.
+            entry = dataclasses.replace(parsed, id=parsed.id.encode().decode(), size=line)
+            kept.put(store, entry, None, RenderOptions(), TailMessage(
+                entry.id, 1.5 + i, "user", {"message": {"role": "user"}},
+                ({"role": "user", "content": store.objs[i]["message"]["content"]},)))
+        del entry, parsed
+        gc.collect()
+        with_cache = tracemalloc.get_traced_memory()[0]
+        counted, rows = kept.bytes, len(kept)
+        del kept
+        gc.collect()
+        held = with_cache - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del drained
+    assert rows == len(texts)
+    # within what the map's table (a power of two) adds or spares at one count or another
+    assert 0.85 * counted <= held <= 1.1 * counted
 
 
 def test_a_long_tail_read_again_is_served_decoded_until_its_row_changes() -> None:
