@@ -35,17 +35,18 @@ from proxy.transcripts.render import RenderOptions
 __all__ = ["RenderedTail"]
 
 # Counted in the memory a kept rendering holds: its JSON, and ``ROW`` bytes for its key, its
-# row, its slot in the map and the entry's id (tests/transcripts/test_rendered_tail.py
-# measures both).
+# row, its slot in the map and the entry's id, ``EDIT`` more for a context edit's place in
+# the key (tests/transcripts/test_rendered_tail.py measures them).
 MAX_BYTES = 8 * 1024 * 1024
 MAX_ENTRIES = 20_000
 ROW = 424
+EDIT = 200
 HOT = 2048  # renderings of long tails decoded lately, kept as objects
 HEAT_FROM = 64
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
-# entry id, timestamp, role, JSON of [framing, renderings] (its cost is ``_held`` of it)
+# entry id, timestamp, role, JSON of [framing, renderings] (``_cost`` of it and its key)
 _Kept = tuple[str, float | None, str, bytes]
 
 
@@ -55,11 +56,11 @@ def _line_bytes(entry: Entry, edit: Entry | None) -> int:
     return entry.size + (edit.size if edit is not None else 0)
 
 
-def _held(blob: bytes) -> int:
+def _cost(blob: bytes, key: _Key) -> int:
     """The memory a kept rendering holds: its JSON (a bytes object's 33-byte head included)
-    and its row. Counted in the transcript's bytes instead, a thousand agents' short lines
-    held half as much again as the budget said, and went on growing once it was full."""
-    return len(blob) + 33 + ROW
+    and its row. Counted in the transcript's bytes instead, an agent's short lines held 1.4 to
+    2.9 times what the budget said, and went on growing once it was full."""
+    return len(blob) + 33 + ROW + (EDIT if key[4] is not None else 0)
 
 
 class RenderedTail:
@@ -144,16 +145,16 @@ class RenderedTail:
             blob = memoryview(orjson.dumps([message.framing, message.messages])).tobytes()
         except orjson.JSONEncodeError:
             return
-        cost = _held(blob)
-        if cost > largest:
-            return
         with self._lock:
             key = _key(store, entry, edit, opts.flavor, self._zone(opts.tz))
+            cost = _cost(blob, key)
+            if cost > largest:
+                return
             self._stores[key[0]] = store
             old = self._kept.pop(key, None)
             self._hot.pop(key, None)
             if old is not None:
-                self.bytes -= _held(old[3])
+                self.bytes -= _cost(old[3], key)
             else:
                 self._held[key[0]] += 1
             self._kept[key] = (message.entry_id, message.timestamp, message.role, blob)
@@ -162,7 +163,7 @@ class RenderedTail:
                                   or len(self._kept) > self.max_entries):
                 gone, dropped = self._kept.popitem(last=False)
                 self._hot.pop(gone, None)
-                self.bytes -= _held(dropped[3])
+                self.bytes -= _cost(dropped[3], gone)
                 self._let_go(gone[0])
 
     def _let_go(self, store_id: int) -> None:

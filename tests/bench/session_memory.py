@@ -12,8 +12,9 @@ read whole at start), then, each step measured on its own against the one before
 - ``served``: ``Catalog.edits`` of ``served`` sessions, which unpacks their windows as a
   request reading them does (the catalog keeps at most ``SERVED_SESSIONS`` so);
 - ``rendered``: ``Catalog.tail`` of 8 messages for the same sessions: the renderings kept
-  between requests (``RenderedTail``), per rendering and per transcript byte it counts
-  against its budget, and what that budget allows at most;
+  between requests (``RenderedTail``), per rendering and per byte it counts against its
+  budget (~1 since it counts the memory a rendering holds; trees before counted its
+  transcript line), and what that budget allows at most;
 - ``fingerprints``: ``prints`` sessions recorded in ``Fingerprints`` (100 distinct request
   fingerprints, as agents sharing a prompt have), per session, and at its limit.
 
@@ -37,7 +38,6 @@ from typing import Any
 from proxy.identity.prompt_prints import Fingerprints
 from proxy.transcripts import catalog as catalog_module
 from proxy.transcripts.catalog import Catalog
-from proxy.transcripts.render_cache import MAX_BYTES
 from proxy.transcripts.tracker import Tracker
 from tests.bench.cold_start import generate
 
@@ -84,8 +84,8 @@ def measure(root: Path, served: int, prints: int, top: int) -> dict[str, Any]:
         out["renderings"] = renderings
         out["rendered_bytes_per_rendering"] = round(held / renderings)
         out["rendered_bytes_per_budget_byte"] = round(held / kept.bytes, 2)
-        out["rendered_budget_bytes"] = MAX_BYTES
-        out["rendered_at_most_mb"] = round(held / kept.bytes * MAX_BYTES / 1e6, 1)
+        out["rendered_budget_bytes"] = kept.max_bytes
+        out["rendered_at_most_mb"] = round(held / kept.bytes * kept.max_bytes / 1e6, 1)
         fingerprints = Fingerprints()
 
         def record() -> None:

@@ -16,6 +16,8 @@ from tests.inprocess import InProcessProxy
 
 CACHES = ("rendered_bytes", "rendered", "served_sessions", "served_entries", "token_counts",
           "inspector_bytes")
+# not 3 MiB: the renderings get 60% of CACHE_BYTES, which is that, and the test below
+# tells the bounds apart by their figures
 INSPECTOR_BUDGET = 3 * 1024 * 1024 + 4096
 CACHE_BYTES = 5 * 1024 * 1024
 
