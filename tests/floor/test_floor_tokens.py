@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import gc
 import gzip
 import logging
 import socket
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,28 @@ def test_cache_hits_on_a_growing_conversation_and_stays_bounded() -> None:
     misses = counter.misses
     counter.per_message(newest, "o200k_base")
     assert counter.misses == misses
+
+
+def test_a_remembered_count_holds_about_the_memory_the_bounds_assume() -> None:
+    # cache_bounds.py takes ~210 bytes a count kept (14% of --session-cache-bytes on top
+    # of it); the oracle is what the process gets back when the counts are forgotten.
+    counter = TokenCounter(cache_size=20_000)
+    convo = conversation(6000, words_per_message=8, seed=3)
+    gc.collect()  # empties the free lists, whose blocks would be reused untraced
+    tracemalloc.start()
+    try:
+        counter.per_message(convo, "estimate")
+        gc.collect()
+        remembered = len(counter)
+        with_counts = tracemalloc.get_traced_memory()[0]
+        counter._young.clear()
+        counter._old.clear()
+        gc.collect()
+        held = with_counts - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert remembered == len(convo)
+    assert 100 <= held / remembered <= 260  # 150-210 as the two maps fill
 
 
 def test_cache_is_per_encoding() -> None:
