@@ -69,6 +69,9 @@ class Settings:
     floor_wait_ms: int = 0
     scan_workers: str = "auto"
     admin_token_file: Path | None = None
+    health_host: str | None = None  # None: no health process (--health-listen unset)
+    health_port: int = 0
+    health_stale_after: float = 10.0
     replica_name: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
     # The OTLP export the standard OTEL_* variables ask for (proxy/telemetry/config.py)
@@ -81,6 +84,10 @@ class Settings:
     @property
     def admin_listen(self) -> str:
         return f"{self.admin_host}:{self.admin_port}"
+
+    @property
+    def health_listen(self) -> str:
+        return f"{self.health_host}:{self.health_port}" if self.health_host else ""
 
 
 _HEADER_MODES = ("on", "detailed", "off")
@@ -150,6 +157,13 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "usable CPU, up to 4, from 2 CPUs and 2,000 transcript files)"),
     ("admin_token_file", "path", None,
      "file holding a token every admin route but /healthz and /readyz asks for (Bearer)"),
+    ("health_listen", "str", "",
+     "HOST:PORT where a small process of its own answers /healthz and /readyz, asking the "
+     "event loop without waiting on it, in milliseconds even while the proxy is busy "
+     "(empty: off)"),
+    ("health_stale_after", "float", 10.0,
+     "seconds the event loop may leave that process's question unanswered before its /healthz "
+     "answers 503"),
     ("replica_name", "str", "",
      "this replica's name on the inspector pages (default: the host name)"),
 )
@@ -212,6 +226,8 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
                                            "admin-listen")
     if (admin_host, admin_port) == (host, port) and port != 0:
         problems.append("admin-listen: must differ from listen")
+    health_host, health_port = _health_listen(str(values.pop("health_listen")), problems,
+                                              ((host, port), (admin_host, admin_port)))
     upstream = str(values["upstream"]).rstrip("/")
     parts = urlsplit(upstream)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -226,7 +242,8 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     _check_inspector(values, problems)
     if isinstance(values["min_body_rate"], int) and values["min_body_rate"] <= 0:
         problems.append(f"min-body-rate: must be positive, got {values['min_body_rate']}")
-    for name in ("connect_timeout", "read_timeout", "shutdown_grace", "idle_timeout"):
+    for name in ("connect_timeout", "read_timeout", "shutdown_grace", "idle_timeout",
+                 "health_stale_after"):
         number = values[name]
         if isinstance(number, float) and number <= 0:
             problems.append(f"{name.replace('_', '-')}: must be positive, got {number}")
@@ -245,10 +262,21 @@ def from_namespace(ns: argparse.Namespace, environ: Mapping[str, str]) -> Settin
     values["upstream"] = upstream
     return Settings(
         listen_host=host, listen_port=port, admin_host=admin_host, admin_port=admin_port,
+        health_host=health_host, health_port=health_port,
         sessions=tuple(Path(p).expanduser() for p in sessions_raw), store=store,
         telemetry=telemetry_config(environ),
         **values,  # type: ignore[arg-type]
     )
+
+
+def _health_listen(raw: str, problems: list[str], taken: tuple[tuple[str, int], ...]
+                   ) -> tuple[str | None, int]:
+    if not raw.strip():
+        return None, 0
+    host, port = _parse_listen(raw.strip(), problems, "health-listen")
+    if port != 0 and (host, port) in taken:
+        problems.append("health-listen: must differ from listen and admin-listen")
+    return host, port
 
 
 def _check_bounds(values: Mapping[str, object], problems: list[str]) -> None:

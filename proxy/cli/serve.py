@@ -24,6 +24,6 @@ def run(ns: argparse.Namespace) -> int:
     except settings_mod.SettingsError as exc:
         print(f"tailfloor: {exc}", file=sys.stderr)
         return 2
-    from proxy.server.app import serve
+    from proxy.server.run import serve
 
     return serve(settings)

@@ -9,6 +9,7 @@ __all__ = ["cannot_listen"]
 _WHICH = {
     "proxy": ("the proxy listener", "--listen", "TAILFLOOR_LISTEN"),
     "admin": ("the admin listener", "--admin-listen", "TAILFLOOR_ADMIN_LISTEN"),
+    "health": ("the health process's listener", "--health-listen", "TAILFLOOR_HEALTH_LISTEN"),
 }
 
 

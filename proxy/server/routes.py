@@ -23,6 +23,7 @@ from proxy.errors import (
     error_body,
 )
 from proxy.floor.decision import pass_through
+from proxy.health.verdict import INDEXING, NEAR_LIMIT, NOT_READY, READY, STARTING, WATCHER_DOWN
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.server.accounting import Accounting, refused, request_id
 from proxy.server.answers import JSON, error_response
@@ -174,18 +175,26 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    state = request.app[STATE_KEY]
+    code = readiness(request.app[STATE_KEY])
+    if code == READY:
+        return web.Response(text="ready\n")
+    return web.Response(text=NOT_READY[code] + "\n", status=503)
+
+
+def readiness(state: ProxyState) -> int:
+    """``READY`` or why not (a key of ``NOT_READY``): what ``/readyz`` says, here and in the
+    answers to the health process's questions."""
     if state.draining or not state.ready or state.starting:
-        return web.Response(text="not ready\n", status=503)
+        return STARTING
     if state.transcripts is not None and not state.transcripts.indexed:
         # Requests are served meanwhile, passed through: a replica that has its sessions
         # indexed should take them, and a rollout should wait for this one.
-        return web.Response(text="not ready: indexing transcripts\n", status=503)
+        return INDEXING
     if state.transcripts is not None and not state.transcripts.watcher_ok():
-        return web.Response(text="not ready: the transcript watcher is down\n", status=503)
+        return WATCHER_DOWN
     if state.connections is not None and state.connections.near_limit():
-        return web.Response(text="not ready: near the client connection limit\n", status=503)
-    return web.Response(text="ready\n")
+        return NEAR_LIMIT
+    return READY
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -16,7 +16,10 @@ work looks) into a temporary root, then starts ``python -m proxy serve`` on it a
   seconds once ready, with nothing happening;
 - with ``--storm N``: N new session files written at once (by another process) into the
   root, ``/healthz`` polled every 10 ms until tailfloor tracks them all, beside its latency
-  over the quiet seconds before.
+  over the quiet seconds before;
+- ``health_process`` (and the storm's ``health_process_during``): the same for the
+  ``/healthz`` of the health process (``--health-listen``), probed right before the admin
+  one each time, and ``health_process_rss_mb``, its memory.
 
 The baseline, in the same run: the same process over an empty root.
 """
@@ -42,6 +45,7 @@ import aiohttp
 
 from tests.bench.bench_transcripts import session_text
 from tests.bench.procs import rss_mb, tree_cpu_ns, tree_cpu_seconds
+from tests.bench.watch import child_memory_mb
 
 SESSION_BYTES = 19_000  # ~20 messages in session_text's shape
 POLL = 0.01  # seconds between /healthz probes
@@ -80,6 +84,33 @@ async def _probe(http: aiohttp.ClientSession, url: str) -> tuple[int, float] | N
         return None
 
 
+class Probes:
+    """One probe URL's answers: when the first came, their latencies, how many were not 200."""
+
+    def __init__(self, url: str, started: float) -> None:
+        self.url, self.started = url, started
+        self.first: float | None = None
+        self.seconds: list[float] = []
+        self.not_ok = 0
+
+    async def probe(self, http: aiohttp.ClientSession) -> None:
+        got = await _probe(http, self.url)
+        if got is None:
+            return
+        if self.first is None:
+            self.first = time.monotonic() - self.started
+        self.seconds.append(got[1])
+        self.not_ok += got[0] != 200
+
+    def summary(self) -> dict[str, Any]:
+        ordered = sorted(self.seconds) or [0.0]
+        return {"first_s": round(self.first or 0.0, 3), "probes": len(self.seconds),
+                "not_200": self.not_ok,
+                "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 2),
+                "max_ms": round(ordered[-1] * 1000, 2),
+                "over_20ms": sum(1 for s in self.seconds if s > 0.02)}
+
+
 async def _chat(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
     began = time.perf_counter()
     async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT) as resp:
@@ -89,9 +120,11 @@ async def _chat(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
 
 
 async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, admin: int,
-                      give_up: float = 300.0) -> dict[str, Any]:
-    """Poll the probes from the process start until ready; a chat request every 0.5 s
-    while not ready (once the proxy answers)."""
+                      *, own: int, give_up: float = 300.0) -> dict[str, Any]:
+    """Poll the probes from the process start until ready (the health process's ``/healthz``
+    on ``own`` first in each round); a chat request every 0.5 s while not ready (once the
+    proxy answers)."""
+    own_probes = Probes(f"http://127.0.0.1:{own}/healthz", started)
     health = f"http://127.0.0.1:{admin}/healthz"
     ready = f"http://127.0.0.1:{admin}/readyz"
     first: float | None = None
@@ -107,6 +140,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
         while time.monotonic() - started < give_up:
             if proc.poll() is not None:
                 raise RuntimeError(f"tailfloor exited with {proc.returncode}")
+            await own_probes.probe(http)
             got = await _probe(http, health)
             if got is None:
                 await asyncio.sleep(POLL)
@@ -139,6 +173,7 @@ async def watch_start(proc: subprocess.Popen[bytes], started: float, port: int, 
             "health_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
             "health_max_ms": round(latencies[-1] * 1000, 2),
             "health_worst_at_s": [round(at, 2) for _l, at in sorted(stamped)[-5:]],
+            "health_process": own_probes.summary(),
             "chat_during_indexing": {
                 "count": len(chats),
                 "ms": [c["ms"] for c in chats],
@@ -157,10 +192,13 @@ def write_storm(root: Path, count: int) -> None:
         (folder / f"2026-02-01T00-00-00-000Z_{sid}.jsonl").write_text(text)
 
 
-async def storm(root: Path, admin: int, count: int, quiet: float = 2.0) -> dict[str, Any]:
+async def storm(root: Path, admin: int, own: int, count: int, quiet: float = 2.0
+                ) -> dict[str, Any]:
     """/healthz every 10 ms for ``quiet`` s (the baseline), then while ``count`` new
-    session files appear and until tailfloor tracks them all."""
+    session files appear and until tailfloor tracks them all; the health process's right
+    before each."""
     health = f"http://127.0.0.1:{admin}/healthz"
+    own_probes = Probes(f"http://127.0.0.1:{own}/healthz", time.monotonic())
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         before: list[float] = []
         ends = time.monotonic() + quiet
@@ -176,6 +214,7 @@ async def storm(root: Path, admin: int, count: int, quiet: float = 2.0) -> dict[
         during: list[float] = []
         written = None
         while time.monotonic() - began < 300:
+            await own_probes.probe(http)
             got = await _probe(http, health)
             during.append(got[1] if got else float("inf"))
             if written is None and writer.returncode is not None:
@@ -185,12 +224,16 @@ async def storm(root: Path, admin: int, count: int, quiet: float = 2.0) -> dict[
                 break
             await asyncio.sleep(POLL)
         await writer.wait()
+        ended = time.monotonic()
+        # Files the storm wrote that tailfloor does not track (300 s after the start).
+        missed = max(0, round(tracked + count - await _tracked(http, admin)))
     return {"files": count, "written_s": round(written or 0.0, 2),
-            "tracked_s": round(time.monotonic() - began, 2),
+            "tracked_s": round(ended - began, 2), "not_tracked": missed,
             "health_max_ms_before": round(max(before) * 1000, 2),
             "health_max_ms_during": round(max(during) * 1000, 2),
             "health_p99_ms_during": round(sorted(during)[int(len(during) * 0.99)] * 1000, 2),
-            "over_20ms_during": sum(1 for d in during if d > 0.02)}
+            "over_20ms_during": sum(1 for d in during if d > 0.02),
+            "health_process_during": own_probes.summary()}
 
 
 async def _tracked(http: aiohttp.ClientSession, admin: int) -> float:
@@ -212,7 +255,8 @@ def idle_cpu(pid: int, seconds: float) -> float:
 def serving(root: Path, upstream: int, *extra: str
             ) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
     """``tailfloor serve`` on ``root`` in front of the fake upstream at ``upstream``: the
-    process, its port and its admin port; stopped afterwards."""
+    process, its port and its admin port; stopped afterwards. (``--health-listen`` in
+    ``extra`` adds the health process.)"""
     port, admin = free_port(), free_port()
     proc = subprocess.Popen([
         sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
@@ -251,14 +295,17 @@ def fake_upstream(prefix: str) -> Iterator[tuple[Path, int]]:
 def run_one(root: Path, upstream: int, idle: float, storm_files: int = 0,
             rules: Path | None = None) -> dict[str, Any]:
     started = time.monotonic()
+    own = free_port()
     with serving(root, upstream, "--tailfloor-header", "detailed",
+                 "--health-listen", f"127.0.0.1:{own}",
                  *(["--rules", str(rules)] if rules is not None else [])) as (proc, port, admin):
-        out = asyncio.run(watch_start(proc, started, port, admin))
+        out = asyncio.run(watch_start(proc, started, port, admin, own=own))
         out["rss_ready_mb"] = round(rss_mb(proc.pid), 1)
+        out["health_process_rss_mb"] = round(child_memory_mb(proc.pid), 1)
         if idle > 0:
             out["idle_cpu_ms_per_s"] = round(idle_cpu(proc.pid, idle), 2)
         if storm_files > 0:
-            out["storm"] = asyncio.run(storm(root, admin, storm_files))
+            out["storm"] = asyncio.run(storm(root, admin, own, storm_files))
         return out
 
 

@@ -5,8 +5,9 @@ Starts the fake upstream (``--lenient``: it answers any JSON) and ``tailfloor se
 empty sessions root with its default limits (bodies up to 32 MiB, ``--max-buffered-bytes``
 48 MiB, the inspector on). A watcher process (tests/bench/watch.py) asks ``/healthz`` on the
 admin port every 15 ms on a new connection and reads the process's ``VmRSS`` after each probe;
-it asks an idle aiohttp server (a second fake upstream nobody sends to) the same way right
-after: what the machine itself, busy with the load, adds to an answer.
+it asks the health process (``--health-listen``) the same way right after, and an idle
+aiohttp server (a second fake upstream nobody sends to) after that: what the machine itself,
+busy with the load, adds to an answer.
 
 - baseline, in the same run: ``--idle`` seconds with no load once a few requests of each
   route warmed the process: its RSS, high-water mark and the /healthz latencies;
@@ -45,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.memory_peak import wait_ready
-from tests.bench.watch import Watch, memory_mb, percentiles
+from tests.bench.watch import Watch, child_memory_mb, memory_mb, percentiles
 from tests.conftest import free_port
 from tests.hostile_bodies import HUGE_KINDS, ROUTES, fuzzed, huge
 
@@ -58,12 +59,14 @@ ANSWER_TIMEOUT = 180.0
 
 @contextmanager
 def processes(repo: Path, extra: list[str], env: dict[str, str] | None = None
-              ) -> Iterator[tuple[subprocess.Popen[bytes], int, int, int, Path]]:
-    """The fake upstream and ``tailfloor serve`` of ``repo``, and an idle server (another fake
-    upstream nobody sends to): the server, its port and admin port, the idle one's, its log."""
+              ) -> Iterator[tuple[subprocess.Popen[bytes], int, int, int, int, Path]]:
+    """The fake upstream and ``tailfloor serve`` of ``repo`` (with its health process), and
+    an idle server (another fake upstream nobody sends to): the server, its port, admin port
+    and health process port, the idle one's, its log."""
     work = Path(tempfile.mkdtemp(prefix="tailfloor-hostile-"))
     (work / "sessions").mkdir()
     upstream, port, admin, idle = free_port(), free_port(), free_port(), free_port()
+    health = free_port()
     fakes = [subprocess.Popen([sys.executable, "tests/fake_upstream.py", "--port", str(number),
                                "--lenient"], cwd=ROOT, stdout=subprocess.DEVNULL)
              for number in (upstream, idle)]
@@ -73,11 +76,11 @@ def processes(repo: Path, extra: list[str], env: dict[str, str] | None = None
             [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
              "--admin-listen", f"127.0.0.1:{admin}", "--upstream",
              f"http://127.0.0.1:{upstream}", "--sessions", str(work / "sessions"),
-             "--log-level", "WARNING", *extra],
+             "--health-listen", f"127.0.0.1:{health}", "--log-level", "WARNING", *extra],
             cwd=repo, env={**os.environ, **(env or {}), "PYTHONPATH": str(repo)},
             stdout=out, stderr=subprocess.STDOUT)
     try:
-        yield proc, port, admin, idle, log
+        yield proc, port, admin, health, idle, log
     finally:
         for child in (proc, *fakes):
             child.terminate()
@@ -178,21 +181,22 @@ async def warm(port: int) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(item.split("=", 1) for item in args.env)
-    with processes(Path(args.repo).resolve(), args.serve, env) as (proc, port, admin,
+    with processes(Path(args.repo).resolve(), args.serve, env) as (proc, port, admin, health,
                                                                    idle_port, log):
         asyncio.run(wait_ready(admin, 60))
         asyncio.run(warm(port))
-        with Watch(proc.pid, admin, other=idle_port) as idle:
+        with Watch(proc.pid, admin, other=idle_port, health=health) as idle:
             time.sleep(args.idle)
         idle_memory = memory_mb(proc.pid)
         fuzz = Fuzz(port, args.seed, args.huge)
-        with Watch(proc.pid, admin, other=idle_port) as loaded:
+        with Watch(proc.pid, admin, other=idle_port, health=health) as loaded:
             deadline = time.monotonic() + args.seconds
 
             async def clients() -> None:
                 await asyncio.gather(*(fuzz.client(n, deadline) for n in range(args.clients)))
             asyncio.run(clients())
         memory = memory_mb(proc.pid)
+        health_rss = child_memory_mb(proc.pid)
         after = proc.poll() is None and asyncio.run(_still_answers(port))
         text = log.read_text(errors="replace")
     slow = loaded.slow(HEALTHZ_BAR_MS)
@@ -201,6 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "baseline": {"rss_idle_mb": round(idle_memory["VmRSS"], 1),
                      "hwm_idle_mb": round(idle_memory["VmHWM"], 1),
                      "healthz_ms": idle.healthz(),
+                     "health_process_healthz_ms": idle.health_process_healthz(),
                      "idle_server_healthz_ms": idle.other_healthz()},
         "fuzz": {
             "seconds": args.seconds, "clients": args.clients, "huge_share": args.huge,
@@ -211,6 +216,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rss_after_mb": round(memory["VmRSS"], 1),
             "healthz_ms": loaded.healthz(),
             "healthz_over_bar": len(slow),
+            "health_process_healthz_ms": loaded.health_process_healthz(),
+            "health_process_rss_mb": round(health_rss, 1),
             "idle_server_healthz_ms": loaded.other_healthz(),
             "huge_in_flight_during_slow_probes": fuzz.during([at for at, _ in slow]),
             "small_request_ms": percentiles(fuzz.small_ms),
@@ -220,7 +227,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "bars": {f"peak_rss_le_{RSS_BAR_MB:.0f}_mb": memory["VmHWM"] <= RSS_BAR_MB,
                  f"healthz_max_le_{HEALTHZ_BAR_MS:.0f}_ms":
-                     loaded.healthz()["max"] <= HEALTHZ_BAR_MS},
+                     loaded.healthz()["max"] <= HEALTHZ_BAR_MS,
+                 f"health_process_healthz_max_le_{HEALTHZ_BAR_MS:.0f}_ms":
+                     loaded.health_process_healthz()["max"] <= HEALTHZ_BAR_MS},
     }
 
 

@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Watch", "memory_mb", "percentiles"]
+__all__ = ["Watch", "child_memory_mb", "memory_mb", "percentiles"]
 
 PROBE_TIMEOUT = 10.0
 
@@ -27,6 +27,18 @@ def memory_mb(pid: int) -> dict[str, float]:
         if name in ("VmRSS", "VmHWM"):
             out[name] = int(value.split()[0]) / 1024
     return out
+
+
+def child_memory_mb(pid: int) -> float:
+    """``VmRSS`` of ``pid``'s children together, in MB (the health process)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                total += memory_mb(int(child))["VmRSS"]
+            except (OSError, KeyError):
+                continue
+    return total
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -56,14 +68,19 @@ def _probe(port: int) -> float:
     return (time.perf_counter() - began) * 1000
 
 
-def _watch(pid: int, port: int, other: int | None, every: float, orders: Connection) -> None:
+def _watch(pid: int, ports: tuple[int, int | None, int | None], every: float,
+           orders: Connection) -> None:
+    port, health, other = ports
     probes: list[tuple[float, float]] = []  # (monotonic start, ms)
     others: list[float] = []
+    healths: list[float] = []
     samples: list[tuple[float, float]] = []  # (monotonic, VmRSS MB)
     orders.send("watching")
     while not orders.poll(0):
         began = time.monotonic()
         probes.append((began, _probe(port)))
+        if health is not None:
+            healths.append(_probe(health))
         if other is not None:
             others.append(_probe(other))
         try:
@@ -71,17 +88,20 @@ def _watch(pid: int, port: int, other: int | None, every: float, orders: Connect
         except (OSError, KeyError):
             break  # the process is gone
         time.sleep(max(0.0, every - (time.monotonic() - began)))
-    orders.send({"probes": probes, "others": others, "samples": samples})
+    orders.send({"probes": probes, "others": others, "healths": healths,
+                 "samples": samples})
 
 
 class Watch:
     """Probes ``/healthz`` on ``port`` every ``every`` seconds and samples ``pid``'s RSS
-    after each probe, from a process of its own, until the block ends. ``other``: a server
-    probed the same way right after (an idle one: what the machine itself adds)."""
+    after each probe, from a process of its own, until the block ends. ``health``: the
+    health process's port, probed the same way right after; ``other``: a server probed the
+    same way after that (an idle one: what the machine itself adds)."""
 
-    def __init__(self, pid: int, port: int, every: float = 0.015, other: int | None = None
-                 ) -> None:
+    def __init__(self, pid: int, port: int, every: float = 0.015, other: int | None = None,
+                 health: int | None = None) -> None:
         self.pid, self.port, self.every, self.other = pid, port, every, other
+        self.health = health
         self.result: dict[str, Any] = {}
         self.began = 0.0
 
@@ -89,7 +109,8 @@ class Watch:
         context = multiprocessing.get_context("spawn")
         self._orders, theirs = context.Pipe()
         self._process = context.Process(target=_watch, daemon=True,
-                                        args=(self.pid, self.port, self.other, self.every, theirs))
+                                        args=(self.pid, (self.port, self.health, self.other),
+                                              self.every, theirs))
         self._process.start()
         self._orders.recv()  # the process's imports done: the watch starts now
         self.began = time.monotonic()
@@ -105,6 +126,10 @@ class Watch:
 
     def other_healthz(self) -> dict[str, float]:
         return percentiles(self.result["others"])
+
+    def health_process_healthz(self) -> dict[str, float]:
+        """The same probe of the health process (``--health-listen``), right after."""
+        return percentiles(self.result["healths"])
 
     def slow(self, bound_ms: float) -> list[tuple[float, float]]:
         """The probes slower than ``bound_ms``: (monotonic start, ms)."""

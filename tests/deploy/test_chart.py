@@ -130,12 +130,15 @@ def test_probes_security_and_read_only_root(variant: str) -> None:
     tailfloor = container(spec, "tailfloor")
     assert tailfloor["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert tailfloor["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    # Probes use the admin listener, which the container exposes beside the proxy port.
+    # Probes use the health process's port, which the container exposes beside the proxy
+    # and admin ports.
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        assert tailfloor[probe]["httpGet"]["port"] == "admin"
+        assert tailfloor[probe]["httpGet"]["port"] == "health"
     ports = {p["name"]: p["containerPort"] for p in tailfloor["ports"]}
     assert tailfloor["ports"][0]["name"] == "tailfloor" and "admin" in ports
     assert env_of(tailfloor)["TAILFLOOR_ADMIN_LISTEN"] == f"0.0.0.0:{ports['admin']}"
+    assert env_of(tailfloor)["TAILFLOOR_HEALTH_LISTEN"] == f"0.0.0.0:{ports['health']}"
+    assert len(set(ports.values())) == len(ports)
     assert tailfloor["resources"]["requests"] and tailfloor["resources"]["limits"]["memory"]
 
     sc = tailfloor["securityContext"]

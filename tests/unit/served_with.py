@@ -1,4 +1,4 @@
-"""``tailfloor serve`` in a process of its own with one of ``proxy.server.app``'s tasks
+"""``tailfloor serve`` in a process of its own with one of ``proxy.server.run``'s tasks
 swapped for a marked one: whether the server starts the task, and stops it at SIGTERM."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 _SCRIPT = """
 import asyncio, gc, sys
 from proxy.cli.main import main
-from proxy.server import app
+from proxy.server import run
 
 async def marked():
 {on_start}
@@ -22,7 +22,7 @@ async def marked():
     finally:
         print("stopped", flush=True)
 
-app.{task} = marked
+run.{task} = marked
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -17,6 +17,10 @@ where $cfg is a dict; only "image" is required:
   upstream        model API base URL (default https://api.openai.com)
   port            listen port (default 8787)
   adminPort       admin listener port: /metrics, /healthz, /readyz (default 8788)
+  healthPort      the probes' port (default 8789): /healthz and /readyz answered by a small
+                  process of their own, which asks tailfloor's event loop without waiting on
+                  it: in milliseconds even while tailfloor is busy; point the probes at the
+                  port named health
   introspection   also serve /tailfloor/* there (session ids, keys, paths; default false: the
                   admin port listens on the pod IP for probes and scrapes)
   transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
@@ -40,6 +44,7 @@ where $cfg is a dict; only "image" is required:
 {{- $c := .config -}}
 {{- $port := default 8787 $c.port -}}
 {{- $adminPort := default 8788 $c.adminPort -}}
+{{- $healthPort := default 8789 $c.healthPort -}}
 {{- $t := default dict $c.transcripts -}}
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
@@ -63,6 +68,8 @@ where $cfg is a dict; only "image" is required:
       value: {{ printf "0.0.0.0:%v" $port | quote }}
     - name: TAILFLOOR_ADMIN_LISTEN
       value: {{ printf "0.0.0.0:%v" $adminPort | quote }}
+    - name: TAILFLOOR_HEALTH_LISTEN
+      value: {{ printf "0.0.0.0:%v" $healthPort | quote }}
     - name: TAILFLOOR_INTROSPECTION
       value: {{ ternary "true" "false" (eq (toString $c.introspection) "true") | quote }}
     - name: TAILFLOOR_UPSTREAM
@@ -147,6 +154,9 @@ where $cfg is a dict; only "image" is required:
       {{- end }}
     - name: admin
       containerPort: {{ $adminPort }}
+      protocol: TCP
+    - name: health
+      containerPort: {{ $healthPort }}
       protocol: TCP
   {{- with $c.livenessProbe }}
   livenessProbe:

@@ -1,0 +1,190 @@
+"""The health process itself: answers ``/healthz`` and ``/readyz`` on a socket the proxy bound,
+from what the proxy's event loop answers it (proxy/health/verdict.py).
+
+The proxy starts it with three descriptors: the listening socket, the write end of the pipe
+its questions go down, and the read end of the pipe the loop answers on, whose write end
+only the proxy holds. When that pipe ends (the proxy stopped, or died however it died) this
+process exits. Small on purpose: the standard library's ``selectors`` and nothing that
+imports more, so it holds ~10 MB and starts in tens of milliseconds; it waits with no timer
+while nobody probes.
+
+Hostile clients: a request head is read for at most ``HEAD_DEADLINE`` seconds and
+``HEAD_LIMIT`` bytes; past ``MAX_CONNECTIONS`` open connections the oldest is closed, so
+idle connections held open cannot keep a probe out. One answer per connection."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+
+from proxy.health.verdict import READYZ, Heard, answer, probed_path
+
+__all__ = ["main", "serve"]
+
+MAX_CONNECTIONS = 64
+HEAD_LIMIT = 8192
+HEAD_DEADLINE = 2.0
+READY_WAIT = 1.0  # seconds /readyz waits for the loop's answer before it uses what it knows
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 431: "Request Header Fields Too Large",
+            503: "Service Unavailable"}
+
+
+def _reply(sock: socket.socket, status: int, text: str, head_only: bool = False) -> None:
+    body = text.encode()
+    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain; "
+            f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    # A few hundred bytes: a fresh socket's send buffer takes them whole.
+    with contextlib.suppress(OSError):
+        sock.send(head.encode() + (b"" if head_only else body))
+    sock.close()
+
+
+class _Probes:
+    """Open connections, oldest first (accept order, so the first deadline is the nearest):
+    those still sending their head, and the /readyz probes waiting for the loop."""
+
+    def __init__(self, asks: int, stale_after: float) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.heads: dict[socket.socket, tuple[float, bytearray]] = {}
+        self.waiting: dict[socket.socket, tuple[float, bytes]] = {}  # deadline, method
+        self.heard = Heard()
+        self.asks = asks
+        self.stale_after = stale_after
+
+    def timeout(self) -> float | None:
+        deadlines = [next(iter(table.values()))[0] for table in (self.heads, self.waiting)
+                     if table]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors: the oldest connection makes room
+                if not self.heads:
+                    return
+                self.drop(next(iter(self.heads)))
+                continue
+            sock.setblocking(False)
+            if len(self.heads) >= MAX_CONNECTIONS:
+                self.drop(next(iter(self.heads)))
+            self.heads[sock] = (time.monotonic() + HEAD_DEADLINE, bytearray())
+            self.selector.register(sock, selectors.EVENT_READ)
+
+    def read(self, sock: socket.socket) -> None:
+        try:
+            piece = sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            piece = b""
+        if not piece:
+            self.drop(sock)
+            return
+        buffer = self.heads[sock][1]
+        buffer += piece
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            end = buffer.find(b"\n\n")
+        if end < 0 and len(buffer) <= HEAD_LIMIT:
+            return
+        self.forget(sock)
+        if end < 0 or end > HEAD_LIMIT:
+            _reply(sock, 431, "request head too large\n")
+        else:
+            self.request(sock, bytes(buffer[:end]))
+
+    def request(self, sock: socket.socket, head: bytes) -> None:
+        parts = head.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            _reply(sock, 400, "bad request\n")
+            return
+        method, target = parts[0], parts[1]
+        path = probed_path(method, target)
+        now = time.monotonic()
+        if path is not None and self.heard.ask(now):
+            with contextlib.suppress(OSError):  # a full or broken pipe: the loop is behind
+                os.write(self.asks, b"?")
+        if path == READYZ:
+            if len(self.waiting) >= MAX_CONNECTIONS:  # the oldest answers with what is known
+                oldest, (_, its_method) = next(iter(self.waiting.items()))
+                del self.waiting[oldest]
+                self.respond(oldest, its_method, READYZ)
+            self.waiting[sock] = (now + READY_WAIT, method)
+            return
+        self.respond(sock, method, target)
+
+    def respond(self, sock: socket.socket, method: bytes, target: bytes) -> None:
+        status, text = answer(method, target, self.heard, time.monotonic(), self.stale_after)
+        _reply(sock, status, text, head_only=method == b"HEAD")
+
+    def hear(self, message: bytes) -> None:
+        """The loop answered: every /readyz waiting gets its answer."""
+        if self.heard.answered(message):
+            while self.waiting:
+                sock, (_, method) = self.waiting.popitem()
+                self.respond(sock, method, READYZ)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        while self.heads:
+            sock, (deadline, _) = next(iter(self.heads.items()))
+            if deadline > now:
+                break
+            self.forget(sock)
+            _reply(sock, 408, "request head too slow\n")
+        while self.waiting:
+            sock, (deadline, method) = next(iter(self.waiting.items()))
+            if deadline > now:
+                break
+            del self.waiting[sock]
+            self.respond(sock, method, READYZ)
+
+    def forget(self, sock: socket.socket) -> None:
+        self.selector.unregister(sock)
+        del self.heads[sock]
+
+    def drop(self, sock: socket.socket) -> None:
+        self.forget(sock)
+        sock.close()
+
+
+def serve(listener: socket.socket, asks: int, answers: int, stale_after: float) -> None:
+    """Answer probes until the pipe ``answers`` ends."""
+    probes = _Probes(asks, stale_after)
+    listener.setblocking(False)
+    os.set_blocking(asks, False)
+    probes.selector.register(listener, selectors.EVENT_READ)
+    probes.selector.register(answers, selectors.EVENT_READ)
+    while True:
+        for key, _ in probes.selector.select(probes.timeout()):
+            if key.fileobj is listener:
+                probes.accept(listener)
+            elif key.fileobj == answers:
+                message = os.read(answers, 4096)
+                if not message:
+                    return
+                probes.hear(message)
+            elif isinstance(key.fileobj, socket.socket):
+                probes.read(key.fileobj)
+        probes.expire()
+
+
+def main(argv: list[str]) -> None:
+    """``listener-fd asks-fd answers-fd stale-after-seconds``, as the proxy passes them."""
+    # Ctrl-C reaches the whole process group: the proxy drains, then ends the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    listener_fd, asks, answers = (int(a) for a in argv[:3])
+    serve(socket.socket(fileno=listener_fd), asks, answers, float(argv[3]))
+
+
+if __name__ == "__main__":  # pragma: no cover - the proxy runs it through proxy.server.health
+    main(sys.argv[1:])
