@@ -163,7 +163,7 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "(empty: off)"),
     ("health_stale_after", "float", 10.0,
      "seconds the event loop may leave that process's question unanswered before its /healthz "
-     "answers 503"),
+     "and /readyz answer 503"),
     ("replica_name", "str", "",
      "this replica's name on the inspector pages (default: the host name)"),
 )

@@ -9,12 +9,16 @@ imports more, so it holds ~10 MB and starts in tens of milliseconds; it waits wi
 while nobody probes.
 
 Hostile clients: a request head is read for at most ``HEAD_DEADLINE`` seconds and
-``HEAD_LIMIT`` bytes; past ``MAX_CONNECTIONS`` open connections the oldest is closed, so
-idle connections held open cannot keep a probe out. One answer per connection."""
+``HEAD_LIMIT`` bytes; past ``MAX_CONNECTIONS`` open connections the oldest is answered if
+its request has come, else closed, so idle connections held open cannot keep a probe out;
+at most ``ACCEPTS_A_ROUND`` connections are taken before the open ones are read, so a flood
+of new ones cannot push out a probe that has sent its request. One answer per connection;
+no request, however malformed, ends the process."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import signal
@@ -22,7 +26,7 @@ import socket
 import sys
 import time
 
-from proxy.health.verdict import READYZ, Heard, answer, probed_path
+from proxy.health.verdict import HEALTHZ, READYZ, Heard, answer, probed_path
 
 __all__ = ["main", "serve"]
 
@@ -30,6 +34,8 @@ MAX_CONNECTIONS = 64
 HEAD_LIMIT = 8192
 HEAD_DEADLINE = 2.0
 READY_WAIT = 1.0  # seconds /readyz waits for the loop's answer before it uses what it knows
+ACCEPTS_A_ROUND = 16
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
@@ -52,34 +58,55 @@ class _Probes:
     def __init__(self, asks: int, stale_after: float) -> None:
         self.selector = selectors.DefaultSelector()
         self.heads: dict[socket.socket, tuple[float, bytearray]] = {}
-        self.waiting: dict[socket.socket, tuple[float, bytes]] = {}  # deadline, method
+        # deadline, method, path
+        self.waiting: dict[socket.socket, tuple[float, bytes, bytes]] = {}
         self.heard = Heard()
         self.asks = asks
         self.stale_after = stale_after
 
     def timeout(self) -> float | None:
-        deadlines = [next(iter(table.values()))[0] for table in (self.heads, self.waiting)
-                     if table]
+        deadlines: list[float] = []
+        if self.heads:
+            deadlines.append(next(iter(self.heads.values()))[0])
+        if self.waiting:
+            deadlines.append(next(iter(self.waiting.values()))[0])
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def accept(self, listener: socket.socket) -> None:
-        while True:
+        for _ in range(ACCEPTS_A_ROUND):
             try:
                 sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of descriptors: the oldest connection makes room
-                if not self.heads:
-                    return
-                self.drop(next(iter(self.heads)))
-                continue
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    continue  # that connection failed; the next may not
+                if not self.make_room():
+                    time.sleep(0.05)  # nothing to close: wait, do not spin
+                return
             sock.setblocking(False)
             if len(self.heads) >= MAX_CONNECTIONS:
-                self.drop(next(iter(self.heads)))
+                self.make_room()
             self.heads[sock] = (time.monotonic() + HEAD_DEADLINE, bytearray())
             self.selector.register(sock, selectors.EVENT_READ)
 
+    def make_room(self) -> bool:
+        """Close the oldest connection still sending its head (answered first if its request
+        has come meanwhile), else answer the oldest waiting /readyz; whether one went."""
+        if self.heads:
+            oldest = next(iter(self.heads))
+            self.read(oldest)
+            if oldest in self.heads:
+                self.drop(oldest)
+            return True
+        if self.waiting:
+            self._answer_oldest_waiting()
+            return True
+        return False
+
     def read(self, sock: socket.socket) -> None:
+        if sock not in self.heads:  # closed earlier in this round
+            return
         try:
             piece = sock.recv(4096)
         except (BlockingIOError, InterruptedError):
@@ -90,10 +117,11 @@ class _Probes:
             self.drop(sock)
             return
         buffer = self.heads[sock][1]
+        searched = max(0, len(buffer) - 3)
         buffer += piece
-        end = buffer.find(b"\r\n\r\n")
+        end = buffer.find(b"\r\n\r\n", searched)
         if end < 0:
-            end = buffer.find(b"\n\n")
+            end = buffer.find(b"\n\n", searched)
         if end < 0 and len(buffer) <= HEAD_LIMIT:
             return
         self.forget(sock)
@@ -113,25 +141,28 @@ class _Probes:
         if path is not None and self.heard.ask(now):
             with contextlib.suppress(OSError):  # a full or broken pipe: the loop is behind
                 os.write(self.asks, b"?")
-        if path == READYZ:
+        if path == READYZ or (path == HEALTHZ and self.heard.readiness is None):
             if len(self.waiting) >= MAX_CONNECTIONS:  # the oldest answers with what is known
-                oldest, (_, its_method) = next(iter(self.waiting.items()))
-                del self.waiting[oldest]
-                self.respond(oldest, its_method, READYZ)
-            self.waiting[sock] = (now + READY_WAIT, method)
+                self._answer_oldest_waiting()
+            self.waiting[sock] = (now + READY_WAIT, method, path)
             return
         self.respond(sock, method, target)
+
+    def _answer_oldest_waiting(self) -> None:
+        oldest = next(iter(self.waiting))
+        _, method, path = self.waiting.pop(oldest)
+        self.respond(oldest, method, path)
 
     def respond(self, sock: socket.socket, method: bytes, target: bytes) -> None:
         status, text = answer(method, target, self.heard, time.monotonic(), self.stale_after)
         _reply(sock, status, text, head_only=method == b"HEAD")
 
     def hear(self, message: bytes) -> None:
-        """The loop answered: every /readyz waiting gets its answer."""
+        """The loop answered: every probe waiting gets its answer."""
         if self.heard.answered(message):
             while self.waiting:
-                sock, (_, method) = self.waiting.popitem()
-                self.respond(sock, method, READYZ)
+                sock, (_, method, path) = self.waiting.popitem()
+                self.respond(sock, method, path)
 
     def expire(self) -> None:
         now = time.monotonic()
@@ -142,15 +173,16 @@ class _Probes:
             self.forget(sock)
             _reply(sock, 408, "request head too slow\n")
         while self.waiting:
-            sock, (deadline, method) = next(iter(self.waiting.items()))
+            sock, (deadline, method, path) = next(iter(self.waiting.items()))
             if deadline > now:
                 break
             del self.waiting[sock]
-            self.respond(sock, method, READYZ)
+            self.respond(sock, method, path)
 
     def forget(self, sock: socket.socket) -> None:
-        self.selector.unregister(sock)
-        del self.heads[sock]
+        self.heads.pop(sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(sock)
 
     def drop(self, sock: socket.socket) -> None:
         self.forget(sock)
@@ -166,15 +198,20 @@ def serve(listener: socket.socket, asks: int, answers: int, stale_after: float) 
     probes.selector.register(answers, selectors.EVENT_READ)
     while True:
         for key, _ in probes.selector.select(probes.timeout()):
-            if key.fileobj is listener:
-                probes.accept(listener)
-            elif key.fileobj == answers:
+            if key.fileobj == answers:
                 message = os.read(answers, 4096)
                 if not message:
                     return
                 probes.hear(message)
-            elif isinstance(key.fileobj, socket.socket):
-                probes.read(key.fileobj)
+                continue
+            try:
+                if key.fileobj is listener:
+                    probes.accept(listener)
+                elif isinstance(key.fileobj, socket.socket):
+                    probes.read(key.fileobj)
+            except Exception:  # a bug one client found must not end the probes' answers
+                if isinstance(key.fileobj, socket.socket) and key.fileobj is not listener:
+                    probes.drop(key.fileobj)
         probes.expire()
 
 

@@ -4,9 +4,10 @@ no I/O.
 The health process asks the loop (one byte down a pipe) when a probe comes and no question
 is outstanding; the loop answers with one byte, its readiness. Nothing is asked while
 nobody probes, so an idle proxy is never woken for its probes. ``/healthz`` is answered at
-once: live unless a question has waited longer than ``stale_after``. ``/readyz`` waits,
-bounded by the health process, for the answer to the question its probe asked, so it says
-what the loop says now, not what it said at the last probe."""
+once once the loop has answered at all: live unless a question has waited longer than
+``stale_after``. ``/readyz`` (and the first ``/healthz``) waits, bounded by the health
+process, for the loop's next answer, so it says what the loop says now, not what it said
+at the last probe."""
 
 from __future__ import annotations
 
@@ -49,12 +50,13 @@ class Heard:
         return True
 
     def answered(self, message: bytes) -> bool:
-        """Take the loop's answers (the last one known counts); whether any was known."""
-        known = [code for code in message if code == READY or code in NOT_READY]
-        if not known:
+        """Take the loop's answers (the last one counts; a code this side does not know
+        reads as not ready, and still answers the question); whether there was one."""
+        if not message:
             return False
+        code = message[-1]
         self.asked_at = None
-        self.readiness = known[-1]
+        self.readiness = code if code == READY or code in NOT_READY else STARTING
         return True
 
     def silent_for(self, now: float) -> float:
@@ -78,10 +80,10 @@ def answer(method: bytes, target: bytes, heard: Heard, now: float,
     silent = heard.silent_for(now)
     if silent > stale_after:
         return 503, f"not live: the event loop has not answered for {silent:.1f} s\n"
+    if heard.readiness is None:  # started, but the loop has not answered once yet
+        return 503, "starting: no answer from the event loop yet\n"
     if path == HEALTHZ:
         return 200, "ok\n"
-    if heard.readiness is None:
-        return 503, "not ready: no answer from the event loop yet\n"
     if heard.readiness == READY:
         return 200, "ready\n"
     return 503, NOT_READY[heard.readiness] + "\n"

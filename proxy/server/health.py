@@ -26,8 +26,9 @@ log = logging.getLogger("tailfloor")
 
 RESTART_AFTER = 5.0  # seconds between starts of a health process that keeps dying
 # -I -S: nothing from the environment or site-packages is imported; the package's own
-# directory is put on the path by hand, so only the responder and what it imports load.
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+# directory is put on the path by hand (after the standard library's, so nothing there is
+# shadowed), so only the responder and what it imports load.
+_BOOT = ("import sys; sys.path.append(sys.argv[1]); "
          "from proxy.health.responder import main; main(sys.argv[2:])")
 
 
@@ -59,7 +60,8 @@ class HealthProcess:
         return f"{host}:{port}"
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the health process and answer its questions on ``loop``."""
+        """Start the health process and answer its questions on ``loop`` (``OSError`` when
+        it cannot be started)."""
         self._loop = loop
         self._restart = None
         asks, their_asks = os.pipe()
@@ -67,10 +69,18 @@ class HealthProcess:
         root = str(Path(__file__).resolve().parents[2])
         theirs = (self.listener.fileno(), their_asks, their_answers)
         try:
+            # A session of its own: a signal to the proxy's process group (a terminal's
+            # Ctrl-C, a service manager's stop) is the proxy's to handle; the health process
+            # ends when the proxy's end of the pipe does.
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _BOOT, root, *map(str, theirs),
                  repr(self.stale_after)],
-                pass_fds=theirs, stdin=subprocess.DEVNULL)
+                pass_fds=theirs, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            os.close(asks)
+            os.close(answers)
+            self._process = None
+            raise
         finally:
             os.close(their_asks)
             os.close(their_answers)
@@ -92,30 +102,37 @@ class HealthProcess:
             return
         # Guards against a bug in a readiness check, which must not stop the answers.
         try:
-            code = self.readiness()
+            answer = readiness_byte(self.readiness())
         except Exception:
             log.exception("computing readiness for the health process failed")
-            code = STARTING
+            answer = readiness_byte(STARTING)
         with contextlib.suppress(OSError):  # full or broken: the health process is gone
-            os.write(self._answers, readiness_byte(code))
+            os.write(self._answers, answer)
 
     def _gone(self) -> None:
         """The health process closed its end: it died. Start another, at most every
         ``RESTART_AFTER`` seconds."""
         self._release_pipes()
-        status = self._process.poll() if self._process is not None else None
-        log.error("the health process (--health-listen %s) ended (status %s); starting it "
-                  "again", self.address, status)
         assert self._loop is not None
         delay = max(0.0, RESTART_AFTER - (time.monotonic() - self._started_at))
         self._restart = self._loop.call_later(delay, self._start_again)
 
     def _start_again(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()  # closed its pipe yet lives: not ours to keep
-            self._process.wait()
+        process = self._process
+        if process is not None:
+            if process.poll() is None:
+                process.kill()  # closed its pipe yet lives: not ours to keep
+                process.wait()
+            log.error("the health process (--health-listen %s) ended (status %s); starting "
+                      "it again", self.address, process.returncode)
         assert self._loop is not None
-        self.start(self._loop)
+        try:
+            self.start(self._loop)
+        except OSError as exc:
+            log.error("cannot start the health process (%s); trying again in %.0f s", exc,
+                      RESTART_AFTER)
+            self._started_at = time.monotonic()
+            self._restart = self._loop.call_later(RESTART_AFTER, self._start_again)
 
     def _release_pipes(self) -> None:
         if self._asks >= 0:

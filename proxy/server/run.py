@@ -60,7 +60,12 @@ async def _serve(settings: Settings) -> int:
             log.error("%s", cannot_listen("health", settings.health_listen, exc))
             return 1
         # First of all: probes are answered (and see "starting") while the rest loads.
-        health.start(asyncio.get_running_loop())
+        try:
+            health.start(asyncio.get_running_loop())
+        except OSError as exc:
+            log.error("cannot start the health process (--health-listen): %s", exc)
+            health.listener.close()
+            return 1
     try:
         return await _serve_with(settings, health)
     finally:

@@ -312,6 +312,16 @@ def test_introspection_is_off_in_the_pod_unless_asked() -> None:
     assert env_of(tailfloor)["TAILFLOOR_INTROSPECTION"] == "true"
 
 
+def test_the_health_process_can_be_turned_off_with_the_probes_on_admin() -> None:
+    values = ["tailfloor.healthPort=0", "tailfloor.livenessProbe.httpGet.port=admin",
+              "tailfloor.readinessProbe.httpGet.port=admin",
+              "tailfloor.startupProbe.httpGet.port=admin"]
+    tailfloor = container(pod_spec(render([STANDALONE], values)), "tailfloor")
+    assert "TAILFLOOR_HEALTH_LISTEN" not in env_of(tailfloor)
+    assert "health" not in {p["name"] for p in tailfloor["ports"]}
+    assert tailfloor["livenessProbe"]["httpGet"]["port"] == "admin"
+
+
 def test_standalone_replicas_share_a_store_without_a_password_in_the_pod_spec() -> None:
     plain = container(pod_spec(render([STANDALONE])), "tailfloor")
     assert "TAILFLOOR_STORE" not in env_of(plain)  # the default: each replica its own store

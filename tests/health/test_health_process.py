@@ -86,6 +86,7 @@ def test_probes_answer_from_a_process_of_their_own(served: tuple[ProxyProcess, i
 
 def test_a_stopped_event_loop_is_reported_not_live(served: tuple[ProxyProcess, int]) -> None:
     process, port = served
+    assert probe(port) == (200, "ok\n")  # the loop has answered once
     os.kill(process.proc.pid, signal.SIGSTOP)
     try:
         # Answered at once while the loop cannot answer anything: first still live (its
@@ -165,7 +166,7 @@ def test_idle_and_slow_connections_cannot_keep_a_probe_out(
     _, port = served
     idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(150)]
     try:
-        for sock in idle[:20]:
+        for sock in idle[-20:]:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head never finished
         assert probe(port, timeout=2.0) == (200, "ok\n")
         huge = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -185,6 +186,44 @@ def test_idle_and_slow_connections_cannot_keep_a_probe_out(
         for sock in idle:
             sock.close()
     assert probe(port) == (200, "ok\n")
+
+
+def test_a_flood_of_connections_does_not_push_out_a_probe_that_has_asked(
+        served: tuple[ProxyProcess, int]) -> None:
+    process, port = served
+    assert probe(port) == (200, "ok\n")
+    [child] = responder_pids(process.proc.pid)
+    os.kill(child, signal.SIGSTOP)  # so the probe and the flood wait in the backlog together
+    try:
+        asking = socket.create_connection(("127.0.0.1", port), timeout=5)
+        asking.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        flood = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(100)]
+    finally:
+        os.kill(child, signal.SIGCONT)
+    try:
+        assert asking.recv(100).startswith(b"HTTP/1.1 200 ")
+    finally:
+        asking.close()
+        for sock in flood:
+            sock.close()
+
+
+def test_the_health_process_sleeps_while_nobody_probes(
+        served: tuple[ProxyProcess, int]) -> None:
+    process, port = served
+    assert probe(port) == (200, "ok\n")
+    [child] = responder_pids(process.proc.pid)
+
+    def switches() -> int:  # each time it slept and woke
+        for line in Path(f"/proc/{child}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+        raise AssertionError("no voluntary_ctxt_switches")
+
+    time.sleep(0.5)
+    before = switches()
+    time.sleep(2.0)
+    assert switches() == before
 
 
 def test_a_taken_health_port_fails_the_start_naming_the_flag(fake: FakeUpstream) -> None:

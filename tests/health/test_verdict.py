@@ -33,22 +33,26 @@ def test_one_question_at_a_time() -> None:
     assert knows.ask(9.0)
 
 
-def test_answers_the_loop_did_not_give_are_not_believed() -> None:
+def test_an_answer_this_side_does_not_know_still_answers_and_reads_as_not_ready() -> None:
     knows = heard(READY, asked_at=5.0)
-    assert not knows.answered(b"\x63")  # no such readiness
     assert not knows.answered(b"")
     assert knows.readiness == READY and knows.asked_at == 5.0
-    assert knows.answered(bytes((INDEXING, 0x63, STARTING)))  # the last known one counts
+    assert knows.answered(b"\x63")  # no such readiness: the question is answered all the same
     assert knows.readiness == STARTING and knows.asked_at is None
+    knows.asked_at = 6.0
+    assert knows.answered(bytes((STARTING, INDEXING, READY)))  # the last one counts
+    assert knows.readiness == READY and knows.asked_at is None
 
 
 @pytest.mark.parametrize("case", [
-    (b"GET", b"/healthz", heard(None), 100.0, 200, "ok\n"),  # nothing asked yet: live
+    # started, the loop never heard from: not live yet (a startup probe waits for it)
+    (b"GET", b"/healthz", heard(None), 100.0, 503,
+     "starting: no answer from the event loop yet\n"),
     (b"HEAD", b"/healthz", heard(READY), 100.0, 200, "ok\n"),
     (b"GET", b"/readyz", heard(READY), 100.0, 200, "ready\n"),
     (b"GET", b"/readyz?verbose=1", heard(READY), 100.0, 200, "ready\n"),
     (b"GET", b"/readyz", heard(None), 100.0, 503,
-     "not ready: no answer from the event loop yet\n"),
+     "starting: no answer from the event loop yet\n"),
     (b"GET", b"/readyz", heard(INDEXING), 100.0, 503, "not ready: indexing transcripts\n"),
     (b"GET", b"/healthz", heard(INDEXING), 100.0, 200, "ok\n"),  # live, not ready
     (b"GET", b"/healthz", heard(READY, asked_at=90.0), 100.0, 200, "ok\n"),  # at the bound

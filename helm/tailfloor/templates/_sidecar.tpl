@@ -20,7 +20,7 @@ where $cfg is a dict; only "image" is required:
   healthPort      the probes' port (default 8789): /healthz and /readyz answered by a small
                   process of their own, which asks tailfloor's event loop without waiting on
                   it: in milliseconds even while tailfloor is busy; point the probes at the
-                  port named health
+                  port named health (0: no health process, no such port)
   introspection   also serve /tailfloor/* there (session ids, keys, paths; default false: the
                   admin port listens on the pod IP for probes and scrapes)
   transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
@@ -44,7 +44,7 @@ where $cfg is a dict; only "image" is required:
 {{- $c := .config -}}
 {{- $port := default 8787 $c.port -}}
 {{- $adminPort := default 8788 $c.adminPort -}}
-{{- $healthPort := default 8789 $c.healthPort -}}
+{{- $healthPort := ternary 8789 $c.healthPort (kindIs "invalid" $c.healthPort) -}}
 {{- $t := default dict $c.transcripts -}}
 {{- $rules := default dict $c.rules -}}
 {{- $state := default dict $c.state -}}
@@ -68,8 +68,10 @@ where $cfg is a dict; only "image" is required:
       value: {{ printf "0.0.0.0:%v" $port | quote }}
     - name: TAILFLOOR_ADMIN_LISTEN
       value: {{ printf "0.0.0.0:%v" $adminPort | quote }}
+    {{- if $healthPort }}
     - name: TAILFLOOR_HEALTH_LISTEN
       value: {{ printf "0.0.0.0:%v" $healthPort | quote }}
+    {{- end }}
     - name: TAILFLOOR_INTROSPECTION
       value: {{ ternary "true" "false" (eq (toString $c.introspection) "true") | quote }}
     - name: TAILFLOOR_UPSTREAM
@@ -155,9 +157,11 @@ where $cfg is a dict; only "image" is required:
     - name: admin
       containerPort: {{ $adminPort }}
       protocol: TCP
+    {{- if $healthPort }}
     - name: health
       containerPort: {{ $healthPort }}
       protocol: TCP
+    {{- end }}
   {{- with $c.livenessProbe }}
   livenessProbe:
     {{- toYaml . | nindent 4 }}

@@ -1,0 +1,89 @@
+"""The health process's connection handling, driven round by round in this process (a real
+listening socket and real clients, the rounds in the order the kernel may report them)."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.health.responder import MAX_CONNECTIONS, _Probes
+from proxy.health.verdict import READY, readiness_byte
+
+
+@pytest.fixture
+def probes() -> Iterator[tuple[_Probes, socket.socket]]:
+    listener = socket.create_server(("127.0.0.1", 0), backlog=256)
+    listener.setblocking(False)
+    asks, theirs = os.pipe()
+    os.set_blocking(theirs, False)
+    server = _Probes(theirs, 10.0)
+    server.selector.register(listener, selectors.EVENT_READ)
+    server.hear(readiness_byte(READY))
+    try:
+        yield server, listener
+    finally:
+        listener.close()
+        os.close(asks)
+        os.close(theirs)
+
+
+def connect(listener: socket.socket) -> socket.socket:
+    return socket.create_connection(listener.getsockname(), timeout=2)
+
+
+def round_with_listener_first(server: _Probes, listener: socket.socket) -> None:
+    """One round as epoll may report it: the listener before the connections."""
+    time.sleep(0.05)
+    ready = server.selector.select(0)
+    ready.sort(key=lambda event: event[0].fileobj is not listener)
+    for key, _ in ready:
+        if key.fileobj is listener:
+            server.accept(listener)
+        elif isinstance(key.fileobj, socket.socket):
+            server.read(key.fileobj)
+
+
+def test_a_connection_closed_to_make_room_is_not_read_again(
+        probes: tuple[_Probes, socket.socket]) -> None:
+    server, listener = probes
+    clients = [connect(listener) for _ in range(MAX_CONNECTIONS)]
+    for _ in range(10):  # a few accepts a round
+        round_with_listener_first(server, listener)
+    assert len(server.heads) == MAX_CONNECTIONS
+    # The oldest sends its head in the same round a new connection makes it the one to go.
+    newest = connect(listener)
+    clients[0].sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+    round_with_listener_first(server, listener)  # raised ValueError before
+    assert clients[0].recv(100).startswith(b"HTTP/1.1 200 "), "its request had come"
+    newest.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+    round_with_listener_first(server, listener)
+    assert newest.recv(100).startswith(b"HTTP/1.1 200 ")
+    assert len(server.heads) <= MAX_CONNECTIONS
+    for client in clients:
+        client.close()
+
+
+def test_at_most_so_many_connections_are_held_and_the_oldest_go(
+        probes: tuple[_Probes, socket.socket]) -> None:
+    server, listener = probes
+    clients = [connect(listener) for _ in range(3 * MAX_CONNECTIONS)]
+    for _ in range(20):
+        round_with_listener_first(server, listener)
+    assert len(server.heads) == MAX_CONNECTIONS
+    closed = []
+    for client in clients:
+        client.settimeout(0.01)
+        try:
+            closed.append(client.recv(1) == b"")
+        except TimeoutError:
+            closed.append(False)
+        except ConnectionResetError:
+            closed.append(True)
+    assert closed == [True] * (2 * MAX_CONNECTIONS) + [False] * MAX_CONNECTIONS
+    for client in clients:
+        client.close()
