@@ -96,9 +96,12 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
             # is found when the tracker walks it (it is in the batch); every later change is
             # the new watcher's.
             # (a recursive watcher, the doorbell's fallback, follows them by itself)
+            # Directories made while the new watcher replaced the old one are in what the
+            # old one reports meanwhile (``rest``): they are watched in turn, before the batch
+            # goes out, or what is written in them after the tracker's walk is never seen.
             fresh = await asyncio.to_thread(_unwatched, bell, found) \
                 if bell is not None and not bell.failed else []
-            if bell is not None and fresh:
+            while bell is not None and fresh:
                 await asyncio.to_thread(bell.watch_trees, fresh)
                 newer = await asyncio.to_thread(_notify, paths, bell, polling)
                 rest = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
@@ -107,8 +110,10 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
                 watcher, newer = newer, None
                 if rest == "stop":
                     return
-                if isinstance(rest, set):
-                    found.update(path for _change, path in rest)
+                later = {path for _change, path in rest} if isinstance(rest, set) else set()
+                found.update(later)
+                fresh = await asyncio.to_thread(_unwatched, bell, later) \
+                    if not bell.failed else []
             if found:
                 yield found
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.transcripts import watch
 from proxy.transcripts.catalog import Catalog
 from proxy.transcripts.doorbell import Doorbell
 from proxy.transcripts.tracker import Tracker
@@ -99,3 +100,37 @@ _real_drain = Doorbell._drain
 def _lost_every_creation(self: Doorbell) -> list[str] | None:
     found = _real_drain(self)
     return None if found is None else []  # it rang, but named no new directory
+
+
+async def test_a_directory_made_while_the_watcher_is_replaced_is_watched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new directory gets a new Rust watcher; the old one is read a last time, then closed.
+    # A directory made in between is reported only by the old one's last read (the doorbell
+    # loses every creation here, as it does some in a storm): it must be watched too, or
+    # what is written in it after the tracker walked it is never seen.
+    monkeypatch.setattr(Doorbell, "_drain", _lost_every_creation)
+    real = watch._notify
+    made: list[Path] = []
+
+    def notify(paths: Any, bell: Any, polling: bool) -> Any:
+        made_watcher = real(paths, bell, polling)
+        if not made and (tmp_path / "first").is_dir():
+            made.append(tmp_path / "late")
+            made[0].mkdir()  # the new watcher is made, the old one not read yet
+        return made_watcher
+
+    monkeypatch.setattr(watch, "_notify", notify)
+    stop = asyncio.Event()
+    task, batches = following(tmp_path, stop)
+    try:
+        await asyncio.sleep(0.3)
+        (tmp_path / "first").mkdir()
+        seen: set[str] = set()
+        while str(tmp_path / "late") not in seen:
+            seen |= await asyncio.wait_for(batches.get(), 2.0)
+        (tmp_path / "late" / "later.jsonl").write_text("{}\n")
+        while str(tmp_path / "late" / "later.jsonl") not in seen:
+            seen |= await asyncio.wait_for(batches.get(), 2.0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)
