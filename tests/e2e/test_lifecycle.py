@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import http.client
 import signal
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import ProxyProcess
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.inprocess import InProcessProxy
+from tests.streaming import stream_in_background
 
-STREAM_CHAT = b'{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 
 def status_of(url: str) -> int:
@@ -119,15 +117,7 @@ def test_only_vetted_models_become_labels(fake: FakeUpstream, clean_fake: FakeUp
 def test_sigterm_drains_in_flight_streams(fake: FakeUpstream, clean_fake: FakeUpstream) -> None:
     process = ProxyProcess(fake.url, "--shutdown-grace", "5")
     clean_fake.script.append(Reply(delay_between_chunks=0.2, text="abcdefgh", pieces=4))
-    result: dict[str, bytes] = {}
-
-    def stream() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", process.port, timeout=10)
-        connection.request("POST", "/v1/chat/completions", body=STREAM_CHAT)
-        result["body"] = connection.getresponse().read()
-
-    worker = threading.Thread(target=stream)
-    worker.start()
+    worker, result = stream_in_background(process.port)
     time.sleep(0.3)
     process.proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)

@@ -4,11 +4,9 @@ here: the strongest form of a loop held by a huge parse or the first scan)."""
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,9 +17,9 @@ import pytest
 
 from tests.conftest import ProxyProcess, free_port
 from tests.fake_upstream import FakeUpstream, Reply
+from tests.streaming import stream_in_background
 
 STALE_AFTER = 1.0
-STREAM_CHAT = b'{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 
 def probe(port: int, path: str = "/healthz", method: str = "GET",
@@ -137,17 +135,9 @@ def test_draining_is_live_and_not_ready(fake: FakeUpstream, clean_fake: FakeUpst
     process = ProxyProcess(fake.url, "--health-listen", f"127.0.0.1:{port}",
                            "--shutdown-grace", "5")
     clean_fake.script.append(Reply(delay_between_chunks=0.5, text="abcdefgh", pieces=4))
-    result: dict[str, bytes] = {}
-
-    def stream() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", process.port, timeout=10)
-        connection.request("POST", "/v1/chat/completions", body=STREAM_CHAT)
-        result["body"] = connection.getresponse().read()
-
     try:
         assert probe(port, "/readyz") == (200, "ready\n")
-        worker = threading.Thread(target=stream)
-        worker.start()
+        worker, result = stream_in_background(process.port)
         time.sleep(0.3)
         process.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
