@@ -18,7 +18,6 @@ from tests.inprocess import InProcessProxy
 from tests.streaming import stream_in_background
 
 
-
 def status_of(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
