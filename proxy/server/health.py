@@ -65,7 +65,12 @@ class HealthProcess:
         self._loop = loop
         self._restart = None
         asks, their_asks = os.pipe()
-        their_answers, answers = os.pipe()
+        try:
+            their_answers, answers = os.pipe()
+        except OSError:
+            os.close(asks)
+            os.close(their_asks)
+            raise
         root = str(Path(__file__).resolve().parents[2])
         theirs = (self.listener.fileno(), their_asks, their_answers)
         try:
@@ -76,7 +81,7 @@ class HealthProcess:
                 [sys.executable, "-I", "-S", "-c", _BOOT, root, *map(str, theirs),
                  repr(self.stale_after)],
                 pass_fds=theirs, stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
+        except Exception:
             os.close(asks)
             os.close(answers)
             self._process = None
@@ -128,7 +133,7 @@ class HealthProcess:
         assert self._loop is not None
         try:
             self.start(self._loop)
-        except OSError as exc:
+        except Exception as exc:  # whatever it is, the probes' port must not stay dead
             log.error("cannot start the health process (%s); trying again in %.0f s", exc,
                       RESTART_AFTER)
             self._started_at = time.monotonic()

@@ -28,6 +28,8 @@ __all__ = ["watch_batches"]
 # Seconds between looks with the doorbell silent: only a safety net (an inotify descriptor
 # does not lose events without ringing: an overflow rings too).
 QUIET_LOOK = 60.0
+# Rounds of new directories watched before a batch goes out without the latest ones.
+NEW_DIRECTORY_ROUNDS = 3
 
 
 def _nothing() -> None:
@@ -43,6 +45,19 @@ def _notify(paths: Sequence[str], bell: Doorbell | None, polling: bool) -> RustN
         return RustNotify(list(paths), False, polling, 300, True, True)
     dirs = [d for d in bell.directories() if os.path.isdir(d)]
     return RustNotify(dirs, False, False, 300, False, True)
+
+
+class _Stopped(Exception):
+    """The watch was asked to stop while the Rust watcher waited."""
+
+
+def _changed(changes: object) -> set[str]:
+    """The paths in what the Rust watcher returned."""
+    if changes == "stop":
+        raise _Stopped
+    if changes == "signal":
+        raise RuntimeError("the watch thread unexpectedly received a signal")
+    return {path for _change, path in changes} if isinstance(changes, set) else set()
 
 
 def _unwatched(bell: Doorbell, found: set[str]) -> list[str]:
@@ -72,50 +87,56 @@ async def watch_batches(paths: Sequence[str], stop: asyncio.Event, *, debounce_m
         on_watching()
         if armed_batch:
             yield set()
+        carry: list[str] = []  # new directories to watch before the next batch
         while not stop.is_set():
-            timeout = rust_timeout_ms
-            appeared: list[str] = []
-            if bell is not None:
-                appeared = await bell.rung(stop, QUIET_LOOK) or []
-                if stop.is_set():
-                    return
-                # Changes are gathered by now or within a step: wait for them to settle,
-                # or a short while when the ring was for nothing reported.
-                timeout = debounce_ms + 2 * step_ms
-            changes = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms, timeout,
-                                              stop)
-            if changes == "stop":
-                return
-            if changes == "signal":
-                raise RuntimeError("the watch thread unexpectedly received a signal")
-            found = {path for _change, path in changes} if isinstance(changes, set) else set()
-            found.update(appeared)
+            found: set[str] = set(carry)
+            if not carry:
+                timeout = rust_timeout_ms
+                appeared: list[str] = []
+                if bell is not None:
+                    appeared = await bell.rung(stop, QUIET_LOOK) or []
+                    if stop.is_set():
+                        return
+                    # Changes are gathered by now or within a step: wait for them to settle,
+                    # or a short while when the ring was for nothing reported.
+                    timeout = debounce_ms + 2 * step_ms
+                changes = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
+                                                  timeout, stop)
+                found = _changed(changes)
+                found.update(appeared)
             # New directories, as the doorbell or the Rust watcher saw them appear (in a storm
             # the doorbell's queue overflows and loses some): watched, and a Rust watcher
             # made with them, before the batch goes out. A file written in one before that
             # is found when the tracker walks it (it is in the batch); every later change is
-            # the new watcher's.
-            # (a recursive watcher, the doorbell's fallback, follows them by itself)
-            # Directories made while the new watcher replaced the old one are in what the
-            # old one reports meanwhile (``rest``): they are watched in turn, before the batch
-            # goes out, or what is written in them after the tracker's walk is never seen.
-            fresh = await asyncio.to_thread(_unwatched, bell, found) \
-                if bell is not None and not bell.failed else []
-            while bell is not None and fresh:
+            # the new watcher's. (A recursive watcher, the doorbell's fallback, follows them
+            # by itself.) Directories made while the new watcher replaced the old one are in
+            # what the old one reports meanwhile (``rest``): watched in turn, for a few
+            # rounds; past them, the batch goes out without them and the next one starts by
+            # watching them, so a steady stream of new directories holds no batch back.
+            fresh = carry or (await asyncio.to_thread(_unwatched, bell, found)
+                              if bell is not None and not bell.failed else [])
+            carry = []
+            for _round in range(NEW_DIRECTORY_ROUNDS + 1):
+                if bell is None or not fresh:
+                    break
+                if _round == NEW_DIRECTORY_ROUNDS:
+                    found.difference_update(fresh)  # walked once they are watched
+                    carry = fresh
+                    break
                 await asyncio.to_thread(bell.watch_trees, fresh)
                 newer = await asyncio.to_thread(_notify, paths, bell, polling)
                 rest = await asyncio.to_thread(watcher.watch, debounce_ms, step_ms,
                                                debounce_ms + 2 * step_ms, stop)
                 watcher.close()
                 watcher, newer = newer, None
-                if rest == "stop":
-                    return
-                later = {path for _change, path in rest} if isinstance(rest, set) else set()
+                later = _changed(rest)
                 found.update(later)
                 fresh = await asyncio.to_thread(_unwatched, bell, later) \
                     if not bell.failed else []
             if found:
                 yield found
+    except _Stopped:
+        return
     finally:
         for made in (watcher, newer):
             if made is not None:

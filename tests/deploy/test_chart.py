@@ -312,14 +312,17 @@ def test_introspection_is_off_in_the_pod_unless_asked() -> None:
     assert env_of(tailfloor)["TAILFLOOR_INTROSPECTION"] == "true"
 
 
-def test_the_health_process_can_be_turned_off_with_the_probes_on_admin() -> None:
-    values = ["tailfloor.healthPort=0", "tailfloor.livenessProbe.httpGet.port=admin",
-              "tailfloor.readinessProbe.httpGet.port=admin",
-              "tailfloor.startupProbe.httpGet.port=admin"]
-    tailfloor = container(pod_spec(render([STANDALONE], values)), "tailfloor")
+def test_the_health_process_can_be_turned_off_and_the_probes_go_to_admin() -> None:
+    tailfloor = container(pod_spec(render([STANDALONE], ["tailfloor.healthPort=0"])),
+                          "tailfloor")
     assert "TAILFLOOR_HEALTH_LISTEN" not in env_of(tailfloor)
     assert "health" not in {p["name"] for p in tailfloor["ports"]}
-    assert tailfloor["livenessProbe"]["httpGet"]["port"] == "admin"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert tailfloor[probe]["httpGet"]["port"] == "admin"
+    # A probe that names a port by number is left as it is.
+    tailfloor = container(pod_spec(render([STANDALONE], [
+        "tailfloor.healthPort=0", "tailfloor.livenessProbe.httpGet.port=9999"])), "tailfloor")
+    assert tailfloor["livenessProbe"]["httpGet"]["port"] == 9999
 
 
 def test_standalone_replicas_share_a_store_without_a_password_in_the_pod_spec() -> None:

@@ -134,3 +134,47 @@ async def test_a_directory_made_while_the_watcher_is_replaced_is_watched(
     finally:
         stop.set()
         await asyncio.wait_for(task, 5.0)
+
+
+async def test_a_steady_stream_of_new_directories_holds_no_batch_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new directory every 20 ms for 3 s, each reported while the last one's watcher was
+    # being made: a change elsewhere still goes out during the stream, and every directory
+    # ends up watched (a file written in each afterwards is seen).
+    monkeypatch.setattr(Doorbell, "_drain", _lost_every_creation)
+    (tmp_path / "known").mkdir()
+    stop = asyncio.Event()
+    task, batches = following(tmp_path, stop)
+    made: list[Path] = []
+
+    async def stream_of_directories() -> None:
+        for n in range(150):
+            made.append(tmp_path / f"d{n}")
+            made[-1].mkdir()
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.sleep(0.3)
+        making = asyncio.create_task(stream_of_directories())
+        await asyncio.sleep(0.5)
+        (tmp_path / "known" / "changed.jsonl").write_text("{}\n")
+        seen: set[str] = set()
+        while str(tmp_path / "known" / "changed.jsonl") not in seen:
+            seen |= await asyncio.wait_for(batches.get(), 5.0)
+        assert not making.done(), "the change waited for the stream of directories to end"
+        await making
+        # A directory goes out in a batch once it is watched (the tracker walks it then).
+        while not {str(folder) for folder in made} <= seen:
+            seen |= await asyncio.wait_for(batches.get(), 5.0)
+        for folder in made:
+            (folder / "later.jsonl").write_text("{}\n")
+        wanted = {str(folder / "later.jsonl") for folder in made}
+        while not wanted <= seen:
+            try:
+                seen |= await asyncio.wait_for(batches.get(), 5.0)
+            except TimeoutError:
+                raise AssertionError(f"never seen: {sorted(wanted - seen)[:5]}, "
+                                     f"{len(wanted - seen)} in all") from None
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5.0)

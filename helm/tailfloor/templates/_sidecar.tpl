@@ -20,7 +20,9 @@ where $cfg is a dict; only "image" is required:
   healthPort      the probes' port (default 8789): /healthz and /readyz answered by a small
                   process of their own, which asks tailfloor's event loop without waiting on
                   it: in milliseconds even while tailfloor is busy; point the probes at the
-                  port named health (0: no health process, no such port)
+                  port named health (0: no health process, no such port, and probes of
+                  that port go to admin). Two sidecars in one pod: give each its own port,
+                  adminPort and healthPort
   introspection   also serve /tailfloor/* there (session ids, keys, paths; default false: the
                   admin port listens on the pod IP for probes and scrapes)
   transcripts     dict: volume (name of the pod volume holding the agent's transcripts),
@@ -40,6 +42,22 @@ where $cfg is a dict; only "image" is required:
   pullPolicy, hostPort, hostIP, logFormat, logLevel, shutdownGrace, extraArgs, env,
   extraVolumeMounts, resources, securityContext, livenessProbe, readinessProbe, startupProbe
 */}}
+{{/*
+A probe as configured; with no health process (healthPort 0) a probe of the port named
+health goes to the admin listener, which answers the same paths.
+*/}}
+{{- define "tailfloor.probe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- if not .healthPort -}}
+{{- with $probe.httpGet -}}
+{{- if eq (toString .port) "health" -}}
+{{- $_ := set . "port" "admin" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
+
 {{- define "tailfloor.sidecar" -}}
 {{- $c := .config -}}
 {{- $port := default 8787 $c.port -}}
@@ -164,15 +182,15 @@ where $cfg is a dict; only "image" is required:
     {{- end }}
   {{- with $c.livenessProbe }}
   livenessProbe:
-    {{- toYaml . | nindent 4 }}
+    {{- include "tailfloor.probe" (dict "probe" . "healthPort" $healthPort) | nindent 4 }}
   {{- end }}
   {{- with $c.readinessProbe }}
   readinessProbe:
-    {{- toYaml . | nindent 4 }}
+    {{- include "tailfloor.probe" (dict "probe" . "healthPort" $healthPort) | nindent 4 }}
   {{- end }}
   {{- with $c.startupProbe }}
   startupProbe:
-    {{- toYaml . | nindent 4 }}
+    {{- include "tailfloor.probe" (dict "probe" . "healthPort" $healthPort) | nindent 4 }}
   {{- end }}
   {{- with $c.resources }}
   resources:
