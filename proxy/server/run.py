@@ -38,7 +38,7 @@ def serve(settings: Settings) -> int:
     # A full garbage collection holds the GIL for as long as it walks every live object: a
     # large request's parse would trigger one every few hundred thousand allocations. Full
     # collections ten times rarer; what start-up made (rules, tables, the catalog read at
-    # start) is frozen out of them (see _serve), and so is what survived each one.
+    # start) is frozen out of them (see _serve_with), and so is what survived each one.
     gc.set_threshold(700, 10, 100)
     freeze_survivors()
     give_back_large_blocks()
