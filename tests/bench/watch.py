@@ -14,6 +14,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from tests.bench.procs import children_map
+
 __all__ = ["Watch", "child_memory_mb", "memory_mb", "percentiles"]
 
 PROBE_TIMEOUT = 10.0
@@ -32,12 +34,11 @@ def memory_mb(pid: int) -> dict[str, float]:
 def child_memory_mb(pid: int) -> float:
     """``VmRSS`` of ``pid``'s children together, in MB (the health process)."""
     total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            try:
-                total += memory_mb(int(child))["VmRSS"]
-            except (OSError, KeyError):
-                continue
+    for child in children_map().get(pid, ()):
+        try:
+            total += memory_mb(child)["VmRSS"]
+        except (OSError, KeyError):
+            continue  # ended while we looked
     return total
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.procs import children_map
 from tests.conftest import ProxyProcess, free_port
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.streaming import stream_in_background
@@ -35,17 +36,13 @@ def probe(port: int, path: str = "/healthz", method: str = "GET",
 def responder_pids(parent: int) -> list[int]:
     """The health processes among ``parent``'s children (from /proc, not from tailfloor)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for child in children_map().get(parent, ()):
         try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes()
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"proxy.health.responder" in command:
-            found.append(int(entry.name))
+        if b"proxy.health.responder" in command:
+            found.append(child)
     return found
 
 
