@@ -35,6 +35,7 @@ HEAD_LIMIT = 8192
 HEAD_DEADLINE = 2.0
 READY_WAIT = 1.0  # seconds /readyz waits for the loop's answer before it uses what it knows
 ACCEPTS_A_ROUND = 16
+UNREAD_LIMIT = 65536
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 431: "Request Header Fields Too Large",
@@ -48,6 +49,21 @@ def _reply(sock: socket.socket, status: int, text: str, head_only: bool = False)
     # A few hundred bytes: a fresh socket's send buffer takes them whole.
     with contextlib.suppress(OSError):
         sock.send(head.encode() + (b"" if head_only else body))
+    _close(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    """Close after the answer: the end of it first, then what the client sent past its
+    head is read and let go (at most ``UNREAD_LIMIT`` bytes), since a socket closed with
+    unread bytes answers with a reset, which can overtake the answer itself."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        unread = 0
+        while unread < UNREAD_LIMIT:
+            piece = sock.recv(4096)  # never blocks: raises once nothing more has come
+            if not piece:
+                break
+            unread += len(piece)
     sock.close()
 
 

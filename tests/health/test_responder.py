@@ -87,3 +87,27 @@ def test_at_most_so_many_connections_are_held_and_the_oldest_go(
     assert closed == [True] * (2 * MAX_CONNECTIONS) + [False] * MAX_CONNECTIONS
     for client in clients:
         client.close()
+
+
+def read_to_end(client: socket.socket) -> bytes:
+    got = b""
+    while piece := client.recv(65536):
+        got += piece
+    return got
+
+
+@pytest.mark.parametrize("behind", [
+    b"GET /readyz HTTP/1.1\r\n\r\n" * 400,  # requests sent before the first's answer
+    b"x" * 20_000,  # a body nobody asked for, more than one read takes
+])
+def test_bytes_sent_past_the_head_do_not_turn_the_answer_into_a_reset(
+        probes: tuple[_Probes, socket.socket], behind: bytes) -> None:
+    server, listener = probes
+    client = connect(listener)
+    client.sendall(b"GET /healthz HTTP/1.1\r\nHost: probe\r\n\r\n" + behind)
+    for _ in range(3):
+        round_with_listener_first(server, listener)
+    answer = read_to_end(client)  # a reset raised ConnectionResetError here before
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nok\n"), answer
+    assert not server.heads and not server.waiting
+    client.close()
