@@ -290,7 +290,8 @@ class Metrics:
         self.cache_held = Gauge(
             "tailfloor_cache_held", "What the bounded memory kept between requests holds, "
             "read at each scrape (cache: rendered_bytes = memory the kept renderings hold, "
-            "their JSON and a row each; rendered = kept renderings; "
+            "their JSON and a row each; rendered = kept renderings; rendered_decoded_bytes = "
+            "those of long tails held decoded, reckoned from their JSON; "
             "served_sessions and served_entries = unpacked session windows; token_counts = "
             "remembered message counts: these by --session-cache-bytes; inspector_bytes = "
             "the inspector's kept requests, by --inspect-memory-bytes).", ["cache"],

@@ -20,6 +20,7 @@ def cache_fills(catalog: Catalog, tokens: TokenCounter,
     fills: dict[str, CacheFill] = {
         "rendered_bytes": (lambda: rendered.bytes, rendered.max_bytes),
         "rendered": (rendered.__len__, rendered.max_entries),
+        "rendered_decoded_bytes": (lambda: rendered.decoded_bytes, rendered.max_decoded_bytes),
         "served_sessions": (served.__len__, served.max_sessions),
         "served_entries": (lambda: served.entries, served.max_entries),
         "token_counts": (tokens.__len__, tokens.bound),

@@ -28,6 +28,7 @@ _TOKEN_COUNTS = 65_536
 class CacheBounds:
     rendered_bytes: int  # memory the kept renderings hold (render_cache.py counts it)
     rendered_entries: int
+    decoded_bytes: int  # memory the renderings held decoded hold, as render_cache.py reckons
     served_sessions: int
     served_entries: int
     token_counts: int  # messages whose token counts are remembered (proxy/tokens.py)
@@ -36,12 +37,15 @@ class CacheBounds:
 def cache_bounds(memory: int) -> CacheBounds:
     """The caches' bounds for ``memory`` bytes in all (each at least a little)."""
     rendered_memory = int(memory * _RENDERED_SHARE)
-    rendered_bytes = max(64 * 1024, rendered_memory)
+    # A sixth of it for the renderings of long tails held decoded (render_cache.py).
+    decoded_bytes = rendered_memory // 6
+    rendered_bytes = max(64 * 1024, rendered_memory - decoded_bytes)
     served_entries = max(1024, (memory - rendered_memory) // _BYTES_PER_ENTRY)
     return CacheBounds(
         rendered_bytes=rendered_bytes,
         # each holds ``ROW`` bytes at least, so the bytes bound them before this does
         rendered_entries=max(256, rendered_bytes // ROW),
+        decoded_bytes=max(16 * 1024, decoded_bytes),
         served_sessions=max(32, served_entries // _ENTRIES_PER_SESSION),
         served_entries=served_entries,
         # An agent's next request counts the same messages again: ~210 bytes a count kept

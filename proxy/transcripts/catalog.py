@@ -69,7 +69,8 @@ class Catalog:
         self._flavours = {f: replace(self._opts, flavor=f) for f in flavors}
         self._lock = threading.RLock()
         bounds = cache_bounds(cache_bytes)
-        self.rendered = RenderedTail(bounds.rendered_bytes, bounds.rendered_entries)
+        self.rendered = RenderedTail(bounds.rendered_bytes, bounds.rendered_entries,
+                                     bounds.decoded_bytes)
         self._states: dict[str, SessionState] = {}
         self._sources: Counter[str] = Counter()  # the gauge reads it after every batch
         self._index = ContentIndex()

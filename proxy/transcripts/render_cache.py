@@ -14,9 +14,12 @@ made of strings, numbers and bytes only, so the collector stops tracking them. A
 decoded again, a few microseconds a message: some 0.2 ms a request at an agent's usual tail
 of 40 messages. A tail of hundreds (a long session restored by content) would pay that
 every request, so the renderings of a read that decodes ``HEAT_FROM`` or more stay decoded,
-the last ``HOT`` of them. Only those: held longer than their request, short tails' objects
-cost more (in the collector's young generations, 0.1 ms a request) than decoding them again.
-Like every rendering handed out, they are shared, never changed.
+the last ``HOT`` of them, within ``max_decoded_bytes`` of the memory their objects hold as
+``_decoded_cost`` reckons it from the JSON (a transcript is hostile input: a message of
+thousands of empty parts decodes to 10-20 times its JSON). Only those: held longer than their
+request, short tails' objects cost more (in the collector's young generations, 0.1 ms a
+request) than decoding them again. Like every rendering handed out, they are shared, never
+changed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ ROW = 424
 EDIT = 200
 HOT = 2048  # renderings of long tails decoded lately, kept as objects
 HEAT_FROM = 64
+# Of the objects a JSON value decodes to, an upper reckoning of the bytes a string's, an
+# element's and a dict's or list's take beside the JSON's own bytes (a short non-ASCII
+# string is ~75 bytes, a float 32, an empty dict 64, a list 56 and the room it grows into).
+_STRING, _ELEMENT, _CONTAINER = 40, 32, 120
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
@@ -66,12 +73,17 @@ def _cost(blob: bytes, key: _Key) -> int:
 class RenderedTail:
     """A least-recently-used map, safe to share between the worker threads."""
 
-    def __init__(self, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES,
+                 max_decoded_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
+        self.max_decoded_bytes = (max_decoded_bytes if max_decoded_bytes is not None
+                                  else max_bytes // 5)
         self.bytes = 0
+        self.decoded_bytes = 0  # of the renderings held decoded, by ``_decoded_cost``
         self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
-        self._hot: OrderedDict[_Key, TailMessage] = OrderedDict()  # each also in _kept
+        # Each also in _kept; with its ``_decoded_cost``.
+        self._hot: OrderedDict[_Key, tuple[TailMessage, int]] = OrderedDict()
         # Each store with a kept rendering is held, so its id is not another store's while
         # a key names it; counted by renderings, let go with the last.
         self._stores: dict[int, TranscriptStore] = {}
@@ -116,20 +128,33 @@ class RenderedTail:
                     cold.append((i, found))
                 else:
                     hot.move_to_end(key)
-                    out[i] = warm
+                    out[i] = warm[0]
         if cold:
             decoded = [(i, found, _decoded(found)) for i, found in cold]
             for i, _found, message in decoded:
                 out[i] = message
             if len(decoded) >= HEAT_FROM:
-                with self._lock:
-                    for i, found, message in decoded:
-                        # Still the very row decoded (not one put since under this key).
-                        if self._kept.get(keys[i]) is found:
-                            self._hot[keys[i]] = message
-                    while len(self._hot) > HOT:
-                        self._hot.popitem(last=False)
+                self._heat(keys, decoded)
         return out
+
+    def _heat(self, keys: list[_Key], decoded: list[tuple[int, _Kept, TailMessage]]) -> None:
+        largest = self.max_decoded_bytes // 8
+        costs = [_decoded_cost(found[3]) for _i, found, _m in decoded]
+        with self._lock:
+            for (i, found, message), cost in zip(decoded, costs, strict=True):
+                # Still the very row decoded (not one put since under this key).
+                if cost <= largest and self._kept.get(keys[i]) is found:
+                    self._cool(keys[i])  # another thread's decoding of it, if any
+                    self._hot[keys[i]] = (message, cost)
+                    self.decoded_bytes += cost
+            while self._hot and (len(self._hot) > HOT
+                                 or self.decoded_bytes > self.max_decoded_bytes):
+                self.decoded_bytes -= self._hot.popitem(last=False)[1][1]
+
+    def _cool(self, key: _Key) -> None:
+        warm = self._hot.pop(key, None)
+        if warm is not None:
+            self.decoded_bytes -= warm[1]
 
     def put(self, store: TranscriptStore, entry: Entry, edit: Entry | None,
             opts: RenderOptions, message: TailMessage) -> None:
@@ -152,7 +177,7 @@ class RenderedTail:
                 return
             self._stores[key[0]] = store
             old = self._kept.pop(key, None)
-            self._hot.pop(key, None)
+            self._cool(key)
             if old is not None:
                 self.bytes -= _cost(old[3], key)
             else:
@@ -162,7 +187,7 @@ class RenderedTail:
             while self._kept and (self.bytes > self.max_bytes
                                   or len(self._kept) > self.max_entries):
                 gone, dropped = self._kept.popitem(last=False)
-                self._hot.pop(gone, None)
+                self._cool(gone)
                 self.bytes -= _cost(dropped[3], gone)
                 self._let_go(gone[0])
 
@@ -179,6 +204,14 @@ def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
     # hash is Python code (half the cost of a lookup).
     return (id(store), entry.id, entry.pos, entry.size,
             (edit.id, edit.pos, edit.size) if edit is not None else None, flavor, zone)
+
+
+def _decoded_cost(blob: bytes) -> int:
+    """The memory ``blob`` decoded holds, reckoned from its JSON from above (1.0-2.4
+    times what tests/transcripts/test_rendered_tail.py measures of real and hostile shapes):
+    a pass over its bytes for each of quotes, commas and openings."""
+    return (len(blob) + _STRING * blob.count(b'"') + _ELEMENT * blob.count(b",")
+            + _CONTAINER * (blob.count(b"{") + blob.count(b"[")))
 
 
 def _decoded(kept: _Kept) -> TailMessage:

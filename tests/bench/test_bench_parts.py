@@ -171,9 +171,10 @@ def test_session_memory_measures_each_part(tmp_path: Path) -> None:
     assert report["renderings"] >= 5  # the tails read kept their renderings
     # a rendering is counted in the memory it holds: the budget is what they hold at most
     assert 0.85 <= report["rendered_bytes_per_budget_byte"] <= 1.1
+    # (each figure rounded: the ratio to 0.01, the megabytes to 0.1)
     assert report["rendered_at_most_mb"] == pytest.approx(
         report["rendered_bytes_per_budget_byte"] * report["rendered_budget_bytes"] / 1e6,
-        abs=0.1)
+        abs=0.05 + 0.005 * report["rendered_budget_bytes"] / 1e6)
     assert report["fingerprint_bytes_per_session"] > 0
 
 

@@ -379,3 +379,69 @@ def test_a_kept_rendering_holds_the_framing_of_its_object_not_its_content() -> N
                                             if k in inner}}
     kept = sum(len(row[3]) for row in cat.rendered._kept.values())
     assert kept < sum(len(orjson.dumps(t.messages)) for t in first) + 6 * 120
+
+
+def _parts(n: int) -> list[dict[str, str]]:
+    return [{"type": "text", "text": "a"} for _ in range(n)]
+
+
+# Shapes a transcript can hold, the real ones and hostile ones that decode to many times
+# their JSON: thousands of tiny parts, of empty lists, of floats, of short non-ASCII strings.
+SHAPES: dict[str, list[Any]] = {
+    "tiny parts": [{}, [{"role": "user", "content": _parts(2000)}]],
+    "empty lists": [{}, [{"role": "user", "content": "x", "x": [[] for _ in range(5000)]}]],
+    "floats": [{}, [{"role": "user", "content": "x", "n": [i + 0.5 for i in range(5000)]}]],
+    "short strings": [{}, [{"role": "user", "content": "x", "s": [chr(233 + i % 50)
+                                                                  for i in range(5000)]}]],
+    "long text": [{}, [{"role": "user", "content": "y" * 100_000}]],
+}
+
+
+def _memory_of(make: Any) -> tuple[int, Any]:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = make()
+        return tracemalloc.get_traced_memory()[0] - before, made
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_decoded_memory_is_reckoned_from_above() -> None:
+    blobs = {name: orjson.dumps(value) for name, value in SHAPES.items()}
+    catalog = Catalog()
+    Tracker([CAPTURES], catalog, lambda *_p: None, scan_workers="0").scan()
+    blobs["recorded transcripts"] = b"".join(  # measured one by one, summed below
+        orjson.dumps([t.framing, t.messages]) + b"\n"
+        for r in catalog.sessions() for t in catalog.tail(r.info.session_id, 400))
+    for name, blob in blobs.items():
+        pieces = blob.splitlines() if name == "recorded transcripts" else [blob]
+        held, _decoded = _memory_of(lambda p=pieces: [orjson.loads(b) for b in p])
+        reckoned = sum(render_cache._decoded_cost(b) for b in pieces)
+        # from above, and not so far above that the real ones get little room
+        assert held <= reckoned <= 3 * held, (name, held, reckoned)
+
+
+def test_renderings_held_decoded_stay_within_their_memory_bound() -> None:
+    n = 200
+    store = MemStore([user(f"u{i}", None, f"question {i}") for i in range(n)])
+    entries = store.entries()
+    bound = 1024 * 1024
+    kept = RenderedTail(max_bytes=64 * 1024 * 1024, max_entries=10 * n,
+                        max_decoded_bytes=bound)
+    for i, entry in enumerate(entries):
+        # ~5 KB of JSON that decodes to ~60 KB: all 200 held decoded would be ~12 MB
+        kept.put(store, entry, None, RenderOptions(), TailMessage(
+            entry.id, None, "user", store.objs[i], ({"role": "user", "content": _parts(200)},)))
+    # what stays decoded once the request is done with its tail
+    held, _ = _memory_of(lambda: kept.get_many(store, entries, {}, RenderOptions()).clear())
+    assert 0 < kept.decoded_bytes <= bound
+    assert held <= bound
+    def twice(entry: Entry) -> tuple[TailMessage | None, TailMessage | None]:
+        return (kept.get(store, entry, None, RenderOptions()),
+                kept.get(store, entry, None, RenderOptions()))
+
+    newest, oldest = twice(entries[-1]), twice(entries[0])
+    assert newest[0] is not None and newest[0] is newest[1]  # held decoded
+    assert oldest[0] is not None and oldest[0] is not oldest[1]  # let go: decoded each time
