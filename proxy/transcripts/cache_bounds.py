@@ -48,7 +48,7 @@ def cache_bounds(memory: int) -> CacheBounds:
         decoded_bytes=max(16 * 1024, decoded_bytes),
         served_sessions=max(32, served_entries // _ENTRIES_PER_SESSION),
         served_entries=served_entries,
-        # An agent's next request counts the same messages again: ~210 bytes a count kept
-        # (its key and the map's slot), one per 1.5 KB of the figure (14% more memory than
-        # it), and never fewer than one agent's sessions need (13 MB).
+        # An agent's next request counts the same messages again: ~115 bytes a count kept
+        # (its key and the map's slot), one per 1.5 KB of the figure (7.5% more memory than
+        # it), and never fewer than one agent's sessions need (7.5 MB).
         token_counts=max(_TOKEN_COUNTS, memory // 1536))
