@@ -284,6 +284,7 @@ async def session_scale(args: argparse.Namespace, services: Services, upstream_p
         generated=generated, turns=sizes.scale_turns, events=args.scale_events,
         gap=args.scale_gap, think=args.scale_think)
     result["identification_waits"] = sessions_scale.identification_waits(admin)
+    result["cache_fill"] = sessions_scale.cache_fill(admin)
     result.update({"tracked_sessions": sessions_scale.tracked_sessions(admin),
                    "generate_s": generated_s, "tracked_after_s": tracked_after,
                    "rss_idle_mb": idle_rss})
@@ -527,7 +528,14 @@ def report_sessions(s: dict[str, Any]) -> None:
     print("  requests that waited for the transcript watcher: " + (", ".join(
         f"{outcome} {w.get('count', 0):.0f} ({w.get('sum', 0) * 1e3:.0f} ms in all)"
         for outcome, w in sorted(waits.items())) or "none"))
+    print("  kept between requests at the end, held / bound (tailfloor_cache_held): " + ", ".join(
+        f"{name} {_cache_figure(name, held)} / {_cache_figure(name, bound)}"
+        for name, (held, bound) in sorted(s.get("cache_fill", {}).items())))
     print(f"  e.g. x-tailfloor: {tf['example_verdict']}")
+
+
+def _cache_figure(name: str, value: float) -> str:
+    return f"{value / 1e6:.1f} MB" if name.endswith("_bytes") else f"{value:,.0f}"
 
 
 def install_peers(args: argparse.Namespace) -> None:

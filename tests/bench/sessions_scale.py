@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.transcripts.catalog import Catalog
 from proxy.wire.summary import agent_summary
@@ -169,6 +170,19 @@ def identification_waits(admin_port: int) -> dict[str, dict[str, float]]:
                 outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
                 out.setdefault(outcome, {})[part] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def cache_fill(admin: int) -> dict[str, list[float]]:
+    """Each cache's [held, bound], as the process exports them (tailfloor_cache_held)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    fill: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in ("tailfloor_cache_held", "tailfloor_cache_bound"):
+            at = 0 if family.name.endswith("held") else 1
+            for sample in family.samples:
+                fill.setdefault(sample.labels["cache"], [0.0, 0.0])[at] = sample.value
+    return fill
 
 
 def wait_tracked(admin_port: int, expected: int, seconds: float = 180) -> float:

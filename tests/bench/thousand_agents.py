@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.bench_transcripts import session_text
 from tests.bench.cold_start import fake_upstream, serving
@@ -44,6 +43,7 @@ from tests.bench.sessions_scale import (
     TURNS_BEFORE,
     Session,
     active_session,
+    cache_fill,
     script_replies,
     session_copy,
 )
@@ -234,19 +234,6 @@ async def load(port: int, sessions: list[Session], interval: float, seconds: flo
             # is the floor's work (restored) or what every request shares (floor holds).
             "after_30s_by_verdict_ms": after_burst(timeline, 30.0),
             "busy_by_10s": [busy.get(w, 0) for w in range(max(busy, default=-1) + 1)]}
-
-
-def cache_fill(admin: int) -> dict[str, list[float]]:
-    """Each cache's [held, bound], as the process exports them (tailfloor_cache_held)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    fill: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name in ("tailfloor_cache_held", "tailfloor_cache_bound"):
-            at = 0 if family.name.endswith("held") else 1
-            for sample in family.samples:
-                fill.setdefault(sample.labels["cache"], [0.0, 0.0])[at] = sample.value
-    return fill
 
 
 async def through_tailfloor(port: int, admin: int, pid: int, sessions: list[Session], *,
