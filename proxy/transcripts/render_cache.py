@@ -24,6 +24,7 @@ changed.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
@@ -50,6 +51,10 @@ HEAT_FROM = 64
 # element's and a dict's or list's take beside the JSON's own bytes (a short non-ASCII
 # string is ~75 bytes, a float 32, an empty dict 64, a list 56 and the room it grows into).
 _STRING, _ELEMENT, _CONTAINER = 40, 32, 120
+# UTF-8 lead bytes of a character past U+FFFF and of one past U+00FF: one such character
+# makes its whole string four (two) bytes a character, where the JSON has one for ASCII.
+_FOUR_BYTE_TEXT = re.compile(rb"[\xf0-\xf4]")
+_TWO_BYTE_TEXT = re.compile(rb"[\xc4-\xef]")
 
 # store id, entry id, position, size, its edit (id, position, size), flavour, zone number
 _Key = tuple[int, str, int, int, tuple[str, int, int] | None, str, int]
@@ -207,10 +212,12 @@ def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
 
 
 def _decoded_cost(blob: bytes) -> int:
-    """The memory ``blob`` decoded holds, reckoned from its JSON from above (1.0-2.4
+    """The memory ``blob`` decoded holds, reckoned from its JSON from above (1.0-3.0
     times what tests/transcripts/test_rendered_tail.py measures of real and hostile shapes):
-    a pass over its bytes for each of quotes, commas and openings."""
-    return (len(blob) + _STRING * blob.count(b'"') + _ELEMENT * blob.count(b",")
+    a pass over its bytes for each of quotes, commas, openings and wide characters. Its
+    text is reckoned at the widest a character of it takes (orjson writes UTF-8)."""
+    wide = 4 if _FOUR_BYTE_TEXT.search(blob) else 2 if _TWO_BYTE_TEXT.search(blob) else 1
+    return (wide * len(blob) + _STRING * blob.count(b'"') + _ELEMENT * blob.count(b",")
             + _CONTAINER * (blob.count(b"{") + blob.count(b"[")))
 
 
