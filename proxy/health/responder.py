@@ -12,8 +12,9 @@ Hostile clients: a request head is read for at most ``HEAD_DEADLINE`` seconds an
 ``HEAD_LIMIT`` bytes; past ``MAX_CONNECTIONS`` open connections the oldest is answered if
 its request has come, else closed, so idle connections held open cannot keep a probe out;
 at most ``ACCEPTS_A_ROUND`` connections are taken before the open ones are read, so a flood
-of new ones cannot push out a probe that has sent its request. One answer per connection;
-no request, however malformed, ends the process."""
+of new ones cannot push out a probe that has sent its request. One answer per connection,
+then its end; what the client sends after its head is read and let go until it closes the
+connection, for at most ``LINGER`` seconds. No request, however malformed, ends the process."""
 
 from __future__ import annotations
 
@@ -35,47 +36,59 @@ HEAD_LIMIT = 8192
 HEAD_DEADLINE = 2.0
 READY_WAIT = 1.0  # seconds /readyz waits for the loop's answer before it uses what it knows
 ACCEPTS_A_ROUND = 16
+# After its answer, a connection is read and let go of what it sends for up to ``LINGER``
+# seconds and ``UNREAD_LIMIT`` bytes, or until the client closes it: closed with bytes
+# unread, a socket answers with a reset, which can overtake the answer itself.
+LINGER = 1.0
 UNREAD_LIMIT = 65536
+READS_A_ROUND = 16
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
 
 
-def _reply(sock: socket.socket, status: int, text: str, head_only: bool = False) -> None:
+def _send_answer(sock: socket.socket, status: int, text: str, head_only: bool) -> None:
     body = text.encode()
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain; "
             f"charset=utf-8\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    # A few hundred bytes: a fresh socket's send buffer takes them whole.
+    # A few hundred bytes: a fresh socket's send buffer takes them whole. Then the answer's
+    # end, while the socket stays open to read what the client still sends.
     with contextlib.suppress(OSError):
         sock.send(head.encode() + (b"" if head_only else body))
-    _close(sock)
-
-
-def _close(sock: socket.socket) -> None:
-    """Close after the answer: the end of it first, then what the client sent past its
-    head is read and let go (at most ``UNREAD_LIMIT`` bytes), since a socket closed with
-    unread bytes answers with a reset, which can overtake the answer itself."""
-    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_WR)
-        unread = 0
-        while unread < UNREAD_LIMIT:
-            piece = sock.recv(4096)  # never blocks: raises once nothing more has come
-            if not piece:
-                break
-            unread += len(piece)
-    sock.close()
+
+
+def _discard(sock: socket.socket, room: int) -> tuple[int, bool]:
+    """Reads what has come, at most ``room`` bytes in ``READS_A_ROUND`` reads, and lets it
+    go: how much, and whether the client's end came (or the connection broke)."""
+    read = 0
+    for _ in range(READS_A_ROUND):
+        try:
+            piece = sock.recv(min(4096, room - read))  # never blocks: raises when none
+        except (BlockingIOError, InterruptedError):
+            return read, False
+        except OSError:
+            return read, True
+        if not piece:
+            return read, True
+        read += len(piece)
+        if read >= room:
+            break
+    return read, False
 
 
 class _Probes:
     """Open connections, oldest first (accept order, so the first deadline is the nearest):
-    those still sending their head, and the /readyz probes waiting for the loop."""
+    those still sending their head, the /readyz probes waiting for the loop, and those
+    answered, read until the client closes them (``LINGER``)."""
 
     def __init__(self, asks: int, stale_after: float) -> None:
         self.selector = selectors.DefaultSelector()
         self.heads: dict[socket.socket, tuple[float, bytearray]] = {}
         # deadline, method, path
         self.waiting: dict[socket.socket, tuple[float, bytes, bytes]] = {}
+        self.lingering: dict[socket.socket, tuple[float, int]] = {}  # deadline, bytes read
         self.heard = Heard()
         self.asks = asks
         self.stale_after = stale_after
@@ -86,6 +99,8 @@ class _Probes:
             deadlines.append(next(iter(self.heads.values()))[0])
         if self.waiting:
             deadlines.append(next(iter(self.waiting.values()))[0])
+        if self.lingering:
+            deadlines.append(next(iter(self.lingering.values()))[0])
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def accept(self, listener: socket.socket) -> None:
@@ -97,7 +112,7 @@ class _Probes:
             except OSError as exc:
                 if exc.errno not in _OUT_OF_DESCRIPTORS:
                     continue  # that connection failed; the next may not
-                if not self.make_room():
+                if not (self.end_oldest_lingering() or self.make_room()):
                     time.sleep(0.05)  # nothing to close: wait, do not spin
                 return
             sock.setblocking(False)
@@ -121,6 +136,9 @@ class _Probes:
         return False
 
     def read(self, sock: socket.socket) -> None:
+        if sock in self.lingering:
+            self.discard(sock)
+            return
         if sock not in self.heads:  # closed earlier in this round
             return
         try:
@@ -142,14 +160,14 @@ class _Probes:
             return
         self.forget(sock)
         if end < 0 or end > HEAD_LIMIT:
-            _reply(sock, 431, "request head too large\n")
+            self.reply(sock, 431, "request head too large\n")
         else:
             self.request(sock, bytes(buffer[:end]))
 
     def request(self, sock: socket.socket, head: bytes) -> None:
         parts = head.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            _reply(sock, 400, "bad request\n")
+            self.reply(sock, 400, "bad request\n")
             return
         method, target = parts[0], parts[1]
         path = probed_path(method, target)
@@ -171,7 +189,34 @@ class _Probes:
 
     def respond(self, sock: socket.socket, method: bytes, target: bytes) -> None:
         status, text = answer(method, target, self.heard, time.monotonic(), self.stale_after)
-        _reply(sock, status, text, head_only=method == b"HEAD")
+        self.reply(sock, status, text, head_only=method == b"HEAD")
+
+    def reply(self, sock: socket.socket, status: int, text: str, head_only: bool = False
+              ) -> None:
+        _send_answer(sock, status, text, head_only)
+        read, ended = _discard(sock, UNREAD_LIMIT)
+        if ended or read >= UNREAD_LIMIT:
+            sock.close()
+            return
+        if len(self.lingering) >= MAX_CONNECTIONS:
+            self.end_oldest_lingering()
+        self.lingering[sock] = (time.monotonic() + LINGER, read)
+        with contextlib.suppress(KeyError):  # still registered (read for its head)
+            self.selector.register(sock, selectors.EVENT_READ)
+
+    def discard(self, sock: socket.socket) -> None:
+        deadline, read = self.lingering[sock]
+        more, ended = _discard(sock, UNREAD_LIMIT - read)
+        if ended or read + more >= UNREAD_LIMIT:
+            self.drop(sock)
+        else:
+            self.lingering[sock] = (deadline, read + more)
+
+    def end_oldest_lingering(self) -> bool:
+        if not self.lingering:
+            return False
+        self.drop(next(iter(self.lingering)))
+        return True
 
     def hear(self, message: bytes) -> None:
         """The loop answered: every probe waiting gets its answer."""
@@ -187,16 +232,22 @@ class _Probes:
             if deadline > now:
                 break
             self.forget(sock)
-            _reply(sock, 408, "request head too slow\n")
+            self.reply(sock, 408, "request head too slow\n")
         while self.waiting:
             sock, (deadline, method, path) = next(iter(self.waiting.items()))
             if deadline > now:
                 break
             del self.waiting[sock]
             self.respond(sock, method, path)
+        while self.lingering:
+            sock, (deadline, _) = next(iter(self.lingering.items()))
+            if deadline > now:
+                break
+            self.drop(sock)
 
     def forget(self, sock: socket.socket) -> None:
         self.heads.pop(sock, None)
+        self.lingering.pop(sock, None)
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(sock)
 

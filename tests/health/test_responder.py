@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from proxy.health import responder
 from proxy.health.responder import MAX_CONNECTIONS, _Probes
 from proxy.health.verdict import READY, readiness_byte
 
@@ -111,3 +112,37 @@ def test_bytes_sent_past_the_head_do_not_turn_the_answer_into_a_reset(
     assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nok\n"), answer
     assert not server.heads and not server.waiting
     client.close()
+
+
+def test_bytes_that_come_after_the_answer_do_not_turn_it_into_a_reset(
+        probes: tuple[_Probes, socket.socket]) -> None:
+    server, listener = probes
+    client = connect(listener)
+    client.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+    round_with_listener_first(server, listener)  # answered
+    client.sendall(b"x" * 20_000)  # a body sent late: it meets the answered connection
+    round_with_listener_first(server, listener)
+    answer = read_to_end(client)  # a reset raised ConnectionResetError here before
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nok\n"), answer
+    client.close()
+    round_with_listener_first(server, listener)
+    assert not server.lingering  # its end came: closed
+
+
+def test_an_answered_connection_the_client_keeps_open_is_closed_after_a_while(
+        probes: tuple[_Probes, socket.socket], monkeypatch: pytest.MonkeyPatch) -> None:
+    server, listener = probes
+    monkeypatch.setattr(responder, "LINGER", 0.2)
+    clients = [connect(listener) for _ in range(MAX_CONNECTIONS + 5)]
+    for client in clients:
+        client.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+    for _ in range(12):
+        round_with_listener_first(server, listener)
+    # answered, each; held at most so many at once, the oldest let go first
+    assert 0 < len(server.lingering) <= MAX_CONNECTIONS
+    assert clients[-1].recv(100).startswith(b"HTTP/1.1 200 ")
+    time.sleep(0.25)
+    server.expire()
+    assert not server.lingering and not server.heads
+    for client in clients:
+        client.close()
