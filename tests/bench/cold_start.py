@@ -1,6 +1,7 @@
 """Cold start and idle cost: ``tailfloor serve`` over a sessions root full of Pi transcripts.
 
     python -m tests.bench.cold_start [--dirs 100] [--per-dir 100] [--idle 30] [--storm N] [--rules]
+                                     [--idle-pairs N]
 
 Writes ``dirs`` x ``per_dir`` Pi sessions (~20 messages, ~19 KB each, as a year of an agent's
 work looks) into a temporary root, then starts ``python -m proxy serve`` on it and reports:
@@ -19,7 +20,10 @@ work looks) into a temporary root, then starts ``python -m proxy serve`` on it a
   over the quiet seconds before;
 - ``health_process`` (and the storm's ``health_process_during``): the same for the
   ``/healthz`` of the health process (``--health-listen``), probed right before the admin
-  one each time, and ``health_process_rss_mb``, its memory.
+  one each time, and ``health_process_rss_mb``, its memory;
+- with ``--idle-pairs N``: ``idle_cpu_ms_per_s`` of the root full of sessions once ready,
+  without the health process and with it, N times each, alternated (what it costs while
+  nobody probes).
 
 The baseline, in the same run: the same process over an empty root.
 """
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -251,6 +256,30 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (tree_cpu_ns(pid) - before) / 1e6 / seconds
 
 
+def idle_pairs(root: Path, upstream: int, pairs: int, seconds: float) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"without_health_process": [], "with_health_process": []}
+    for _ in range(pairs):
+        for name, figures in out.items():
+            extra = ("--health-listen", f"127.0.0.1:{free_port()}") \
+                if name == "with_health_process" else ()
+            with serving(root, upstream, *extra) as (proc, _port, admin):
+                began = time.monotonic()
+                while not _answers(f"http://127.0.0.1:{admin}/readyz"):
+                    if proc.poll() is not None or time.monotonic() - began > 300:
+                        raise RuntimeError("tailfloor was not ready in time")
+                    time.sleep(0.1)
+                figures.append(round(idle_cpu(proc.pid, seconds), 3))
+    return out
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 @contextmanager
 def serving(root: Path, upstream: int, *extra: str
             ) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
@@ -316,6 +345,8 @@ def main() -> None:
                         help="then this many new session files at once (target 4)")
     parser.add_argument("--rules", action="store_true",
                         help="serve with a rules directory too (its watcher's idle cost)")
+    parser.add_argument("--idle-pairs", type=int, default=0,
+                        help="then idle CPU without and with the health process, N each")
     parser.add_argument("--write-storm", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write_storm is not None:
@@ -337,6 +368,8 @@ def main() -> None:
                   "rules_directory": args.rules,
                   "baseline_empty_root": run_one(empty, upstream_port, args.idle, rules=rules),
                   "with_sessions": run_one(full, upstream_port, args.idle, args.storm, rules)}
+        if args.idle_pairs > 0:
+            result["idle_pairs"] = idle_pairs(full, upstream_port, args.idle_pairs, args.idle)
         print(json.dumps(result, indent=2))
 
 if __name__ == "__main__":

@@ -205,3 +205,13 @@ def test_a_stream_cut_off_is_seen_by_its_error_event(clean_fake: FakeUpstream) -
         proxy.stop()
     assert (whole.status, whole.error_events) == (200, 0)
     assert (cut.status, cut.error_events) == (200, 1) and 0 < cut.events < whole.events
+
+
+def test_idle_pairs_measure_each_setting_in_turn(tmp_path: Path,
+                                                  clean_fake: FakeUpstream) -> None:
+    from tests.bench import cold_start
+
+    cold_start.generate(tmp_path / "root", 2, 3)
+    figures = cold_start.idle_pairs(tmp_path / "root", clean_fake.port, 1, 0.3)
+    assert set(figures) == {"without_health_process", "with_health_process"}
+    assert all(len(each) == 1 and each[0] >= 0 for each in figures.values())
