@@ -201,8 +201,10 @@ class _Probes:
         if len(self.lingering) >= MAX_CONNECTIONS:
             self.end_oldest_lingering()
         self.lingering[sock] = (time.monotonic() + LINGER, read)
-        with contextlib.suppress(KeyError):  # still registered (read for its head)
+        try:
             self.selector.register(sock, selectors.EVENT_READ)
+        except (KeyError, ValueError, OSError):  # cannot be watched: closed now instead
+            self.drop(sock)
 
     def discard(self, sock: socket.socket) -> None:
         deadline, read = self.lingering[sock]

@@ -48,9 +48,10 @@ EDIT = 200
 HOT = 2048  # renderings of long tails decoded lately, kept as objects
 HEAT_FROM = 64
 # Of the objects a JSON value decodes to, an upper reckoning of the bytes a string's, an
-# element's and a dict's or list's take beside the JSON's own bytes (a short non-ASCII
-# string is ~75 bytes, a float 32, an empty dict 64, a list 56 and the room it grows into).
-_STRING, _ELEMENT, _CONTAINER = 40, 32, 120
+# element's (of a list or a dict: each comma and colon) and a dict's or list's take beside the
+# JSON's own bytes (a short non-ASCII string is ~75 bytes, a float 32, an empty dict 64, a
+# list 56 and the room it grows into; a key past 64 bytes is a string of its own each time).
+_STRING, _ELEMENT, _CONTAINER = 40, 32, 136
 # UTF-8 lead bytes of a character past U+FFFF and of one past U+00FF: one such character
 # makes its whole string four (two) bytes a character, where the JSON has one for ASCII.
 _FOUR_BYTE_TEXT = re.compile(rb"[\xf0-\xf4]")
@@ -214,10 +215,11 @@ def _key(store: TranscriptStore, entry: Entry, edit: Entry | None, flavor: str,
 def _decoded_cost(blob: bytes) -> int:
     """The memory ``blob`` decoded holds, reckoned from its JSON from above (1.0-3.0
     times what tests/transcripts/test_rendered_tail.py measures of real and hostile shapes):
-    a pass over its bytes for each of quotes, commas, openings and wide characters. Its
+    a pass over its bytes for each of quotes, commas, colons, openings and wide characters. Its
     text is reckoned at the widest a character of it takes (orjson writes UTF-8)."""
     wide = 4 if _FOUR_BYTE_TEXT.search(blob) else 2 if _TWO_BYTE_TEXT.search(blob) else 1
-    return (wide * len(blob) + _STRING * blob.count(b'"') + _ELEMENT * blob.count(b",")
+    return (wide * len(blob) + _STRING * blob.count(b'"')
+            + _ELEMENT * (blob.count(b",") + blob.count(b":"))
             + _CONTAINER * (blob.count(b"{") + blob.count(b"[")))
 
 

@@ -5,6 +5,7 @@ their byte budget, and (but for the few decoded last) out of the garbage collect
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import random
 import threading
@@ -398,6 +399,10 @@ SHAPES: dict[str, list[Any]] = {
     "long text, one past U+00FF": [{}, [{"role": "user", "content": "y" * 100_000 + "Ā"}]],
     "long text, one emoji": [{}, [{"role": "user", "content": "y" * 100_000 + "\U0001f600"}]],
     "CJK text": [{}, [{"role": "user", "content": "文字" * 30_000}]],
+    # a key past 64 bytes is not shared between dicts
+    "long keys": [{}, [{"role": "user", "content": "x", "d": [{"k" * 65: 1.5}] * 2000}]],
+    "nested long keys": [{}, [functools.reduce(lambda inner, _i: {"k" * 65: inner},
+                                               range(200), 1.5)]],
 }
 
 
