@@ -332,3 +332,22 @@ def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str
     assert during.appended
     left = [PIN] if which == "new" else ["!pin and the changelog too"]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == left
+
+
+
+def test_an_edit_on_the_first_read_that_makes_an_older_message_a_pin_is_applied() -> None:
+    """The edit rewrites a plain user message: the pin it makes holds, in transcript order.
+    (Appended after the pins were read, such an edit is not seen yet: the incremental read
+    looks only at new messages and at edits of what it read.)"""
+    catalog = Catalog()
+    t = pinned_session()
+    edit(t, t.message_ids()[0], NEW_PIN)  # "Hello, a first turn."
+    compacted(t)
+    put(catalog, t)
+    floor = floor_of(catalog)
+    first = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(first.body) == [NEW_PIN, PIN], first.verdict
+    t.user("and one more turn")
+    put(catalog, t)
+    later = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(later.body) == [NEW_PIN, PIN], later.verdict
