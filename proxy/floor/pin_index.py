@@ -20,7 +20,6 @@ it in a worker thread.
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections import OrderedDict
@@ -28,12 +27,10 @@ from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
+from proxy.floor.pin_reads import default_marks, marked_users, needles, newest_of
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
-from proxy.policy.pin_patterns import DEFAULT_PIN_PATTERNS
 from proxy.policy.records import Policy
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import Pick, SessionRecord, TailMessage
@@ -48,15 +45,8 @@ MAX_WEIGHT = 16 * 1024 * 1024
 _INCREMENTAL = 200  # newest messages the last one read is looked for in; beyond, read again
 _DEPTH = 4  # predecessors whose pins a lineage inherits
 _USERS = ("user",)
-_LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
 _ALL = 1 << 40  # messages: every one
 _UNSURE = (("", ""),)  # edits no read can have seen: the next request reads again
-# What a JSONL line needs to hold for a default pin marker, ``!unpin`` or ``!pin ^`` in a
-# user text, in lower case (IGNORECASE also takes U+0130 and U+0131 for an "i"), and the
-# JSON escapes one could be written with: of "!", "p", "i", "n", "u", those two, a 📌's
-# first half (not any escape: a tool's JSON output holds many).
-_MARK_BYTES = (b"!pin", b"!unpin", b"!p\xc4", b"!unp\xc4", "\U0001f4cc".encode())
-_MARK_ESCAPES = (rb"00(?:21|[57]0|[46]9|[46]e|[57]5)", rb"013[01]", rb"d83d")
 
 
 class Transcripts(Protocol):
@@ -202,7 +192,7 @@ class PinIndex:
         if last is None:  # the segment was empty: nothing says the window holds all of it
             return None
         newest: list[str] = []
-        marked = _default_marks(policy) and not policy.pin_assistant
+        marked = default_marks(policy) and not policy.pin_assistant
 
         def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
             at = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].id == last),
@@ -228,7 +218,7 @@ class PinIndex:
         # The edits before the read: one appended during it (a long transcript's first read
         # takes a while) differs from them at the next request, which reads again.
         edits = self.catalog.edits(session_id)
-        marked = _default_marks(policy)
+        marked = default_marks(policy)
         marker = policy.clean_slate_marker or ""
         if marked and marker.isascii():
             # Most transcripts hold no marker at all: a search of the file's bytes says so
@@ -236,14 +226,14 @@ class PinIndex:
             # at a start). The newest message first: what is appended during the search is
             # read with what comes after it.
             newest: list[str] = []
-            self.catalog.tail(session_id, 1, pick=_newest(newest))
-            if self.catalog.holds(session_id, _needles(marker)) is False:
+            self.catalog.tail(session_id, 1, pick=newest_of(newest))
+            if self.catalog.holds(session_id, needles(marker)) is False:
                 return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
                                   clean=False, last=newest[0] if newest else None, edits=())
         k = _ALL  # every message: a long transcript's count is only of the window it keeps
         leading: list[list[str]] = []
         messages, last = self._whole(session_id, k, record, _USERS,
-                                     _marked(leading) if marked else None)
+                                     marked_users(leading) if marked else None)
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         if marked and (first is None or not leading or first.entry_id not in leading[0]):
             # The session's first user message with a rendering may be one not read.
@@ -346,40 +336,6 @@ def _read_ids(pins: PinSet) -> set[str]:
 def _of_read(edits: Mapping[str, str], pins: PinSet) -> tuple[tuple[str, str], ...]:
     read = _read_ids(pins)
     return tuple(sorted((target, edit) for target, edit in edits.items() if target in read))
-
-
-@functools.lru_cache(maxsize=16)
-def _needles(marker: str) -> tuple[bytes | re.Pattern[bytes], ...]:
-    """The default markers' bytes, the clean-slate ``marker`` as a JSON string holds it, and
-    one pattern for the escapes of all their characters (a pattern is a pass of its own over
-    the file's bytes)."""
-    found: list[bytes | re.Pattern[bytes]] = [*_MARK_BYTES]
-    escapes = [*_MARK_ESCAPES]
-    if marker:
-        found.append(orjson.dumps(marker)[1:-1].lower())
-        escapes += sorted({b"%04x" % ord(c) for c in marker.lower() + marker.upper()})
-    return (*found, re.compile(rb"\\u(?:" + b"|".join(escapes) + rb")"))
-
-
-def _default_marks(policy: Policy) -> bool:
-    return all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
-
-
-def _newest(into: list[str]) -> Pick:
-    """A pick that renders nothing and puts the newest message's id in ``into``."""
-    def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
-        into[:] = [e.id for e in entries[-1:]]
-        return []
-    return pick
-
-
-def _marked(leading: list[list[str]]) -> Pick:
-    """Of a segment's user messages, those the default markers may make pins or unpins, the
-    ones an edit replaces and the first ``_LEADING`` (their ids added to ``leading``)."""
-    def pick(users: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
-        leading.append([e.id for e in users[:_LEADING]])
-        return [e for i, e in enumerate(users) if i < _LEADING or e.may_pin or e.id in edits]
-    return pick
 
 
 def _bounded(table: OrderedDict[str, Any], key: str, value: Any) -> None:
