@@ -8,9 +8,10 @@ parsed. Otherwise only the user messages that hold a ``!`` or a 📌 can pin or 
 those are rendered (the entries say which, ``Entry.may_pin``), with the ones an edit
 replaces and each segment's first few (for the clean-slate marker). Afterwards only the
 messages after the newest one read (with the default markers, only the new user messages
-that may pin), unless an edit appended since targets a pin or an ``!unpin`` read earlier:
-then the transcript is read again, so the pin ends (removed, or rewritten to text that pins
-no more) or holds the new text. A lineage's pins are its own and, when the policy carries
+that may pin), unless an edit appended since targets a pin or an ``!unpin`` read earlier, or
+rewrites a user message among the newest that was read as no pin: then the transcript is
+read again, so the pin ends (removed, or rewritten to text that pins no more), holds the new
+text, or begins. A lineage's pins are its own and, when the policy carries
 its reset kind, its predecessors' (so a pin survives ``new_session``, ``sessions.reset`` and
 an idle rollover).
 Bounded: the pins of at most ``MAX_SESSIONS`` sessions, and ``MAX_WEIGHT`` of their texts,
@@ -29,7 +30,14 @@ from typing import Any, Protocol
 
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
-from proxy.floor.pin_reads import default_marks, marked_users, needles, newest_of
+from proxy.floor.pin_reads import (
+    Rewrites,
+    default_marks,
+    marked_users,
+    needles,
+    newest_of,
+    rewritten,
+)
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
 from proxy.policy.records import Policy
 from proxy.transcripts.entries import Entry
@@ -77,7 +85,10 @@ class _Scanned:
     # The catalog's record it was read from: the catalog makes a new one whenever the
     # session's entries change, so the same one means no edit came since.
     record: SessionRecord
-    weight: int  # ``_weight(pins)``
+    # The user messages among the newest that an edit rewrote when it was read: a rewrite
+    # since, of a message it did not read, may have made it a pin (read again).
+    rewritten: Rewrites
+    weight: int  # ``_weight``
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -168,30 +179,34 @@ class PinIndex:
                 return known
             # Taken before the read: an edit appended during it shows at the next request.
             checked = self._edits(session_id, known.pins)
-            since = self._since(session_id, known.last, policy) \
+            since = self._since(session_id, known, policy) \
                 if checked == known.edits else None  # else an edit of what it read came
             if since is not None:
-                newest, last = since
+                newest, last, rewrites = since
                 if not newest:
                     return self._keep(session_id, known.pins, record=record, last=last,
                                       read_with=read_with, clean=known.clean,
-                                      edits=known.edits)
+                                      edits=known.edits, rewrites=rewrites)
                 pins = self._read(newest, policy, known.pins)
                 return self._keep(session_id, pins, record=record, last=last,
                                   read_with=read_with, clean=known.clean,
                                   edits=self._edits_after(session_id, pins, known.pins,
-                                                          checked, record))
+                                                          checked, record),
+                                  rewrites=rewrites)
         return self._first_read(session_id, record, policy, read_with)
 
-    def _since(self, session_id: str, last: str | None, policy: Policy
-               ) -> tuple[list[TailMessage], str | None] | None:
-        """The messages after ``last`` that may change the pins, and the newest; None when
-        ``last`` is not among the newest ``_INCREMENTAL`` the catalog holds (read the
-        transcript again). Not counts: a long transcript's window slides, and its count of
-        messages with it."""
+    def _since(self, session_id: str, known: _Scanned, policy: Policy
+               ) -> tuple[list[TailMessage], str | None, Rewrites] | None:
+        """The messages after the last one read that may change the pins, the newest, and
+        the rewrites among the newest; None when the last one read is not among the newest
+        ``_INCREMENTAL`` the catalog holds, or an edit since rewrote a user message before
+        it that was read as no pin (read the transcript again). Not counts: a long
+        transcript's window slides, and its count of messages with it."""
+        last = known.last
         if last is None:  # the segment was empty: nothing says the window holds all of it
             return None
         newest: list[str] = []
+        rewrites: list[Rewrites] = []
         marked = default_marks(policy) and not policy.pin_assistant
 
         def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
@@ -199,7 +214,12 @@ class PinIndex:
                       None)
             if at is None:
                 return []
+            now = rewritten(entries, edits)
+            fresh = {target for target, _edit in now - known.rewritten if target not in read}
+            if fresh and not fresh.isdisjoint(e.id for e in entries[:at + 1]):
+                return []  # a message read as no pin was rewritten since: read again
             newest.append(entries[-1].id)
+            rewrites.append(now)
             if marked:
                 # Only a new user message with a default marker can pin or unpin: those are
                 # read and rendered, not every new message (a tool's output, a reply).
@@ -210,8 +230,9 @@ class PinIndex:
                 [*entries[at + 1:]]
 
         # What the catalog holds in memory: the newest read is among its newest messages.
+        read = _read_ids(known.pins)
         messages = self.catalog.tail(session_id, _INCREMENTAL, pick=pick, window_only=True)
-        return (messages, newest[0]) if newest else None
+        return (messages, newest[0], rewrites[0]) if newest else None
 
     def _first_read(self, session_id: str, record: SessionRecord, policy: Policy,
                     read_with: tuple[object, ...]) -> _Scanned:
@@ -226,39 +247,45 @@ class PinIndex:
             # at a start). The newest message first: what is appended during the search is
             # read with what comes after it.
             newest: list[str] = []
+            seen: list[Rewrites] = []
             self.catalog.tail(session_id, 1, pick=newest_of(newest))
+            self.catalog.tail(session_id, _INCREMENTAL, pick=newest_of([], seen),
+                              window_only=True)
             if self.catalog.holds(session_id, needles(marker)) is False:
                 return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
-                                  clean=False, last=newest[0] if newest else None, edits=())
+                                  clean=False, last=newest[0] if newest else None, edits=(),
+                                  rewrites=seen[0] if seen else frozenset())
         k = _ALL  # every message: a long transcript's count is only of the window it keeps
         leading: list[list[str]] = []
-        messages, last = self._whole(session_id, k, record, _USERS,
-                                     marked_users(leading) if marked else None)
+        messages, last, rewrites = self._whole(session_id, k, record, _USERS,
+                                               marked_users(leading) if marked else None)
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         if marked and (first is None or not leading or first.entry_id not in leading[0]):
             # The session's first user message with a rendering may be one not read.
-            messages, last = self._whole(session_id, k, record, _USERS)
+            messages, last, rewrites = self._whole(session_id, k, record, _USERS)
             first = next((m for m in messages if m.role == "user" and m.messages), None)
         if policy.pin_assistant and any(points_back(t) for _i, _r, t in _texts(messages)):
-            messages, last = self._whole(session_id, k, record)
+            messages, last, rewrites = self._whole(session_id, k, record)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
         pins = self._read(messages, policy)
         return self._keep(session_id, pins, record=record, last=last, read_with=read_with,
-                          clean=clean, edits=_of_read(edits, pins))
+                          clean=clean, edits=_of_read(edits, pins), rewrites=rewrites)
 
     def _whole(self, session_id: str, k: int, record: SessionRecord,
                roles: tuple[str, ...] | None = None, pick: Pick | None = None
-               ) -> tuple[list[TailMessage], str | None]:
+               ) -> tuple[list[TailMessage], str | None, Rewrites]:
         """Every segment's last ``k`` messages (``roles``: of those, these only; ``pick``:
         of those, its picks), and the newest message. Pins are read from user messages; an
         assistant message matters only to a ``!pin ^`` after it, so most first reads render
         the users' and leave the rest to what asks for them."""
         messages: list[TailMessage] = []
         newest: list[str] = []
+        rewrites: list[Rewrites] = []
 
         def chosen(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
             newest[:] = [e.id for e in entries[-1:]]
+            rewrites[:] = [rewritten(entries[-_INCREMENTAL:], edits)]
             if roles is not None:
                 entries = [e for e in entries if (e.role or e.kind) in roles]
             return pick(entries, edits) if pick is not None else [*entries]
@@ -266,8 +293,9 @@ class PinIndex:
         for reset in record.resets:
             messages += self.catalog.tail(session_id, k, before=reset.entry_id, pick=chosen)
         newest.clear()
+        rewrites.clear()
         messages += self.catalog.tail(session_id, k, pick=chosen)
-        return messages, newest[0] if newest else None
+        return messages, newest[0] if newest else None, rewrites[0] if rewrites else frozenset()
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -297,11 +325,12 @@ class PinIndex:
 
     def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
               last: str | None, read_with: tuple[object, ...], clean: bool,
-              edits: tuple[tuple[str, str], ...] | None = None) -> _Scanned:
+              edits: tuple[tuple[str, str], ...] | None = None,
+              rewrites: Rewrites = frozenset()) -> _Scanned:
         if edits is None:
             edits = self._edits(session_id, pins)
         scanned = _Scanned(last, len(record.resets), read_with, pins, clean, edits, record,
-                           _weight(pins))
+                           rewrites, _weight(pins) + 96 * len(rewrites))
         with self._lock:
             flagged = self._expected.get(session_id)
             if flagged is not None and (pins.pins or record.message_count > flagged):

@@ -298,8 +298,10 @@ def test_an_edit_appended_while_the_pins_are_first_read_is_applied_next() -> Non
     catalog = Catalog()
     t = pinned_session()
     store: MemoryStore = put(catalog, t)
-    # the read of every message, not a probe
-    during = EditDuringRead(catalog, t, store, lambda k, _kw: k > 1, lambda: pin_id(t))
+    # the read of every message, not a probe (of the newest, of the window's rewrites)
+    during = EditDuringRead(catalog, t, store,
+                            lambda k, kwargs: k > 1 and not kwargs.get("window_only"),
+                            lambda: pin_id(t))
     index = PinIndex(during)  # type: ignore[arg-type]
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == [PIN]  # read before
     assert during.appended and index.own(t.session_id, Policy()).pins == ()
@@ -336,9 +338,7 @@ def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str
 
 
 def test_an_edit_on_the_first_read_that_makes_an_older_message_a_pin_is_applied() -> None:
-    """The edit rewrites a plain user message: the pin it makes holds, in transcript order.
-    (Appended after the pins were read, such an edit is not seen yet: the incremental read
-    looks only at new messages and at edits of what it read.)"""
+    """The edit rewrites a plain user message: the pin it makes holds, in transcript order."""
     catalog = Catalog()
     t = pinned_session()
     edit(t, t.message_ids()[0], NEW_PIN)  # "Hello, a first turn."
@@ -347,6 +347,24 @@ def test_an_edit_on_the_first_read_that_makes_an_older_message_a_pin_is_applied(
     floor = floor_of(catalog)
     first = floor.decide(chat(request_for(catalog, t.session_id)), {})
     assert pins_sent(first.body) == [NEW_PIN, PIN], first.verdict
+    t.user("and one more turn")
+    put(catalog, t)
+    later = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(later.body) == [NEW_PIN, PIN], later.verdict
+
+
+def test_an_edit_appended_that_makes_an_older_message_a_pin_is_applied() -> None:
+    catalog = Catalog()
+    t = pinned_session()
+    compacted(t)
+    put(catalog, t)
+    floor = floor_of(catalog)
+    first = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(first.body) == [PIN], first.verdict  # read: the first message no pin
+    edit(t, t.message_ids()[0], NEW_PIN)  # "Hello, a first turn." rewritten
+    put(catalog, t)
+    again = floor.decide(chat(request_for(catalog, t.session_id)), {})
+    assert pins_sent(again.body) == [NEW_PIN, PIN], again.verdict  # as a first read has it
     t.user("and one more turn")
     put(catalog, t)
     later = floor.decide(chat(request_for(catalog, t.session_id)), {})

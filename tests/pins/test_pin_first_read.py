@@ -240,8 +240,17 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
                     _entry, ids = t.tool_calls(["bash"])
                     t.tool_result(ids[0], "!pin in a tool's output pins nothing")
                 t.assistant(f"📌 reply {turn}")
-            if rng.random() < 0.4:  # an edit makes a new plain message a pin, or ends one
-                t._add("context_edit", targetId=rng.choice(new_users),
+            # of a message read before (of the segment since the last reset, the context
+            # an agent edits): the session is read again whole
+            older = rng.random() < 0.2
+            if rng.random() < 0.4 or older:
+                # an edit makes a plain message a pin, or ends one
+                since_reset = [i for i, o in enumerate(t.objs[:grown_from])
+                               if o["type"] == "reset"][-1:] or [0]
+                users = [o["id"] for o in t.objs[since_reset[0]:grown_from]
+                         if o["type"] == "message" and o["message"]["role"] == "user"] \
+                    if older else new_users
+                t._add("context_edit", targetId=rng.choice(users or new_users),
                        replacement=rng.choice([{"content": "!pin edited in"},
                                                {"content": "edited out"}]))
             catalog.append(t.session_id, store.entries()[grown_from:])
@@ -249,8 +258,83 @@ def test_a_grown_session_reads_only_its_new_marked_users(seed: int) -> None:
             found = index.own(t.session_id, policy)
             assert found == _oracle(_catalog(t)[0], t.session_id, policy), n
             edited = {o["targetId"] for o in t.objs if o["type"] == "context_edit"}
-            assert emptied or all((e.role == "user" and e.may_pin) or e.id in edited
-                                  or e.kind == "context_edit" for e in store.loaded), n
+            assert emptied or older or all((e.role == "user" and e.may_pin) or e.id in edited
+                                           or e.kind == "context_edit"
+                                           for e in store.loaded), n
+
+
+class FullReads:
+    """The catalog, counting the reads of every message (a first read's, not a probe's)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog, self.whole_reads = catalog, 0
+
+        self.searches = 0  # of a transcript's bytes for a marker (a first read's too)
+
+    def tail(self, session_id: str, k: int, *args: Any, **kwargs: Any) -> Any:
+        self.whole_reads += k > 10_000
+        return self.catalog.tail(session_id, k, *args, **kwargs)
+
+    def holds(self, session_id: str, needles: Any) -> bool | None:
+        self.searches += 1
+        return self.catalog.holds(session_id, needles)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.catalog, name)
+
+
+def test_a_rewrite_of_a_message_read_before_is_read_again_once_a_removal_never() -> None:
+    t = Transcript("rewrites")
+    ids = [t.user(f"plain {i}") for i in range(6)]
+    t.user("!pin keep the API stable")
+    t.assistant("ok")
+    catalog, store = _catalog(t)
+    counting, policy = FullReads(catalog), Policy()
+    index = PinIndex(counting)  # type: ignore[arg-type]
+
+    def grown(*objs: tuple[str, dict[str, Any]]) -> list[str]:
+        before = len(t.objs)
+        for kind, fields in objs:
+            t._add(kind, **fields)
+        catalog.append(t.session_id, store.entries()[before:])
+        return [p.text for p in index.own(t.session_id, policy).pins]
+
+    assert [p.text for p in index.own(t.session_id, policy).pins] == ["!pin keep the API stable"]
+    reads = counting.whole_reads
+    # Pi 1.x removes a failed turn with an edit: nothing to read again
+    assert grown(("context_edit", {"targetId": ids[2], "replacement": None})) == [
+        "!pin keep the API stable"]
+    assert counting.whole_reads == reads
+    made = grown(("context_edit", {"targetId": ids[1], "replacement": {"content": "!pin made"}}))
+    assert made == ["!pin made", "!pin keep the API stable"] and counting.whole_reads == reads + 1
+    # read with it: the same rewrite does not make every next request read again
+    assert grown() == made and counting.whole_reads == reads + 1
+    assert grown(("message", {"message": {"role": "user", "content": "go on"}})) == made
+    assert counting.whole_reads == reads + 1
+
+
+def test_a_rewrite_in_a_session_without_a_marker_is_searched_again_once() -> None:
+    t = Transcript("unmarked")
+    ids = [t.user(f"plain {i}") for i in range(6)]
+    t.assistant("ok")
+    catalog, store = _catalog(t)
+    counting, policy = FullReads(catalog), Policy()
+    index = PinIndex(counting)  # type: ignore[arg-type]
+    assert index.own(t.session_id, policy).pins == () and counting.searches == 1
+
+    def rewrite(target: str, text: str) -> list[str]:
+        before = len(t.objs)
+        t._add("context_edit", targetId=target, replacement={"content": text})
+        catalog.append(t.session_id, store.entries()[before:])
+        return [p.text for p in index.own(t.session_id, policy).pins]
+
+    assert rewrite(ids[1], "still plain") == [] and counting.searches == 2
+    before = len(t.objs)
+    t.user("go on")  # a new record, the same rewrite: not searched again
+    catalog.append(t.session_id, store.entries()[before:])
+    assert index.own(t.session_id, policy).pins == () and counting.searches == 2
+    assert rewrite(ids[3], "!pin after all") == ["!pin after all"]
+    assert index.own(t.session_id, policy).pins[0].text == "!pin after all"
 
 
 # ------------------------------------------------ what the remembered pins may hold, in all
