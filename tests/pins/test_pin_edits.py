@@ -336,33 +336,23 @@ def test_an_edit_appended_while_new_messages_are_read_is_applied_next(which: str
     assert [p.text for p in index.own(t.session_id, Policy()).pins] == left
 
 
-
-def test_an_edit_on_the_first_read_that_makes_an_older_message_a_pin_is_applied() -> None:
-    """The edit rewrites a plain user message: the pin it makes holds, in transcript order."""
+@pytest.mark.parametrize("appended", [False, True])
+def test_an_edit_that_makes_an_older_message_a_pin_is_applied(appended: bool) -> None:
+    """The edit rewrites a plain user message read long before: the pin it makes holds, in
+    transcript order, whether the edit was there on the first read or came after it."""
     catalog = Catalog()
     t = pinned_session()
-    edit(t, t.message_ids()[0], NEW_PIN)  # "Hello, a first turn."
+    plain = t.message_ids()[0]  # "Hello, a first turn."
+    if not appended:
+        edit(t, plain, NEW_PIN)
     compacted(t)
     put(catalog, t)
     floor = floor_of(catalog)
     first = floor.decide(chat(request_for(catalog, t.session_id)), {})
-    assert pins_sent(first.body) == [NEW_PIN, PIN], first.verdict
-    t.user("and one more turn")
-    put(catalog, t)
-    later = floor.decide(chat(request_for(catalog, t.session_id)), {})
-    assert pins_sent(later.body) == [NEW_PIN, PIN], later.verdict
-
-
-def test_an_edit_appended_that_makes_an_older_message_a_pin_is_applied() -> None:
-    catalog = Catalog()
-    t = pinned_session()
-    compacted(t)
-    put(catalog, t)
-    floor = floor_of(catalog)
-    first = floor.decide(chat(request_for(catalog, t.session_id)), {})
-    assert pins_sent(first.body) == [PIN], first.verdict  # read: the first message no pin
-    edit(t, t.message_ids()[0], NEW_PIN)  # "Hello, a first turn." rewritten
-    put(catalog, t)
+    assert pins_sent(first.body) == ([PIN] if appended else [NEW_PIN, PIN]), first.verdict
+    if appended:
+        edit(t, plain, NEW_PIN)
+        put(catalog, t)
     again = floor.decide(chat(request_for(catalog, t.session_id)), {})
     assert pins_sent(again.body) == [NEW_PIN, PIN], again.verdict  # as a first read has it
     t.user("and one more turn")
