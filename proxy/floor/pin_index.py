@@ -31,12 +31,12 @@ from typing import Any, Protocol
 from proxy.floor.carry import reset_kind
 from proxy.floor.clean_slate import marked_clean
 from proxy.floor.pin_reads import (
-    Rewrites,
     default_marks,
     marked_users,
     needles,
     newest_of,
-    rewritten,
+    rewritten_since,
+    seen_upto,
 )
 from proxy.floor.pins import NO_PINS, PinSet, merged, pins_in, points_back
 from proxy.policy.records import Policy
@@ -85,10 +85,10 @@ class _Scanned:
     # The catalog's record it was read from: the catalog makes a new one whenever the
     # session's entries change, so the same one means no edit came since.
     record: SessionRecord
-    # The user messages among the newest that an edit rewrote when it was read: a rewrite
-    # since, of a message it did not read, may have made it a pin (read again).
-    rewritten: Rewrites
-    weight: int  # ``_weight``
+    # Where the newest entry it saw is (``seen_upto``): an edit after it that rewrites a
+    # message it read as no pin may have made it a pin (read again).
+    seen_upto: int
+    weight: int  # ``_weight(pins)``
 
 
 def _pin_policy(policy: Policy) -> tuple[object, ...]:
@@ -182,31 +182,31 @@ class PinIndex:
             since = self._since(session_id, known, policy) \
                 if checked == known.edits else None  # else an edit of what it read came
             if since is not None:
-                newest, last, rewrites = since
+                newest, last, upto = since
                 if not newest:
                     return self._keep(session_id, known.pins, record=record, last=last,
                                       read_with=read_with, clean=known.clean,
-                                      edits=known.edits, rewrites=rewrites)
+                                      edits=known.edits, upto=upto)
                 pins = self._read(newest, policy, known.pins)
                 return self._keep(session_id, pins, record=record, last=last,
                                   read_with=read_with, clean=known.clean,
                                   edits=self._edits_after(session_id, pins, known.pins,
                                                           checked, record),
-                                  rewrites=rewrites)
+                                  upto=upto)
         return self._first_read(session_id, record, policy, read_with)
 
     def _since(self, session_id: str, known: _Scanned, policy: Policy
-               ) -> tuple[list[TailMessage], str | None, Rewrites] | None:
+               ) -> tuple[list[TailMessage], str | None, int] | None:
         """The messages after the last one read that may change the pins, the newest, and
-        the rewrites among the newest; None when the last one read is not among the newest
-        ``_INCREMENTAL`` the catalog holds, or an edit since rewrote a user message before
-        it that was read as no pin (read the transcript again). Not counts: a long
-        transcript's window slides, and its count of messages with it."""
+        ``seen_upto``; None when the last one read is not among the newest ``_INCREMENTAL``
+        the catalog holds, or an edit since rewrote a user message among them, up to the
+        last one read, that was read as no pin (read the transcript again). Not counts: a
+        long transcript's window slides, and its count of messages with it."""
         last = known.last
         if last is None:  # the segment was empty: nothing says the window holds all of it
             return None
         newest: list[str] = []
-        rewrites: list[Rewrites] = []
+        upto: list[int] = []
         marked = default_marks(policy) and not policy.pin_assistant
 
         def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
@@ -214,12 +214,10 @@ class PinIndex:
                       None)
             if at is None:
                 return []
-            now = rewritten(entries, edits)
-            fresh = {target for target, _edit in now - known.rewritten if target not in read}
-            if fresh and not fresh.isdisjoint(e.id for e in entries[:at + 1]):
+            if rewritten_since(entries[:at + 1], edits, known.seen_upto) - read:
                 return []  # a message read as no pin was rewritten since: read again
             newest.append(entries[-1].id)
-            rewrites.append(now)
+            upto.append(max(known.seen_upto, seen_upto(entries, edits)))
             if marked:
                 # Only a new user message with a default marker can pin or unpin: those are
                 # read and rendered, not every new message (a tool's output, a reply).
@@ -232,7 +230,7 @@ class PinIndex:
         # What the catalog holds in memory: the newest read is among its newest messages.
         read = _read_ids(known.pins)
         messages = self.catalog.tail(session_id, _INCREMENTAL, pick=pick, window_only=True)
-        return (messages, newest[0], rewrites[0]) if newest else None
+        return (messages, newest[0], upto[0]) if newest else None
 
     def _first_read(self, session_id: str, record: SessionRecord, policy: Policy,
                     read_with: tuple[object, ...]) -> _Scanned:
@@ -247,45 +245,47 @@ class PinIndex:
             # at a start). The newest message first: what is appended during the search is
             # read with what comes after it.
             newest: list[str] = []
-            seen: list[Rewrites] = []
+            upto: list[int] = []
             self.catalog.tail(session_id, 1, pick=newest_of(newest))
-            self.catalog.tail(session_id, _INCREMENTAL, pick=newest_of([], seen),
+            # what an incremental read will look at again: the edits it then need not see
+            self.catalog.tail(session_id, _INCREMENTAL, pick=newest_of([], upto),
                               window_only=True)
             if self.catalog.holds(session_id, needles(marker)) is False:
                 return self._keep(session_id, NO_PINS, record=record, read_with=read_with,
                                   clean=False, last=newest[0] if newest else None, edits=(),
-                                  rewrites=seen[0] if seen else frozenset())
+                                  upto=upto[0] if upto else -1)
         k = _ALL  # every message: a long transcript's count is only of the window it keeps
         leading: list[list[str]] = []
-        messages, last, rewrites = self._whole(session_id, k, record, _USERS,
-                                               marked_users(leading) if marked else None)
+        messages, last, seen = self._whole(session_id, k, record, _USERS,
+                                           marked_users(leading) if marked else None)
         first = next((m for m in messages if m.role == "user" and m.messages), None)
         if marked and (first is None or not leading or first.entry_id not in leading[0]):
             # The session's first user message with a rendering may be one not read.
-            messages, last, rewrites = self._whole(session_id, k, record, _USERS)
+            messages, last, seen = self._whole(session_id, k, record, _USERS)
             first = next((m for m in messages if m.role == "user" and m.messages), None)
         if policy.pin_assistant and any(points_back(t) for _i, _r, t in _texts(messages)):
-            messages, last, rewrites = self._whole(session_id, k, record)
+            messages, last, seen = self._whole(session_id, k, record)
         clean = first is not None and marked_clean(message_text(first.messages[0]),
                                                    policy.clean_slate_marker)
         pins = self._read(messages, policy)
         return self._keep(session_id, pins, record=record, last=last, read_with=read_with,
-                          clean=clean, edits=_of_read(edits, pins), rewrites=rewrites)
+                          clean=clean, edits=_of_read(edits, pins), upto=seen)
 
     def _whole(self, session_id: str, k: int, record: SessionRecord,
                roles: tuple[str, ...] | None = None, pick: Pick | None = None
-               ) -> tuple[list[TailMessage], str | None, Rewrites]:
+               ) -> tuple[list[TailMessage], str | None, int]:
         """Every segment's last ``k`` messages (``roles``: of those, these only; ``pick``:
-        of those, its picks), and the newest message. Pins are read from user messages; an
-        assistant message matters only to a ``!pin ^`` after it, so most first reads render
-        the users' and leave the rest to what asks for them."""
+        of those, its picks), the newest message, and ``seen_upto`` of the current segment.
+        Pins are read from user messages; an assistant message matters only to a ``!pin ^``
+        after it, so most first reads render the users' and leave the rest to what asks for
+        them."""
         messages: list[TailMessage] = []
         newest: list[str] = []
-        rewrites: list[Rewrites] = []
+        upto: list[int] = []
 
         def chosen(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
             newest[:] = [e.id for e in entries[-1:]]
-            rewrites[:] = [rewritten(entries[-_INCREMENTAL:], edits)]
+            upto[:] = [seen_upto(entries, edits)]
             if roles is not None:
                 entries = [e for e in entries if (e.role or e.kind) in roles]
             return pick(entries, edits) if pick is not None else [*entries]
@@ -293,9 +293,9 @@ class PinIndex:
         for reset in record.resets:
             messages += self.catalog.tail(session_id, k, before=reset.entry_id, pick=chosen)
         newest.clear()
-        rewrites.clear()
+        upto.clear()
         messages += self.catalog.tail(session_id, k, pick=chosen)
-        return messages, newest[0] if newest else None, rewrites[0] if rewrites else frozenset()
+        return messages, newest[0] if newest else None, upto[0] if upto else -1
 
     def _read(self, messages: list[TailMessage], policy: Policy,
               start: PinSet = NO_PINS) -> PinSet:
@@ -326,11 +326,11 @@ class PinIndex:
     def _keep(self, session_id: str, pins: PinSet, *, record: SessionRecord,
               last: str | None, read_with: tuple[object, ...], clean: bool,
               edits: tuple[tuple[str, str], ...] | None = None,
-              rewrites: Rewrites = frozenset()) -> _Scanned:
+              upto: int) -> _Scanned:
         if edits is None:
             edits = self._edits(session_id, pins)
         scanned = _Scanned(last, len(record.resets), read_with, pins, clean, edits, record,
-                           rewrites, _weight(pins) + 96 * len(rewrites))
+                           upto, _weight(pins))
         with self._lock:
             flagged = self._expected.get(session_id)
             if flagged is not None and (pins.pins or record.message_count > flagged):

@@ -15,11 +15,8 @@ from proxy.policy.records import Policy
 from proxy.transcripts.entries import Entry
 from proxy.transcripts.records import Pick
 
-__all__ = ["LEADING", "Rewrites", "default_marks", "marked_users", "needles", "newest_of",
-           "rewritten"]
-
-# (a user message a context edit rewrites, that edit)
-Rewrites = frozenset[tuple[str, str]]
+__all__ = ["LEADING", "default_marks", "marked_users", "needles", "newest_of",
+           "rewritten_since", "seen_upto"]
 
 LEADING = 4  # a segment's first user messages, always read (the clean-slate marker)
 # What a JSONL line needs to hold for a default pin marker, ``!unpin`` or ``!pin ^`` in a
@@ -47,25 +44,30 @@ def default_marks(policy: Policy) -> bool:
     return all(p.pattern in DEFAULT_PIN_PATTERNS for p in policy.pin_patterns)
 
 
-def newest_of(into: list[str], rewrites: list[Rewrites] | None = None) -> Pick:
+def newest_of(into: list[str], upto: list[int] | None = None) -> Pick:
     """A pick that renders nothing and puts the newest message's id in ``into`` (and in
-    ``rewrites``, the messages' ``rewritten``)."""
+    ``upto``, ``seen_upto`` of the messages)."""
     def pick(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> list[Entry]:
         into[:] = [e.id for e in entries[-1:]]
-        if rewrites is not None:
-            rewrites[:] = [rewritten(entries, edits)]
+        if upto is not None:
+            upto[:] = [seen_upto(entries, edits)]
         return []
     return pick
 
 
-def rewritten(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> Rewrites:
-    """The user messages among ``entries`` that a context edit rewrites (not removes), each
-    with its edit. A read of pins remembers those of the newest messages, so that a rewrite
-    appended later of a message it did not read (one that may pin now) is told apart."""
-    if not edits:
-        return frozenset()
-    return frozenset((e.id, edit.id) for e in entries if e.role == "user"
-                     and (edit := edits.get(e.id)) is not None and not edit.removes)
+def seen_upto(entries: Sequence[Entry], edits: Mapping[str, Entry]) -> int:
+    """Where in the transcript the newest of ``entries`` and of the edits replacing them is
+    (a line's offset, a row's number): a read of pins that saw them saw every edit up to
+    there of the messages it looks at again later."""
+    return max([entries[-1].pos if entries else -1, *(e.pos for e in edits.values())])
+
+
+def rewritten_since(entries: Sequence[Entry], edits: Mapping[str, Entry], upto: int
+                    ) -> set[str]:
+    """The user messages among ``entries`` that a context edit after ``upto`` rewrites (not
+    removes): a read of pins that did not see the edit may have read one as no pin."""
+    return {e.id for e in entries if e.role == "user" and (edit := edits.get(e.id)) is not None
+            and edit.pos > upto and not edit.removes}
 
 
 def marked_users(leading: list[list[str]]) -> Pick:

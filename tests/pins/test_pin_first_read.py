@@ -337,6 +337,38 @@ def test_a_rewrite_in_a_session_without_a_marker_is_searched_again_once() -> Non
     assert index.own(t.session_id, policy).pins[0].text == "!pin after all"
 
 
+def test_a_rewrite_seen_before_is_not_read_again_when_the_newest_messages_shift() -> None:
+    """A message rewritten before the first read leaves the newest 200 as the session grows
+    and comes back among them when a failed turn before the newest is removed (as Pi 1.x
+    does): the edit is as old as it was, nothing is read again."""
+    t = Transcript("shift")
+    t.user("!pin keep the API stable")
+    x = t.user("plain x")
+    t._add("context_edit", targetId=x, replacement={"content": "still plain, rewritten"})
+    for i in range(99):
+        t.assistant(f"answer {i}")
+        t.user(f"question {i}")
+    catalog, store = _catalog(t)
+    counting, policy = FullReads(catalog), Policy()
+    index = PinIndex(counting)  # type: ignore[arg-type]
+    assert [p.text for p in index.own(t.session_id, policy).pins] == ["!pin keep the API stable"]
+    reads = counting.whole_reads
+    # as _add names them: the two turns removed later, not the newest (the last one read)
+    failed = [f"shift{len(t.objs):05d}", f"shift{len(t.objs) + 1:05d}"]
+    for grow in ((("message", {"message": {"role": "assistant", "content": "failed"}}),
+                  ("message", {"message": {"role": "user", "content": "try again"}}),
+                  ("message", {"message": {"role": "assistant", "content": "done"}})),
+                 tuple(("context_edit", {"targetId": gone, "replacement": None})
+                       for gone in failed)):
+        before = len(t.objs)
+        for kind, fields in grow:
+            t._add(kind, **fields)
+        catalog.append(t.session_id, store.entries()[before:])
+        assert [p.text for p in index.own(t.session_id, policy).pins] == [
+            "!pin keep the API stable"]
+    assert counting.whole_reads == reads
+
+
 # ------------------------------------------------ what the remembered pins may hold, in all
 class TailCounting:
     """The catalog, counting the tail reads asked of each session."""
