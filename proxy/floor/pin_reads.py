@@ -66,6 +66,8 @@ def rewritten_since(entries: Sequence[Entry], edits: Mapping[str, Entry], upto: 
                     ) -> set[str]:
     """The user messages among ``entries`` that a context edit after ``upto`` rewrites (not
     removes): a read of pins that did not see the edit may have read one as no pin."""
+    if not edits:  # most reads: nothing edited among them
+        return set()
     return {e.id for e in entries if e.role == "user" and (edit := edits.get(e.id)) is not None
             and edit.pos > upto and not edit.removes}
 
