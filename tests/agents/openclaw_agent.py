@@ -12,6 +12,7 @@ default configuration and the one with affinity headers side by side.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -245,13 +246,25 @@ class Gateway:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self._log.close()
+        ours = self._database_hashes()
         for directory, before in self._fixed_before.items():
             if not directory.is_dir():
                 continue
             for path in set(directory.iterdir()) - (before or set()):
+                # A lock file names the database it guards (the first 8 hex digits of the
+                # SHA-256 of its real path, OpenClaw's state-database coordinator): one of
+                # another test's gateway, running beside this one, is in use. Removing it
+                # once made that gateway fail a turn ("another OpenClaw process owns
+                # state-lifecycle").
+                if directory == FIXED_DIRS[0] and not any(f".{h}." in path.name for h in ours):
+                    continue
                 path.unlink(missing_ok=True)
             if before is None and not any(directory.iterdir()):
                 directory.rmdir()
+
+    def _database_hashes(self) -> set[str]:
+        return {hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:8]
+                for db in self.home.rglob("*.sqlite")}
 
     def session_id(self, agent: str, key: str) -> str:
         """The session id OpenClaw's store has for ``key`` now (read-only)."""
