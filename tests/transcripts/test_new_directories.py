@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,16 +79,22 @@ async def test_a_directory_the_doorbell_lost_is_watched_from_the_rust_watchers_r
     # creations; the Rust watcher still reports the directory (its parent is watched), and
     # what is written in it later must be seen. Here the doorbell loses every creation.
     monkeypatch.setattr(Doorbell, "_drain", _lost_every_creation)
+    await _written_in_it_is_seen(tmp_path, (tmp_path / "new").mkdir, tmp_path / "new")
+
+
+async def _written_in_it_is_seen(root: Path, make: Callable[[], None], folder: Path) -> None:
+    """Following ``root``, ``make()`` then: ``folder`` is reported, and a file written in it
+    after that too."""
     stop = asyncio.Event()
-    task, batches = following(tmp_path, stop)
+    task, batches = following(root, stop)
     try:
         await asyncio.sleep(0.3)
-        (tmp_path / "new").mkdir()
+        make()
         seen: set[str] = set()
-        while str(tmp_path / "new") not in seen:
+        while str(folder) not in seen:
             seen |= await asyncio.wait_for(batches.get(), 2.0)
-        (tmp_path / "new" / "later.jsonl").write_text("{}\n")
-        while str(tmp_path / "new" / "later.jsonl") not in seen:
+        (folder / "later.jsonl").write_text("{}\n")
+        while str(folder / "later.jsonl") not in seen:
             seen |= await asyncio.wait_for(batches.get(), 2.0)
     finally:
         stop.set()
@@ -120,20 +127,7 @@ async def test_a_directory_made_while_the_watcher_is_replaced_is_watched(
         return made_watcher
 
     monkeypatch.setattr(watch, "_notify", notify)
-    stop = asyncio.Event()
-    task, batches = following(tmp_path, stop)
-    try:
-        await asyncio.sleep(0.3)
-        (tmp_path / "first").mkdir()
-        seen: set[str] = set()
-        while str(tmp_path / "late") not in seen:
-            seen |= await asyncio.wait_for(batches.get(), 2.0)
-        (tmp_path / "late" / "later.jsonl").write_text("{}\n")
-        while str(tmp_path / "late" / "later.jsonl") not in seen:
-            seen |= await asyncio.wait_for(batches.get(), 2.0)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5.0)
+    await _written_in_it_is_seen(tmp_path, (tmp_path / "first").mkdir, tmp_path / "late")
 
 
 async def test_a_steady_stream_of_new_directories_holds_no_batch_back(
